@@ -1,0 +1,97 @@
+/*
+ * weft.h -- Weft's public extensions to the NCCL API.
+ *
+ * Everything here is Weft-only: a program that uses it runs with Weft's libweft.so / libnccl.so.2
+ * and not with NVIDIA's library. Names are camelCase with the `weft` prefix (the version script
+ * exports `weft[A-Z]*`); types and values come from nccl.h, which this header includes.
+ *
+ * Threads. Unless stated otherwise a function may be called from any thread. Buffers passed in are
+ * owned by the caller.
+ */
+#ifndef WEFT_H_
+#define WEFT_H_
+
+#include "nccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Launch helper
+ *
+ * A process started by a launcher learns its place in the job from the environment. The launcher
+ * `weftrun -n N prog` (tools/weftrun.c) sets, in every rank:
+ *
+ *   WEFT_RANK        this rank, 0 .. N-1
+ *   WEFT_NRANKS      N
+ *   WEFT_LOCAL_RANK  this rank's index among the ranks on its host
+ *   WEFT_LOCAL_SIZE  number of ranks on its host (informational; not returned here)
+ *   WEFT_UNIQUE_ID   the job's ncclUniqueId, 2*NCCL_UNIQUE_ID_BYTES (256) hex digits; weftrun
+ *                    made it with ncclGetUniqueId and keeps the bootstrap root alive for the job
+ * ------------------------------------------------------------------------------------------- */
+
+/* Number of hex digits in WEFT_UNIQUE_ID: two per byte of ncclUniqueId. */
+#define WEFT_UNIQUE_ID_HEX_LEN (2 * NCCL_UNIQUE_ID_BYTES)
+
+/*
+ * weftLaunchInfo -- rank, size, local rank and unique id of this process, from the environment.
+ *
+ * Rank, size and local rank come from the first of these families whose rank variable is set
+ * (a family is used as a whole; families are never mixed):
+ *
+ *   1. WEFT_RANK            / WEFT_NRANKS        / WEFT_LOCAL_RANK             (weftrun)
+ *   2. OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_RANK (Open MPI mpirun)
+ *   3. PMI_RANK             / PMI_SIZE           / MPI_LOCALRANKID             (MPICH/Hydra, Intel MPI)
+ *   4. SLURM_PROCID         / SLURM_NTASKS       / SLURM_LOCALID               (srun)
+ *   5. RANK                 / WORLD_SIZE         / LOCAL_RANK                  (torchrun)
+ *
+ * None of the rank variables set: rank 0 of 1, local rank 0. In the chosen family the size
+ * variable must be set too; the local-rank variable is optional and defaults to the rank (i.e.
+ * all ranks are assumed to share one host). Values are decimal integers; a value that does not
+ * parse, rank outside [0, nranks), nranks < 1 or local rank outside [0, nranks) is an error.
+ *
+ * The unique id:
+ *   - WEFT_UNIQUE_ID set: decoded from exactly WEFT_UNIQUE_ID_HEX_LEN hex digits (either case, no
+ *     spaces or prefix); whichever family gave the rank.
+ *   - not set and nranks == 1: made here with ncclGetUniqueId (which starts a bootstrap root
+ *     listener in this process; each such call makes a new id).
+ *   - not set and nranks > 1: an error. The MPI/Slurm/torchrun variables give the rank but no
+ *     rendezvous; launch such jobs through weftrun (mpirun/srun/torchrun rendezvous is not
+ *     supported yet).
+ *
+ * Parameters: every output may be NULL when the caller does not want it. With id == NULL no id is
+ * made or required (so the call also serves MPI/Slurm/torchrun jobs that only want the rank), but
+ * a WEFT_UNIQUE_ID that is present is still checked. Outputs are written only when the call
+ * returns ncclSuccess.
+ *
+ * Returns:
+ *   ncclSuccess          outputs written
+ *   ncclInvalidArgument  a malformed variable: not an integer, out of range, WEFT_UNIQUE_ID of the
+ *                        wrong length or with a non-hex character, a size variable missing
+ *   ncclInvalidUsage     id != NULL, nranks > 1 and no WEFT_UNIQUE_ID in the environment
+ *   (other)              whatever ncclGetUniqueId returned, in the nranks == 1 case
+ * Every error is logged (NCCL_DEBUG=WARN) and its text is what ncclGetLastError() returns next.
+ *
+ * Blocking: does not block on other processes; reads the environment only (getenv), so it must not
+ * race with setenv/putenv in another thread.
+ */
+ncclResult_t weftLaunchInfo(int *rank, int *nranks, int *localRank, ncclUniqueId *id);
+
+/* =============================================================================================
+ * Host streams -- RESERVED SECTION.
+ *
+ * Weft host streams (asynchronous, in-order execution of collectives on host memory, the host-side
+ * counterpart of cudaStream_t) will be declared here by their owner. Keep this section last before
+ * the closing extern "C" and do not add unrelated declarations inside it.
+ * ============================================================================================= */
+
+/* (host stream declarations go here) */
+
+/* ============================================================================================= */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEFT_H_ */

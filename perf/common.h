@@ -1,0 +1,199 @@
+/*
+ * Shared driver of the *_perf tools: an nccl-tests (2.19.6) compatible benchmark on host memory.
+ *
+ * A tool is one small file: a `struct perf_coll` table of callbacks and
+ *
+ *     int main(int argc, char **argv) { return perf_main(argc, argv, &my_coll); }
+ *
+ * perf_main parses the nccl-tests flags, finds rank/size/unique id with weftLaunchInfo (run the
+ * tool under weftrun), creates the communicator, sweeps sizes x types x ops x roots, and prints the
+ * nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links against
+ * NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer tool). For each row it runs out-of-place then in-place: initialise data, one op,
+ * barrier, `-n` timed iterations (each of `-m` ops, grouped when m > 1), time combined over ranks
+ * per `-a`, then `-c` validation rounds (poison the receive buffer, fill the send data, one op,
+ * compare every element bit for bit with an independently computed expected value).
+ *
+ * Data. Every rank can compute any rank's input: perf_fill() writes the value `rank` contributes at
+ * element index i, a pure function of (seed, rank, i, type, op, nranks). Values are chosen so that
+ * every reduction order gives the same bits (see perf_fill_reduced), which makes #wrong bit-exact
+ * for every type and op. A collective's callbacks only map indices:
+ *   all_reduce      send = fill(rank, 0..count),     expected = reduced(0..count)
+ *   reduce_scatter  send = fill(rank, 0..n*count),   expected = reduced(rank*count..+count)
+ *   all_gather      send = fill(rank, 0..count),     expected block r = fill(r, 0..count)
+ *   broadcast       send = fill(root, 0..count),     expected = fill(root, 0..count)
+ *   alltoall        send = fill(rank, 0..n*count),   expected block r = fill(r, rank*count..+count)
+ *
+ * Threads: everything runs on the main thread except the -T watchdog, which only calls
+ * ncclCommAbort.
+ */
+#ifndef WEFT_PERF_COMMON_H
+#define WEFT_PERF_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+/* Operations the tools know. 0..4 are ncclRedOp_t values; mulsum is ncclRedOpCreatePreMulSum with
+ * scalar 1 on even ranks and 2 on odd ranks (as nccl-tests); none is for data-movement
+ * collectives (the op column prints "none"). */
+enum perf_op_kind {
+    PERF_OP_SUM = ncclSum,
+    PERF_OP_PROD = ncclProd,
+    PERF_OP_MAX = ncclMax,
+    PERF_OP_MIN = ncclMin,
+    PERF_OP_AVG = ncclAvg,
+    PERF_OP_MULSUM = 5,
+    PERF_OP_COUNT = 6,
+    PERF_OP_NONE = -1,
+};
+
+/* A datatype as the tools see it (static table, indexed by ncclDataType_t). */
+struct perf_type {
+    ncclDataType_t type;
+    const char *name; /* nccl-tests name: int8 ... f8e5m2 */
+    size_t size;      /* bytes per element */
+    int is_float;
+    int is_signed;    /* integers only */
+    int exp_bits;     /* floats: exponent bits (0 for integers) */
+    int mant_bits;    /* floats: stored mantissa bits */
+    int exp_lo, exp_hi; /* floats: range of the per-element power of two in test values */
+};
+
+/* Buffer geometry of one call, in elements (set by perf_coll.get_counts). */
+struct perf_counts {
+    size_t count;               /* the count argument of the call ("count" column) */
+    size_t send_count;          /* elements in this rank's send buffer */
+    size_t recv_count;          /* elements in this rank's receive buffer */
+    size_t send_inplace_offset; /* in place: sendbuff = recvbuff + rank * this */
+    size_t recv_inplace_offset; /* in place: recvbuff = recvbuff + rank * this */
+    double alg_bytes;           /* bytes that define algbw (nccl-tests getBw) */
+};
+
+/* How test values are made for one (type, op, nranks); filled by the driver, used by perf_fill. */
+struct perf_gen {
+    int64_t k;         /* integer magnitude bound of a value */
+    uint32_t modulus;  /* rank r contributes a non-identity value at index i iff (r+i) % modulus == 0 */
+    int raw;           /* integers: any bit pattern (max/min/none) */
+    int e_lo, e_span;  /* floats: value = s * 2^(e_lo + h % e_span), h shared by all ranks */
+};
+
+/* One measured configuration (one half of a table row). */
+struct perf_op {
+    const struct perf_type *type;
+    int op;              /* enum perf_op_kind */
+    ncclRedOp_t nccl_op; /* what is passed to NCCL (a PreMulSum handle for mulsum) */
+    int root;            /* -1 for unrooted collectives */
+    int in_place;
+    struct perf_counts c;
+    struct perf_gen gen;
+};
+
+/* Process-wide state a callback may read. */
+struct perf_ctx {
+    int rank, nranks, local_rank;
+    ncclComm_t comm;     /* NCCL backend */
+    cudaStream_t stream; /* NULL: host calls return when done */
+    void *be_state;      /* other backends (e.g. the MPI communicator) */
+};
+
+/* Flags of a collective. */
+#define PERF_COLL_REDUCE 0x1u /* takes a reduction op: sweeps -o; else op is "none" */
+#define PERF_COLL_ROOTED 0x2u /* takes a root: sweeps -r (-1 = every root); else root is -1 */
+
+/*
+ * A collective test. Every slot is required. Called on the main thread; buffers belong to the
+ * driver and are 64-byte aligned (plus -u elements).
+ */
+struct perf_coll {
+    const char *name; /* program name, e.g. "all_reduce_perf" */
+    unsigned flags;   /* PERF_COLL_* */
+    /* Geometry for a sweep step of `bytes` (nccl-tests: count = bytes / type_size). */
+    void (*get_counts)(size_t bytes, size_t type_size, int nranks, struct perf_counts *c_p);
+    /* Writes this rank's send data: op->c.send_count elements at send (may write nothing on
+     * ranks that send nothing, e.g. non-roots of scatter). */
+    void (*init_data)(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
+                      void *send);
+    /* Writes what this rank must receive and returns how many elements to compare (0: nothing
+     * to check on this rank, e.g. non-roots of reduce). expect holds op->c.recv_count. */
+    size_t (*expected)(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
+                       void *expect);
+    /* Issues the collective (blocking on host memory with stream NULL). */
+    ncclResult_t (*run)(const struct perf_ctx *ctx, const struct perf_op *op, const void *send,
+                        void *recv);
+    /* busbw = algbw * bus_factor(nranks) */
+    double (*bus_factor)(int nranks);
+};
+
+/*
+ * What the driver needs from the communication library besides the collective under test. The
+ * NCCL one (perf_nccl_backend: weftLaunchInfo + ncclCommInitRank, small ncclAllReduce calls) is
+ * what the *_perf tools use; mpi_allreduce_perf brings an MPI one so that the peer runs the very
+ * same sweep, timing, validation and output. Every slot is required; all run on the main thread
+ * except abort (the -T watchdog thread). Calls are collective where the NCCL call would be.
+ * A failing slot returns non-success; the driver then prints error_string/last_error and exits 1.
+ */
+struct perf_backend {
+    const char *name;
+    /* Sets ctx->rank, nranks, local_rank and the communicator; writes the first header line
+     * ("# ... (nccl-tests 2.19.6 compatible) ..."). Collective. */
+    ncclResult_t (*init)(struct perf_ctx *ctx, char *version_line, size_t len);
+    /* This process's rank before init (who prints usage errors); 0 when unknown. */
+    int (*early_rank)(void);
+    ncclResult_t (*fini)(struct perf_ctx *ctx);
+    ncclResult_t (*barrier)(const struct perf_ctx *ctx);
+    /* In place over all ranks: *v = op(v of every rank), op PERF_OP_SUM, _MIN or _MAX. */
+    ncclResult_t (*reduce_double)(const struct perf_ctx *ctx, double *v, int op);
+    ncclResult_t (*sum_int64)(const struct perf_ctx *ctx, int64_t *v);
+    /* out (nranks * bytes) = every rank's `bytes` of in, in rank order. */
+    ncclResult_t (*allgather)(const struct perf_ctx *ctx, const void *in, void *out, size_t bytes);
+    /* Brackets -m aggregated ops. */
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
+    /* Sets op->nccl_op for op->op (creating the mulsum PreMulSum op); op_destroy undoes it. */
+    ncclResult_t (*op_create)(const struct perf_ctx *ctx, struct perf_op *op);
+    ncclResult_t (*op_destroy)(const struct perf_ctx *ctx, struct perf_op *op);
+    /* Whether (t, op) can be run. t NULL asks about the op alone; op PERF_OP_NONE about the type
+     * alone (which is also the data-movement case). */
+    int (*supports)(const struct perf_type *t, int op);
+    const char *(*error_string)(ncclResult_t res);
+    const char *(*last_error)(void);
+    /* From the watchdog thread while the main thread may be blocked. */
+    ncclResult_t (*abort)(const struct perf_ctx *ctx);
+};
+
+/* Runs the benchmark over a backend; returns the process exit code (0 ok, 1 library/system
+ * failure, 2 usage, 7 wrong results or NCCL_TESTS_MIN_BW not met). */
+int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct perf_backend *be);
+
+#ifndef PERF_NO_NCCL
+extern const struct perf_backend perf_nccl_backend;
+
+/* perf_run over NCCL/Weft: rank, size and unique id from weftLaunchInfo (run under weftrun). */
+int perf_main(int argc, char **argv, const struct perf_coll *coll);
+#endif
+
+/* ---- data helpers for callbacks ---- */
+
+/* buf[k] = value `rank` contributes at index first + k, for k < n (op->type's encoding). */
+void perf_fill(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed, int rank,
+               size_t first, size_t n, void *buf);
+
+/* buf[k] = op over all ranks of their values at index first + k, for k < n, computed with a plain
+ * loop in exact arithmetic (NCCL semantics: integer avg = sum / nranks truncated; float avg =
+ * sum of x * (T)(1/nranks); mulsum = sum of x * scalar_r). */
+void perf_fill_reduced(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
+                       size_t first, size_t n, void *buf);
+
+/* Type table lookup by name ("float", ...); NULL if unknown. */
+const struct perf_type *perf_type_by_name(const char *name);
+const struct perf_type *perf_type_get(ncclDataType_t type);
+/* Name of an op kind ("sum" ... "mulsum", "none"). */
+const char *perf_op_name(int op);
+
+/* Encodes a double exactly representable (or to be rounded to nearest even) in the type's format;
+ * integers are truncated two's complement. Exposed for tools that make scalars (mulsum). */
+void perf_store_double(const struct perf_type *t, void *buf, size_t idx, double v);
+double perf_load_double(const struct perf_type *t, const void *buf, size_t idx);
+
+#endif

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds, runs the default test suites.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+[ -d build ] || meson setup build
+meson compile -C build
+meson test -C build --print-errorlogs --num-processes 2

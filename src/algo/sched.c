@@ -1,0 +1,384 @@
+/*
+ * Schedule generators (see sched.h for the step semantics).
+ *
+ * Notation: n ranks, rank r, "r-k" is (r - k) mod n, next = r+1, prev = r-1. Every generator works
+ * on the channel's range [off, off+len) of a block (weft_sched_range) and cuts it into pieces; the
+ * whole per-piece pattern repeats for each piece, so that no step exceeds args.chunk elements and
+ * no rank runs more than one step ahead of the data it has received (sending all pieces of a block
+ * before receiving would fill every FIFO of the ring at once and deadlock). Chunks that come out
+ * empty (a piece smaller than n) yield no step on any rank, so sends and receives stay matched.
+ * Only reduction results carry WEFT_STEP_FINAL; the copies of all-gather and broadcast do not.
+ *
+ * RING ALLREDUCE (pieces of n*chunk elements; piece P is cut into n chunks, chunk c of
+ * P/n + (c < P%n) elements at c*(P/n) + min(c, P%n), identical on every rank):
+ *     SEND                  chunk r-1        input -> next
+ *     RECV_REDUCE_SEND      chunks r-2 .. r-(n-1)       (n-2 steps)
+ *     RECV_REDUCE_COPY_SEND chunk r          FINAL, input + recv -> output, next
+ *     RECV_COPY_SEND        chunks r-1 .. r-(n-2)       (n-2 steps)
+ *     RECV                  chunk r+1        -> output
+ *   Bytes sent per piece: 2P - size(chunk r) - size(chunk r+1). n == 1: COPY FINAL per chunk.
+ * RING ALLGATHER (count = block; pieces of chunk elements of the block's channel range, at po):
+ *     SEND input[po] -> next; COPY input[po] -> output[r*count+po];
+ *     RECV_COPY_SEND output[(r-k)*count+po] for k = 1 .. n-2; RECV output[(r+1)*count+po].
+ *   n == 1: COPY only. Bytes sent: (n-1) * count.
+ * RING REDUCESCATTER (count = output block; input holds n blocks; pieces of chunk elements):
+ *     SEND input[(r-1)*count+po]; RECV_REDUCE_SEND input[(r-k)*count+po] for k = 2 .. n-1;
+ *     RECV_REDUCE_COPY FINAL input[r*count+po] -> output[po].
+ *   n == 1: COPY FINAL. Bytes sent: (n-1) * count.
+ * CHAIN BROADCAST root -> root+1 -> ... -> root-1 (position p = r - root mod n), per piece:
+ *     p == 0: SEND input, then COPY input -> output (skipped by the executor when in place);
+ *     0 < p < n-1: RECV_COPY_SEND -> output; p == n-1: RECV -> output.
+ *   n == 1: COPY. Bytes sent: count, except 0 for the last rank of the chain.
+ * CHAIN REDUCE root+1 -> root+2 -> ... -> root (position p = r - root - 1 mod n), per piece:
+ *     p == 0: SEND input; 0 < p < n-1: RECV_REDUCE_SEND input; root: RECV_REDUCE_COPY FINAL.
+ *   n == 1: COPY FINAL. Bytes sent: count, except 0 for the root.
+ */
+#include "algo/sched.h"
+
+struct sched_out {
+    struct weft_step *steps;
+    uint64_t max;
+    uint64_t n; /* steps produced so far (may exceed max: then the caller reports overflow) */
+};
+
+static void sched_emit(struct sched_out *o, int op, int src, int dst, int flags, int send_peer,
+                       int recv_peer, uint64_t src_off, uint64_t dst_off, uint64_t count)
+{
+    if (count == 0)
+        return;
+    if (o->n < o->max) {
+        struct weft_step *s = &o->steps[o->n];
+        s->op = (uint8_t)op;
+        s->src = (uint8_t)src;
+        s->dst = (uint8_t)dst;
+        s->flags = (uint8_t)flags;
+        s->send_peer = send_peer;
+        s->recv_peer = recv_peer;
+        s->pad = 0;
+        s->src_off = src_off;
+        s->dst_off = dst_off;
+        s->count = count;
+    }
+    o->n++;
+}
+
+/* Part i of `parts` near-equal contiguous parts of `total` (the first total % parts get one
+ * element more). */
+static void sched_split(uint64_t total, uint64_t parts, uint64_t i, uint64_t *off, uint64_t *len)
+{
+    uint64_t base = total / parts, rem = total % parts;
+    *off = i * base + (i < rem ? i : rem);
+    *len = base + (i < rem ? 1 : 0);
+}
+
+static inline int sched_mod(int a, int n)
+{
+    a %= n;
+    return a < 0 ? a + n : a;
+}
+
+static inline uint64_t sched_min(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+static inline uint64_t sched_div_up(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+void weft_sched_range(uint64_t count, int channel, int nchannels, uint64_t *off, uint64_t *len)
+{
+    if (nchannels < 1 || channel < 0 || channel >= nchannels) {
+        *off = 0;
+        *len = 0;
+        return;
+    }
+    sched_split(count, (uint64_t)nchannels, (uint64_t)channel, off, len);
+}
+
+/* Elements per all-reduce piece: n*chunk, or the whole range when that would not be smaller. */
+static uint64_t ring_piece(uint64_t len, int n, uint64_t chunk)
+{
+    if (chunk > len / (uint64_t)n)
+        return len > 0 ? len : 1;
+    return (uint64_t)n * chunk;
+}
+
+static void ring_allreduce(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    if (n == 1) {
+        for (uint64_t po = 0; po < len; po += a->chunk) {
+            uint64_t c = sched_min(a->chunk, len - po);
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, -1, -1,
+                       off + po, off + po, c);
+        }
+        return;
+    }
+    uint64_t piece = ring_piece(len, n, a->chunk);
+    for (uint64_t po = 0; po < len; po += piece) {
+        uint64_t psize = sched_min(piece, len - po);
+        uint64_t co, cl;
+
+        sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - 1, n), &co, &cl);
+        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, -1, off + po + co, 0,
+                   cl);
+        for (int k = 2; k < n; k++) {
+            sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - k, n), &co, &cl);
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, prev,
+                       off + po + co, 0, cl);
+        }
+        sched_split(psize, (uint64_t)n, (uint64_t)r, &co, &cl);
+        sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY_SEND, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT,
+                   WEFT_STEP_FINAL, next, prev, off + po + co, off + po + co, cl);
+        for (int k = 1; k < n - 1; k++) {
+            sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - k, n), &co, &cl);
+            sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, next, prev,
+                       0, off + po + co, cl);
+        }
+        sched_split(psize, (uint64_t)n, (uint64_t)next, &co, &cl);
+        sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0,
+                   off + po + co, cl);
+    }
+}
+
+static void ring_allgather(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (n > 1)
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, -1, e, 0, c);
+        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, e,
+                   (uint64_t)r * count + e, c);
+        if (n == 1)
+            continue;
+        for (int k = 1; k < n - 1; k++)
+            sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, next, prev,
+                       0, (uint64_t)sched_mod(r - k, n) * count + e, c);
+        sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0,
+                   (uint64_t)next * count + e, c);
+    }
+}
+
+static void ring_reducescatter(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (n == 1) {
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, -1, -1,
+                       e, e, c);
+            continue;
+        }
+        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, -1,
+                   (uint64_t)prev * count + e, 0, c);
+        for (int k = 2; k < n; k++)
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, prev,
+                       (uint64_t)sched_mod(r - k, n) * count + e, 0, c);
+        sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL,
+                   -1, prev, (uint64_t)r * count + e, e, c);
+    }
+}
+
+static void chain_broadcast(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    int pos = sched_mod(r - a->root, n);
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (pos == 0) {
+            if (n > 1)
+                sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, -1, e, 0, c);
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, e, e, c);
+        } else if (pos < n - 1) {
+            sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, next, prev,
+                       0, e, c);
+        } else {
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0, e, c);
+        }
+    }
+}
+
+static void chain_reduce(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    int pos = sched_mod(r - a->root - 1, n);
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (n == 1)
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, -1, -1,
+                       e, e, c);
+        else if (pos == 0)
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, -1, e, 0, c);
+        else if (pos < n - 1)
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, prev,
+                       e, 0, c);
+        else
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT,
+                       WEFT_STEP_FINAL, -1, prev, e, e, c);
+    }
+}
+
+/*
+ * Exact step counts, in closed form so that sizing a step list costs O(1). Must agree with the
+ * generators above (the unit test checks equality).
+ */
+/* Steps of one all-reduce piece of p elements: its m = min(p, n) non-empty chunks are chunks
+ * 0 .. m-1; each is handled once per half except chunk r (not sent before it is final) and chunk
+ * r+1 (only received in the second half), so 2m steps, less one when chunk r is among them. */
+static uint64_t ring_allreduce_piece_steps(const struct weft_sched_args *a, uint64_t p)
+{
+    uint64_t m = sched_min(p, (uint64_t)a->nranks);
+    return p == 0 ? 0 : 2 * m - ((uint64_t)a->rank < m ? 1 : 0);
+}
+
+static uint64_t ring_allreduce_count(const struct weft_sched_args *a, uint64_t len)
+{
+    if (len == 0)
+        return 0;
+    if (a->nranks == 1)
+        return sched_div_up(len, a->chunk);
+    uint64_t piece = ring_piece(len, a->nranks, a->chunk);
+    return len / piece * ring_allreduce_piece_steps(a, piece) +
+           ring_allreduce_piece_steps(a, len % piece);
+}
+
+/* Ring/chain step counts; only called once sched_lookup accepted the arguments. */
+static uint64_t sched_count(const struct weft_sched_args *a)
+{
+    uint64_t off, len;
+    uint64_t n = (uint64_t)a->nranks;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+    uint64_t pieces = sched_div_up(len, a->chunk);
+
+    switch (a->coll) {
+    case WEFT_COLL_ALLREDUCE:
+        return ring_allreduce_count(a, len);
+    case WEFT_COLL_ALLGATHER:
+        return pieces * (n == 1 ? 1 : n + 1);
+    case WEFT_COLL_REDUCESCATTER:
+        return pieces * n;
+    case WEFT_COLL_BROADCAST:
+        return pieces * (n > 1 && a->rank == a->root ? 2 : 1);
+    case WEFT_COLL_REDUCE:
+        return pieces;
+    default:
+        return 0;
+    }
+}
+
+typedef void (*sched_gen_fn_t)(const struct weft_sched_args *a, struct sched_out *o);
+
+/* Generator per (algorithm, collective); NULL: not supported (yet). A switch rather than a
+ * designated-initializer table, which nvcc's C++ would reject. */
+static sched_gen_fn_t sched_gen(int algo, int coll)
+{
+    switch (algo) {
+    case WEFT_ALGO_RING:
+        switch (coll) {
+        case WEFT_COLL_ALLREDUCE:
+            return ring_allreduce;
+        case WEFT_COLL_ALLGATHER:
+            return ring_allgather;
+        case WEFT_COLL_REDUCESCATTER:
+            return ring_reducescatter;
+        case WEFT_COLL_BROADCAST:
+            return chain_broadcast;
+        case WEFT_COLL_REDUCE:
+            return chain_reduce;
+        default:
+            return NULL;
+        }
+    case WEFT_ALGO_TREE:   /* double binary tree: later */
+    case WEFT_ALGO_DIRECT: /* one-shot and pairwise all-to-all: later */
+    default:
+        return NULL;
+    }
+}
+
+/* The generator for valid arguments, NULL otherwise. */
+static sched_gen_fn_t sched_lookup(const struct weft_sched_args *a)
+{
+    if (a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks || a->nchannels < 1 ||
+        a->channel < 0 || a->channel >= a->nchannels || a->chunk < 1)
+        return NULL;
+    if ((a->coll == WEFT_COLL_BROADCAST || a->coll == WEFT_COLL_REDUCE) &&
+        (a->root < 0 || a->root >= a->nranks))
+        return NULL;
+    return sched_gen(a->algo, a->coll);
+}
+
+uint64_t weft_sched_max_steps(const struct weft_sched_args *args)
+{
+    if (sched_lookup(args) == NULL)
+        return 0;
+    return sched_count(args);
+}
+
+uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *steps, uint64_t max)
+{
+    sched_gen_fn_t gen = sched_lookup(args);
+    if (gen == NULL || (steps == NULL && max > 0))
+        return UINT64_MAX;
+    /* Refuse before writing anything when the list cannot fit. */
+    if (sched_count(args) > max)
+        return UINT64_MAX;
+    struct sched_out o = {steps, max, 0};
+    gen(args, &o);
+    return o.n > max ? UINT64_MAX : o.n;
+}
+
+uint64_t weft_sched_bytes_sent(const struct weft_step *steps, uint64_t nsteps, size_t elem_size)
+{
+    uint64_t elems = 0;
+    for (uint64_t i = 0; i < nsteps; i++) {
+        switch (steps[i].op) {
+        case WEFT_STEP_SEND:
+        case WEFT_STEP_RECV_REDUCE_SEND:
+        case WEFT_STEP_RECV_REDUCE_COPY_SEND:
+        case WEFT_STEP_RECV_COPY_SEND:
+            elems += steps[i].count;
+            break;
+        default:
+            break;
+        }
+    }
+    return elems * (uint64_t)elem_size;
+}
+
+const char *weft_coll_name(int coll)
+{
+    static const char *const names[WEFT_COLL_COUNT] = {
+        "AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce",
+        "AllToAll",  "Gather",    "Scatter",       "Send",      "Recv",
+    };
+    return coll >= 0 && coll < WEFT_COLL_COUNT ? names[coll] : "Unknown";
+}
+
+const char *weft_algo_name(int algo)
+{
+    static const char *const names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
+    return algo >= 0 && algo < WEFT_ALGO_COUNT ? names[algo] : "Unknown";
+}

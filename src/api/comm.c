@@ -1,0 +1,258 @@
+/* Communicator entry points: version, errors, unique id, init, finalize, destroy, abort, queries. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/export.h"
+#include "bootstrap/bootstrap.h"
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/group.h"
+#include "exec/wait.h"
+
+WEFT_API(ncclResult_t, ncclGetVersion, int *version)
+{
+    if (version == NULL) {
+        WEFT_WARN("ncclGetVersion: version is NULL");
+        return ncclInvalidArgument;
+    }
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+WEFT_API(const char *, ncclGetErrorString, ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
+    }
+}
+
+WEFT_API(const char *, ncclGetLastError, ncclComm_t comm)
+{
+    (void)comm;
+    return weft_log_last_error();
+}
+
+WEFT_API(void, ncclResetDebugInit, void)
+{
+    /* Logging settings are read once; re-reading them at run time is not supported. */
+}
+
+WEFT_EXPORT void ncclResetDebugInitInternal(void);
+WEFT_EXPORT void ncclResetDebugInitInternal(void)
+{
+}
+
+WEFT_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId)
+{
+    if (uniqueId == NULL) {
+        WEFT_WARN("ncclGetUniqueId: uniqueId is NULL");
+        return ncclInvalidArgument;
+    }
+    return weft_bootstrap_get_unique_id(uniqueId);
+}
+
+WEFT_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+         int rank, ncclConfig_t *config)
+{
+    if (comm == NULL) {
+        WEFT_WARN("ncclCommInitRankConfig: comm is NULL");
+        return ncclInvalidArgument;
+    }
+    return weft_group_enqueue_init(comm, nranks, &commId, rank, config);
+}
+
+WEFT_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+         int rank)
+{
+    if (comm == NULL) {
+        WEFT_WARN("ncclCommInitRank: comm is NULL");
+        return ncclInvalidArgument;
+    }
+    return weft_group_enqueue_init(comm, nranks, &commId, rank, NULL);
+}
+
+WEFT_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist)
+{
+    if (comms == NULL) {
+        WEFT_WARN("ncclCommInitAll: comms is NULL");
+        return ncclInvalidArgument;
+    }
+    if (ndev < 1) {
+        WEFT_WARN("ncclCommInitAll: ndev %d must be at least 1", ndev);
+        return ncclInvalidArgument;
+    }
+    for (int i = 0; devlist != NULL && i < ndev; i++) {
+        if (devlist[i] < 0) {
+            WEFT_WARN("ncclCommInitAll: devlist[%d] = %d is not a valid device", i, devlist[i]);
+            return ncclInvalidArgument;
+        }
+        for (int j = 0; j < i; j++) {
+            if (devlist[j] == devlist[i]) {
+                WEFT_WARN("ncclCommInitAll: device %d appears twice in devlist", devlist[i]);
+                return ncclInvalidUsage;
+            }
+        }
+    }
+    ncclUniqueId id;
+    WEFT_CHECK(weft_bootstrap_get_unique_id(&id));
+    WEFT_CHECK(weft_group_start());
+    ncclResult_t res = ncclSuccess;
+    for (int i = 0; i < ndev && res == ncclSuccess; i++)
+        res = weft_group_enqueue_init(&comms[i], ndev, &id, i, NULL);
+    ncclResult_t end = weft_group_end();
+    return res != ncclSuccess ? res : end;
+}
+
+WEFT_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank,
+         int nId, ncclUniqueId *commIds, ncclConfig_t *config)
+{
+    if (newcomm == NULL || commIds == NULL) {
+        WEFT_WARN("ncclCommInitRankScalable: %s is NULL", newcomm == NULL ? "newcomm" : "commIds");
+        return ncclInvalidArgument;
+    }
+    if (nId < 1 || nId > nranks) {
+        WEFT_WARN("ncclCommInitRankScalable: nId %d must be between 1 and nranks %d", nId, nranks);
+        return ncclInvalidArgument;
+    }
+    /* One root serves every rank: the first id names it (the others only spread load). */
+    return weft_group_enqueue_init(newcomm, nranks, &commIds[0], myrank, config);
+}
+
+WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
+{
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommFinalize"));
+    if (comm->finalized) {
+        WEFT_WARN("ncclCommFinalize: communicator was already finalized");
+        return ncclInvalidArgument;
+    }
+    /* Host operations complete before they return: there is nothing left to flush. */
+    comm->finalized = 1;
+    return ncclSuccess;
+}
+
+WEFT_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
+{
+    if (comm == NULL)
+        return ncclSuccess;
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommDestroy"));
+    return weft_comm_free(comm);
+}
+
+WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
+{
+    if (comm == NULL)
+        return ncclSuccess;
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommAbort"));
+    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    if (comm->bell != NULL) {
+        __atomic_fetch_add(&comm->bell->seq, 1, __ATOMIC_SEQ_CST);
+        weft_futex_wake(&comm->bell->seq);
+    }
+    /* A thread stuck in an operation sees the flag within one sleep period; wait for it. */
+    for (int i = 0; i < 1000 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0; i++)
+        usleep(1000);
+    if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0) {
+        WEFT_WARN("ncclCommAbort: an operation is still running on rank %d; resources leaked",
+                  comm->rank);
+        return ncclSuccess;
+    }
+    weft_comm_set_error(comm, ncclRemoteError);
+    return weft_comm_free(comm);
+}
+
+WEFT_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags)
+{
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommRevoke"));
+    if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+        WEFT_WARN("ncclCommRevoke: revokeFlags %d must be NCCL_REVOKE_DEFAULT", revokeFlags);
+        return ncclInvalidArgument;
+    }
+    WEFT_WARN("ncclCommRevoke is not supported by this version of Weft yet");
+    return ncclInvalidUsage;
+}
+
+WEFT_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+         ncclConfig_t *config)
+{
+    (void)color, (void)key, (void)config;
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
+    if (newcomm == NULL) {
+        WEFT_WARN("ncclCommSplit: newcomm is NULL");
+        return ncclInvalidArgument;
+    }
+    WEFT_WARN("ncclCommSplit is not supported by this version of Weft yet");
+    return ncclInvalidUsage;
+}
+
+WEFT_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
+         int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
+{
+    (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm, (void)config;
+    (void)shrinkFlags;
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommShrink"));
+    WEFT_WARN("ncclCommShrink is not supported by this version of Weft yet");
+    return ncclInvalidUsage;
+}
+
+WEFT_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError)
+{
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommGetAsyncError"));
+    if (asyncError == NULL) {
+        WEFT_WARN("ncclCommGetAsyncError: asyncError is NULL");
+        return ncclInvalidArgument;
+    }
+    *asyncError = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    return ncclSuccess;
+}
+
+WEFT_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count)
+{
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommCount"));
+    if (count == NULL) {
+        WEFT_WARN("ncclCommCount: count is NULL");
+        return ncclInvalidArgument;
+    }
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+
+WEFT_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
+{
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommCuDevice"));
+    if (device == NULL) {
+        WEFT_WARN("ncclCommCuDevice: device is NULL");
+        return ncclInvalidArgument;
+    }
+    *device = comm->cuda_dev;
+    return ncclSuccess;
+}
+
+WEFT_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank)
+{
+    WEFT_CHECK(weft_comm_check(comm, "ncclCommUserRank"));
+    if (rank == NULL) {
+        WEFT_WARN("ncclCommUserRank: rank is NULL");
+        return ncclInvalidArgument;
+    }
+    *rank = comm->rank;
+    return ncclSuccess;
+}

@@ -1,0 +1,573 @@
+/*
+ * Bootstrap, rank side: unique id, rendezvous with the root, ring of TCP connections, tagged
+ * messages and the collectives built on them. The id layout and wire format are in wire.h; the
+ * root thread is in root.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/socket.h"
+#include "bootstrap/wire.h"
+#include "core/check.h"
+#include "core/param.h"
+
+WEFT_PARAM(BootstrapTimeout, "WEFT_BOOTSTRAP_TIMEOUT", 120,
+           "seconds any bootstrap wait (rendezvous, allgather, send/recv) may take; <= 0: none");
+WEFT_PARAM_STR(CommId, "NCCL_COMM_ID", NULL,
+               "fixed bootstrap root address host:port or [ipv6]:port; rank 0 runs the root");
+
+/* A message that arrived before anyone asked for it. */
+struct weft_bs_msg {
+    struct weft_bs_msg *next;
+    int peer;
+    uint32_t type;
+    int32_t tag;
+    size_t size;
+    char data[];
+};
+
+struct weft_bootstrap {
+    int rank;
+    int nranks;
+    uint64_t magic;
+    int64_t timeout_s;
+    volatile uint32_t *abort_flag;
+    int listen_fd;
+    union weft_sockaddr *addrs;     /* every rank's listen address */
+    int *send_fd;                   /* per peer: connection we made (we write), -1 until used */
+    int *recv_fd;                   /* per peer: connection it made (we read), -1 until accepted */
+    struct weft_bs_msg *unexpected; /* FIFO, oldest first */
+    struct weft_bs_msg **unexpected_tail;
+    int32_t coll_seq;
+};
+
+/* A message being written while we wait for another one (ring steps send and receive at once). */
+struct weft_bs_out {
+    int fd;
+    struct weft_bs_hdr hdr;
+    const void *data;
+    size_t hdr_done;
+    size_t data_done;
+    char what[128];
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Unique id
+ * ------------------------------------------------------------------------------------------- */
+
+static int weft_bs_id_decode(const ncclUniqueId *id, struct weft_bs_id *v)
+{
+    memcpy(v, id->internal, sizeof(*v));
+    for (size_t i = sizeof(*v); i < NCCL_UNIQUE_ID_BYTES; i++)
+        if (id->internal[i] != 0)
+            return 0;
+    return v->tag == WEFT_BS_ID_TAG && (v->flags & ~WEFT_BS_ID_ROOT_IN_RANK0) == 0 &&
+           v->magic != 0 && weft_socket_addr_valid(&v->root);
+}
+
+uint64_t weft_bootstrap_magic(const ncclUniqueId *id)
+{
+    struct weft_bs_id v;
+    return weft_bs_id_decode(id, &v) ? v.magic : 0;
+}
+
+/* FNV-1a: every process computes the same magic from the same NCCL_COMM_ID. */
+static uint64_t weft_bs_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h != 0 ? h : 1;
+}
+
+ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id)
+{
+    struct weft_bs_id v;
+    char ifname[WEFT_IFNAME_LEN], str[WEFT_SOCKADDR_STRLEN];
+    if (id == NULL) {
+        WEFT_WARN("bootstrap: NULL unique id");
+        return ncclInvalidArgument;
+    }
+    memset(&v, 0, sizeof(v));
+    v.tag = WEFT_BS_ID_TAG;
+    const char *env = weft_param_CommId();
+    if (env != NULL && *env != '\0') {
+        WEFT_CHECK(weft_socket_addr_parse(env, &v.root));
+        v.flags = WEFT_BS_ID_ROOT_IN_RANK0;
+        v.magic = weft_bs_hash(env);
+        WEFT_INFO(WEFT_LOG_BOOTSTRAP, "unique id from NCCL_COMM_ID %s: rank 0 will run the root",
+                  weft_socket_addr_str(&v.root, str, sizeof(str)));
+    } else {
+        do {
+            WEFT_SYSCHECK(getrandom(&v.magic, sizeof(v.magic), 0), "getrandom");
+        } while (v.magic == 0);
+        WEFT_CHECK(weft_socket_find_interface(ifname, sizeof(ifname), &v.root));
+        WEFT_CHECK(weft_bs_root_start(&v.root, v.magic, weft_param_BootstrapTimeout()));
+    }
+    memset(id, 0, sizeof(*id));
+    memcpy(id->internal, &v, sizeof(v));
+    return ncclSuccess;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Rank side: waiting, connections, messages.
+ * ------------------------------------------------------------------------------------------- */
+
+static int weft_bs_out_pending(const struct weft_bs_out *o)
+{
+    return o->hdr_done < sizeof(o->hdr) || o->data_done < o->hdr.size;
+}
+
+static ncclResult_t weft_bs_out_progress(struct weft_bs_out *o)
+{
+    WEFT_CHECK(weft_socket_send_some(o->fd, &o->hdr, sizeof(o->hdr), &o->hdr_done, o->what));
+    if (o->hdr_done == sizeof(o->hdr))
+        WEFT_CHECK(weft_socket_send_some(o->fd, o->data, o->hdr.size, &o->data_done, o->what));
+    return ncclSuccess;
+}
+
+/* One poll for fd's events, writing `out` (may be NULL) whenever its socket has room. */
+static ncclResult_t weft_bs_wait(struct weft_bootstrap *bs, int fd, short events,
+                                 struct weft_bs_out *out, uint64_t deadline, const char *what)
+{
+    struct pollfd pfd[2] = {{.fd = fd, .events = events}, {.fd = -1}};
+    if (out != NULL && weft_bs_out_pending(out))
+        pfd[1] = (struct pollfd){.fd = out->fd, .events = POLLOUT};
+    WEFT_CHECK(weft_socket_poll(pfd, 2, deadline, bs->abort_flag, what));
+    if (pfd[1].revents != 0)
+        WEFT_CHECK(weft_bs_out_progress(out));
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_bs_read(struct weft_bootstrap *bs, int fd, void *buf, size_t len,
+                                 struct weft_bs_out *out, uint64_t deadline, const char *what)
+{
+    size_t done = 0;
+    for (;;) {
+        WEFT_CHECK(weft_socket_recv_some(fd, buf, len, &done, what));
+        if (done == len)
+            return ncclSuccess;
+        WEFT_CHECK(weft_bs_wait(bs, fd, POLLIN, out, deadline, what));
+    }
+}
+
+static ncclResult_t weft_bs_send_fd(struct weft_bootstrap *bs, int peer, uint64_t deadline,
+                                    int *fd_p)
+{
+    if (bs->send_fd[peer] < 0) {
+        ncclResult_t res;
+        char what[96];
+        struct weft_bs_hdr hdr;
+        int fd;
+        snprintf(what, sizeof(what), "bootstrap rank %d: connection to rank %d", bs->rank, peer);
+        WEFT_CHECK(weft_socket_connect(&bs->addrs[peer], deadline, bs->abort_flag, what, &fd));
+        weft_bs_hdr_fill(&hdr, WEFT_BS_CONNECT, bs->magic, bs->rank, 0, 0);
+        res = weft_socket_send_all(fd, &hdr, sizeof(hdr), deadline, bs->abort_flag, what);
+        if (res != ncclSuccess) {
+            close(fd);
+            return res;
+        }
+        bs->send_fd[peer] = fd;
+    }
+    *fd_p = bs->send_fd[peer];
+    return ncclSuccess;
+}
+
+/* Reads an accepted connection's CONNECT header and files it under its rank; strays are closed. */
+static ncclResult_t weft_bs_admit(struct weft_bootstrap *bs, int fd, struct weft_bs_out *out,
+                                  uint64_t deadline)
+{
+    struct weft_bs_hdr h;
+    char what[96];
+    snprintf(what, sizeof(what), "bootstrap rank %d: header of an incoming connection", bs->rank);
+    ncclResult_t res = weft_bs_read(bs, fd, &h, sizeof(h), out, deadline, what);
+    if (res != ncclSuccess) {
+        close(fd);
+        return res == ncclRemoteError ? ncclSuccess : res; /* the client went away: ignore it */
+    }
+    const char *why = NULL;
+    if (h.version != WEFT_BS_VERSION || h.type != WEFT_BS_CONNECT || h.size != 0)
+        why = "not a bootstrap connection of this version";
+    else if (h.magic != bs->magic)
+        why = "it belongs to another communicator or job";
+    else if (h.rank < 0 || h.rank >= bs->nranks)
+        why = "invalid rank";
+    else if (bs->recv_fd[h.rank] >= 0)
+        why = "that rank is already connected";
+    if (why != NULL) {
+        WEFT_WARN("bootstrap rank %d: rejected a connection claiming rank %d: %s", bs->rank, h.rank,
+                  why);
+        close(fd);
+        return ncclSuccess;
+    }
+    bs->recv_fd[h.rank] = fd;
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_bs_recv_fd(struct weft_bootstrap *bs, int peer, struct weft_bs_out *out,
+                                    uint64_t deadline, int *fd_p)
+{
+    char what[128];
+    snprintf(what, sizeof(what), "bootstrap rank %d: connection from rank %d (timeout %lld s)",
+             bs->rank, peer, (long long)bs->timeout_s);
+    while (bs->recv_fd[peer] < 0) {
+        int fd;
+        WEFT_CHECK(weft_bs_wait(bs, bs->listen_fd, POLLIN, out, deadline, what));
+        WEFT_CHECK(weft_socket_accept(bs->listen_fd, &fd));
+        if (fd >= 0)
+            WEFT_CHECK(weft_bs_admit(bs, fd, out, deadline));
+    }
+    *fd_p = bs->recv_fd[peer];
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_bs_out_start(struct weft_bootstrap *bs, struct weft_bs_out *o, int peer,
+                                      uint32_t type, int tag, const void *data, size_t size,
+                                      uint64_t deadline)
+{
+    memset(o, 0, sizeof(*o));
+    snprintf(o->what, sizeof(o->what),
+             "bootstrap rank %d: send of %zu bytes to rank %d tag %d "
+             "(timeout %lld s)",
+             bs->rank, size, peer, tag, (long long)bs->timeout_s);
+    WEFT_CHECK(weft_bs_send_fd(bs, peer, deadline, &o->fd));
+    weft_bs_hdr_fill(&o->hdr, type, bs->magic, bs->rank, tag, size);
+    o->data = data;
+    return weft_bs_out_progress(o);
+}
+
+static ncclResult_t weft_bs_out_finish(struct weft_bootstrap *bs, struct weft_bs_out *o,
+                                       uint64_t deadline)
+{
+    while (weft_bs_out_pending(o))
+        WEFT_CHECK(weft_bs_wait(bs, -1, 0, o, deadline, o->what));
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_bs_check_size(const char *what, uint64_t got, size_t want)
+{
+    if (got != want) {
+        WEFT_WARN("%s: the peer sent %llu bytes, %zu expected", what, (unsigned long long)got,
+                  want);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+/*
+ * Receives the oldest message (peer, type, tag) into data: from the unexpected list, else from the
+ * connection, keeping any other message read on the way. `out` is written meanwhile.
+ */
+static ncclResult_t weft_bs_recv_msg(struct weft_bootstrap *bs, int peer, uint32_t type, int tag,
+                                     void *data, size_t size, struct weft_bs_out *out,
+                                     uint64_t deadline)
+{
+    char what[160];
+    snprintf(what, sizeof(what),
+             "bootstrap rank %d: %s tag %d from rank %d (%zu bytes, timeout %lld s)", bs->rank,
+             type == WEFT_BS_DATA_USER ? "message" : "collective", tag, peer, size,
+             (long long)bs->timeout_s);
+    for (struct weft_bs_msg **pp = &bs->unexpected; *pp != NULL; pp = &(*pp)->next) {
+        struct weft_bs_msg *m = *pp;
+        if (m->peer != peer || m->type != type || m->tag != tag)
+            continue;
+        WEFT_CHECK(weft_bs_check_size(what, m->size, size));
+        memcpy(data, m->data, size);
+        *pp = m->next;
+        if (bs->unexpected_tail == &m->next)
+            bs->unexpected_tail = pp;
+        free(m);
+        return ncclSuccess;
+    }
+    int fd;
+    WEFT_CHECK(weft_bs_recv_fd(bs, peer, out, deadline, &fd));
+    for (;;) {
+        struct weft_bs_hdr h;
+        WEFT_CHECK(weft_bs_read(bs, fd, &h, sizeof(h), out, deadline, what));
+        if (h.version != WEFT_BS_VERSION || h.magic != bs->magic || h.rank != peer ||
+            (h.type != WEFT_BS_DATA_USER && h.type != WEFT_BS_DATA_COLL) ||
+            h.size > WEFT_BS_MAX_MSG) {
+            WEFT_WARN("%s: malformed header (version 0x%x type %u rank %d size %llu)", what,
+                      h.version, h.type, h.rank, (unsigned long long)h.size);
+            return ncclSystemError;
+        }
+        if (h.type == type && h.tag == tag) {
+            WEFT_CHECK(weft_bs_check_size(what, h.size, size));
+            return weft_bs_read(bs, fd, data, size, out, deadline, what);
+        }
+        struct weft_bs_msg *m = malloc(sizeof(*m) + h.size);
+        if (m == NULL) {
+            WEFT_WARN("%s: out of memory keeping a %llu-byte message", what,
+                      (unsigned long long)h.size);
+            return ncclSystemError;
+        }
+        *m = (struct weft_bs_msg){.peer = peer, .type = h.type, .tag = h.tag, .size = h.size};
+        ncclResult_t res = weft_bs_read(bs, fd, m->data, h.size, out, deadline, what);
+        if (res != ncclSuccess) {
+            free(m);
+            return res;
+        }
+        *bs->unexpected_tail = m;
+        bs->unexpected_tail = &m->next;
+    }
+}
+
+static ncclResult_t weft_bs_send_msg(struct weft_bootstrap *bs, int peer, uint32_t type, int tag,
+                                     const void *data, size_t size, uint64_t deadline)
+{
+    struct weft_bs_out out;
+    WEFT_CHECK(weft_bs_out_start(bs, &out, peer, type, tag, data, size, deadline));
+    return weft_bs_out_finish(bs, &out, deadline);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Init and close
+ * ------------------------------------------------------------------------------------------- */
+
+/* Says hello to the root and reads back every rank's listen address. */
+static ncclResult_t weft_bs_rendezvous(struct weft_bootstrap *bs, const union weft_sockaddr *root,
+                                       const union weft_sockaddr *me, uint64_t deadline)
+{
+    ncclResult_t res = ncclSuccess;
+    char what[192], str[WEFT_SOCKADDR_STRLEN];
+    struct weft_bs_hello hello;
+    struct weft_bs_hdr h;
+    int fd = -1;
+    weft_socket_addr_str(root, str, sizeof(str));
+    snprintf(what, sizeof(what), "bootstrap rank %d (stale unique id, or its root exited?)",
+             bs->rank);
+    WEFT_CHECK(weft_socket_connect(root, deadline, bs->abort_flag, what, &fd));
+
+    snprintf(what, sizeof(what), "bootstrap rank %d: all %d ranks at the root %s (timeout %lld s)",
+             bs->rank, bs->nranks, str, (long long)bs->timeout_s);
+    memset(&hello, 0, sizeof(hello));
+    weft_bs_hdr_fill(&hello.hdr, WEFT_BS_HELLO, bs->magic, bs->rank, 0,
+                     sizeof(hello) - sizeof(hello.hdr));
+    hello.nranks = bs->nranks;
+    hello.addr = *me;
+    WEFT_CHECK_GOTO(weft_socket_send_all(fd, &hello, sizeof(hello), deadline, bs->abort_flag, what),
+                    res, out);
+    WEFT_CHECK_GOTO(weft_socket_recv_all(fd, &h, sizeof(h), deadline, bs->abort_flag, what), res,
+                    out);
+    size_t table = (size_t)bs->nranks * sizeof(union weft_sockaddr);
+    if (h.version == WEFT_BS_VERSION && h.magic == bs->magic && h.rank == bs->rank &&
+        h.type == WEFT_BS_REPLY_ERR && h.size > 0 && h.size <= WEFT_BS_ERR_LEN) {
+        char text[WEFT_BS_ERR_LEN];
+        WEFT_CHECK_GOTO(weft_socket_recv_all(fd, text, h.size, deadline, bs->abort_flag, what), res,
+                        out);
+        text[h.size - 1] = '\0';
+        WEFT_WARN("bootstrap rank %d: the root %s failed the rendezvous: %s", bs->rank, str, text);
+        res = h.tag == ncclInvalidUsage ? ncclInvalidUsage : ncclSystemError;
+        goto out;
+    }
+    if (h.version != WEFT_BS_VERSION || h.magic != bs->magic || h.rank != bs->rank ||
+        h.type != WEFT_BS_REPLY_OK || h.size != table) {
+        WEFT_WARN("bootstrap rank %d: malformed reply from the root %s", bs->rank, str);
+        res = ncclSystemError;
+        goto out;
+    }
+    bs->addrs = malloc(table);
+    if (bs->addrs == NULL) {
+        WEFT_WARN("out of memory allocating %zu bytes", table);
+        res = ncclSystemError;
+        goto out;
+    }
+    WEFT_CHECK_GOTO(weft_socket_recv_all(fd, bs->addrs, table, deadline, bs->abort_flag, what), res,
+                    out);
+    for (int i = 0; i < bs->nranks; i++) {
+        if (!weft_socket_addr_valid(&bs->addrs[i])) {
+            WEFT_WARN("bootstrap rank %d: the root %s sent an invalid address for rank %d",
+                      bs->rank, str, i);
+            res = ncclSystemError;
+            goto out;
+        }
+    }
+out:
+    weft_socket_close(&fd);
+    return res;
+}
+
+static ncclResult_t weft_bs_alloc_peers(struct weft_bootstrap *bs)
+{
+    WEFT_CALLOC(bs->send_fd, bs->nranks);
+    for (int i = 0; i < bs->nranks; i++)
+        bs->send_fd[i] = -1;
+    WEFT_CALLOC(bs->recv_fd, bs->nranks);
+    for (int i = 0; i < bs->nranks; i++)
+        bs->recv_fd[i] = -1;
+    return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
+                                 volatile uint32_t *abort_flag, struct weft_bootstrap **bs_p)
+{
+    ncclResult_t res = ncclSuccess;
+    struct weft_bootstrap *bs;
+    struct weft_bs_id v;
+    union weft_sockaddr me;
+    char ifname[WEFT_IFNAME_LEN], str[WEFT_SOCKADDR_STRLEN];
+    int fd;
+    if (id == NULL || bs_p == NULL || nranks < 1 || nranks > WEFT_BS_MAX_RANKS || rank < 0 ||
+        rank >= nranks) {
+        WEFT_WARN("bootstrap: invalid rank %d or nranks %d", rank, nranks);
+        return ncclInvalidArgument;
+    }
+    if (!weft_bs_id_decode(id, &v)) {
+        WEFT_WARN("bootstrap rank %d: invalid unique id (zeroed, corrupted, or not made by "
+                  "ncclGetUniqueId of this library)",
+                  rank);
+        return ncclInvalidArgument;
+    }
+    WEFT_CALLOC(bs, 1);
+    bs->rank = rank;
+    bs->nranks = nranks;
+    bs->magic = v.magic;
+    bs->abort_flag = abort_flag;
+    bs->timeout_s = weft_param_BootstrapTimeout();
+    bs->listen_fd = -1;
+    bs->unexpected_tail = &bs->unexpected;
+    uint64_t deadline = weft_socket_deadline(bs->timeout_s);
+
+    WEFT_CHECK_GOTO(weft_bs_alloc_peers(bs), res, err_close);
+    if ((v.flags & WEFT_BS_ID_ROOT_IN_RANK0) && rank == 0)
+        WEFT_CHECK_GOTO(weft_bs_root_start(&v.root, v.magic, bs->timeout_s), res, err_close);
+    WEFT_CHECK_GOTO(weft_socket_find_interface(ifname, sizeof(ifname), &me), res, err_close);
+    WEFT_CHECK_GOTO(weft_socket_listen(&me, &bs->listen_fd), res, err_close);
+    WEFT_CHECK_GOTO(weft_bs_rendezvous(bs, &v.root, &me, deadline), res, err_close);
+    if (nranks > 1) {
+        WEFT_CHECK_GOTO(weft_bs_send_fd(bs, (rank + 1) % nranks, deadline, &fd), res, err_close);
+        WEFT_CHECK_GOTO(weft_bs_recv_fd(bs, (rank + nranks - 1) % nranks, NULL, deadline, &fd), res,
+                        err_close);
+    }
+    WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap rank %d of %d ready on %s %s", rank, nranks, ifname,
+              weft_socket_addr_str(&me, str, sizeof(str)));
+    *bs_p = bs;
+    return ncclSuccess;
+err_close:
+    weft_bootstrap_close(bs);
+    return res;
+}
+
+ncclResult_t weft_bootstrap_close(struct weft_bootstrap *bs)
+{
+    if (bs == NULL)
+        return ncclSuccess;
+    int dropped = 0;
+    while (bs->unexpected != NULL) {
+        struct weft_bs_msg *m = bs->unexpected;
+        bs->unexpected = m->next;
+        free(m);
+        dropped++;
+    }
+    if (dropped > 0)
+        WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap rank %d: %d messages never received", bs->rank,
+                  dropped);
+    for (int i = 0; i < bs->nranks && bs->send_fd != NULL; i++)
+        weft_socket_close(&bs->send_fd[i]);
+    for (int i = 0; i < bs->nranks && bs->recv_fd != NULL; i++)
+        weft_socket_close(&bs->recv_fd[i]);
+    weft_socket_close(&bs->listen_fd);
+    free(bs->send_fd);
+    free(bs->recv_fd);
+    free(bs->addrs);
+    free(bs);
+    return ncclSuccess;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Collectives and point-to-point
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * Ring all-gather: in step s (0 <= s < nranks-1) each rank sends block (rank - s) to rank+1 and
+ * receives block (rank - s - 1) from rank-1, both at once so no socket buffer can deadlock the
+ * ring. Every message of one call carries the call's sequence number as its tag.
+ */
+static ncclResult_t weft_bs_ring_allgather(struct weft_bootstrap *bs, char *data, size_t size)
+{
+    int n = bs->nranks, rank = bs->rank;
+    int32_t seq = bs->coll_seq++;
+    uint64_t deadline = weft_socket_deadline(bs->timeout_s);
+    for (int s = 0; s < n - 1; s++) {
+        size_t send_block = (size_t)((rank - s + n) % n),
+               recv_block = (size_t)((rank - s - 1 + n) % n);
+        struct weft_bs_out out;
+        WEFT_CHECK(weft_bs_out_start(bs, &out, (rank + 1) % n, WEFT_BS_DATA_COLL, seq,
+                                     data + send_block * size, size, deadline));
+        WEFT_CHECK(weft_bs_recv_msg(bs, (rank - 1 + n) % n, WEFT_BS_DATA_COLL, seq,
+                                    data + recv_block * size, size, &out, deadline));
+        WEFT_CHECK(weft_bs_out_finish(bs, &out, deadline));
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_allgather(struct weft_bootstrap *bs, void *data, size_t size)
+{
+    if (bs == NULL || (data == NULL && size > 0) || size > WEFT_BS_MAX_MSG) {
+        WEFT_WARN("bootstrap allgather: invalid arguments (data %p size %zu)", data, size);
+        return ncclInvalidArgument;
+    }
+    char none[1];
+    return weft_bs_ring_allgather(bs, data != NULL ? data : none, size);
+}
+
+ncclResult_t weft_bootstrap_barrier(struct weft_bootstrap *bs)
+{
+    char none[1];
+    if (bs == NULL) {
+        WEFT_WARN("bootstrap barrier: NULL handle");
+        return ncclInvalidArgument;
+    }
+    /* A rank receives the last of nranks-1 blocks only after every rank has sent its own. */
+    return weft_bs_ring_allgather(bs, none, 0);
+}
+
+/* Along the ring from root: receive from rank-1, forward to rank+1 unless that is the root. */
+ncclResult_t weft_bootstrap_bcast(struct weft_bootstrap *bs, int root, void *data, size_t size)
+{
+    if (bs == NULL || root < 0 || root >= bs->nranks || (data == NULL && size > 0) ||
+        size > WEFT_BS_MAX_MSG) {
+        WEFT_WARN("bootstrap bcast: invalid arguments (root %d data %p size %zu)", root, data,
+                  size);
+        return ncclInvalidArgument;
+    }
+    int n = bs->nranks, next = (bs->rank + 1) % n;
+    int32_t seq = bs->coll_seq++;
+    uint64_t deadline = weft_socket_deadline(bs->timeout_s);
+    if (n == 1)
+        return ncclSuccess;
+    if (bs->rank != root)
+        WEFT_CHECK(weft_bs_recv_msg(bs, (bs->rank - 1 + n) % n, WEFT_BS_DATA_COLL, seq, data, size,
+                                    NULL, deadline));
+    if (next != root)
+        WEFT_CHECK(weft_bs_send_msg(bs, next, WEFT_BS_DATA_COLL, seq, data, size, deadline));
+    return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_send(struct weft_bootstrap *bs, int peer, int tag, const void *data,
+                                 size_t size)
+{
+    if (bs == NULL || peer < 0 || peer >= bs->nranks || (data == NULL && size > 0) ||
+        size > WEFT_BS_MAX_MSG) {
+        WEFT_WARN("bootstrap send: invalid arguments (peer %d data %p size %zu)", peer, data, size);
+        return ncclInvalidArgument;
+    }
+    return weft_bs_send_msg(bs, peer, WEFT_BS_DATA_USER, tag, data, size,
+                            weft_socket_deadline(bs->timeout_s));
+}
+
+ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *bs, int peer, int tag, void *data,
+                                 size_t size)
+{
+    if (bs == NULL || peer < 0 || peer >= bs->nranks || (data == NULL && size > 0) ||
+        size > WEFT_BS_MAX_MSG) {
+        WEFT_WARN("bootstrap recv: invalid arguments (peer %d data %p size %zu)", peer, data, size);
+        return ncclInvalidArgument;
+    }
+    return weft_bs_recv_msg(bs, peer, WEFT_BS_DATA_USER, tag, data, size, NULL,
+                            weft_socket_deadline(bs->timeout_s));
+}

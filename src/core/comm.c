@@ -1,0 +1,254 @@
+/* Communicator lifecycle: init (bootstrap, peer exchange, transports), finalize, free. */
+#include <stdio.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/param.h"
+#include "transport.h"
+
+WEFT_PARAM(HostNChannels, "WEFT_HOST_NCHANNELS", 1,
+           "channels per collective on host memory (1..16); host ranks run one thread each");
+WEFT_PARAM_STR(HostId, "NCCL_HOSTID", NULL,
+               "host identity override: ranks with equal ids share memory");
+
+#define WEFT_PEER_INFO_VERSION 1
+
+static uint64_t weft_hash_bytes(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull; /* FNV-1a */
+    }
+    return h;
+}
+
+/* Ranks with the same value can share memory: hostname and boot id, unless NCCL_HOSTID says. */
+static uint64_t weft_host_hash(void)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    const char *id = weft_param_HostId();
+    if (id != NULL)
+        return weft_hash_bytes(h, id, strlen(id));
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    h = weft_hash_bytes(h, host, strlen(host));
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        char boot[64] = "";
+        if (fgets(boot, sizeof(boot), f) != NULL)
+            h = weft_hash_bytes(h, boot, strlen(boot));
+        fclose(f);
+    }
+    return h;
+}
+
+ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *api)
+{
+    if (comm == NULL) {
+        WEFT_WARN("%s: comm is NULL", api);
+        return ncclInvalidArgument;
+    }
+    if (comm->magic != WEFT_COMM_MAGIC) {
+        WEFT_WARN("%s: comm %p is not a valid communicator (destroyed or corrupted)", api,
+                  (const void *)comm);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+void weft_comm_set_error(struct ncclComm *comm, ncclResult_t res)
+{
+    if (WEFT_IS_ERROR(res)) {
+        ncclResult_t none = ncclSuccess;
+        __atomic_compare_exchange_n(&comm->async_error, &none, res, 0, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+    }
+}
+
+/*
+ * Reads a user config the way NCCL does: size first, copy what both sides know, check the magic,
+ * then validate and fill defaults.
+ */
+static ncclResult_t weft_config_parse(const ncclConfig_t *user, ncclConfig_t *out)
+{
+    ncclConfig_t def = NCCL_CONFIG_INITIALIZER;
+    *out = def;
+    if (user != NULL) {
+        if (user->magic != 0xcafebeef) {
+            WEFT_WARN("config was not initialized with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
+                      user->magic);
+            return ncclInvalidArgument;
+        }
+        size_t n = user->size < sizeof(*out) ? user->size : sizeof(*out);
+        if (n < offsetof(ncclConfig_t, blocking)) {
+            WEFT_WARN("config size %zu is too small", user->size);
+            return ncclInvalidArgument;
+        }
+        memcpy(out, user, n);
+        out->size = sizeof(*out);
+    }
+    const char *env_blocking = weft_param_lookup("NCCL_COMM_BLOCKING");
+    if (env_blocking != NULL)
+        out->blocking = atoi(env_blocking);
+    if (out->blocking == NCCL_CONFIG_UNDEF_INT)
+        out->blocking = 1;
+    if (out->blocking != 0 && out->blocking != 1) {
+        WEFT_WARN("config.blocking %d must be 0 or 1", out->blocking);
+        return ncclInvalidArgument;
+    }
+    if (out->minCTAs == NCCL_CONFIG_UNDEF_INT)
+        out->minCTAs = 1;
+    if (out->maxCTAs == NCCL_CONFIG_UNDEF_INT)
+        out->maxCTAs = 64;
+    if (out->minCTAs <= 0 || out->maxCTAs <= 0 || out->minCTAs > out->maxCTAs) {
+        WEFT_WARN("config.minCTAs %d / maxCTAs %d must be positive with min <= max",
+                  out->minCTAs, out->maxCTAs);
+        return ncclInvalidArgument;
+    }
+    if (out->cgaClusterSize == NCCL_CONFIG_UNDEF_INT)
+        out->cgaClusterSize = 4;
+    if (out->cgaClusterSize < 0 || out->cgaClusterSize > 8) {
+        WEFT_WARN("config.cgaClusterSize %d must be between 0 and 8", out->cgaClusterSize);
+        return ncclInvalidArgument;
+    }
+    int *flags01[] = {&out->splitShare, &out->collnetEnable, &out->shrinkShare,
+                      &out->nvlinkCentricSched};
+    const char *names01[] = {"splitShare", "collnetEnable", "shrinkShare", "nvlinkCentricSched"};
+    for (int i = 0; i < 4; i++) {
+        if (*flags01[i] == NCCL_CONFIG_UNDEF_INT)
+            *flags01[i] = 0;
+        if (*flags01[i] != 0 && *flags01[i] != 1) {
+            WEFT_WARN("config.%s %d must be 0 or 1", names01[i], *flags01[i]);
+            return ncclInvalidArgument;
+        }
+    }
+    if (out->CTAPolicy == NCCL_CONFIG_UNDEF_INT)
+        out->CTAPolicy = 0;
+    if (out->CTAPolicy < 0 || out->CTAPolicy > 2) {
+        WEFT_WARN("config.CTAPolicy %d must be 0, 1 or 2", out->CTAPolicy);
+        return ncclInvalidArgument;
+    }
+    if (out->nvlsCTAs != NCCL_CONFIG_UNDEF_INT && out->nvlsCTAs <= 0) {
+        WEFT_WARN("config.nvlsCTAs %d must be positive", out->nvlsCTAs);
+        return ncclInvalidArgument;
+    }
+    if (out->nChannelsPerNetPeer != NCCL_CONFIG_UNDEF_INT &&
+        (out->nChannelsPerNetPeer <= 0 || out->nChannelsPerNetPeer > 64)) {
+        WEFT_WARN("config.nChannelsPerNetPeer %d must be between 1 and 64",
+                  out->nChannelsPerNetPeer);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t weft_comm_free(struct ncclComm *comm)
+{
+    ncclResult_t res = ncclSuccess;
+    if (comm->transport != NULL)
+        WEFT_CHECK_IGNORE(comm->transport->close(comm), res);
+    if (comm->bootstrap != NULL)
+        WEFT_CHECK_IGNORE(weft_bootstrap_close(comm->bootstrap), res);
+    free(comm->peer_info);
+    comm->magic = WEFT_COMM_DEAD;
+    free(comm);
+    return res;
+}
+
+/* Exchanges peer info and connects every peer with a transport that reaches it. */
+static ncclResult_t weft_comm_connect(struct ncclComm *comm)
+{
+    int nranks = comm->nranks;
+    WEFT_CALLOC(comm->peer_info, nranks);
+    struct weft_peer_info *me = &comm->peer_info[comm->rank];
+    me->version = WEFT_PEER_INFO_VERSION;
+    me->rank = comm->rank;
+    me->pid = (int32_t)getpid();
+    me->cuda_dev = comm->cuda_dev;
+    me->host_hash = weft_host_hash();
+    me->comm_hash = comm->comm_hash;
+    WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peer_info, sizeof(*me)));
+    for (int p = 0; p < nranks; p++) {
+        const struct weft_peer_info *pi = &comm->peer_info[p];
+        if (pi->version != WEFT_PEER_INFO_VERSION || pi->rank != p ||
+            pi->comm_hash != comm->comm_hash) {
+            WEFT_WARN("rank %d: peer %d sent inconsistent init info (version %u, rank %d)",
+                      comm->rank, p, pi->version, pi->rank);
+            return ncclInternalError;
+        }
+    }
+    uint8_t *mask = calloc((size_t)nranks, 1);
+    if (mask == NULL) {
+        WEFT_WARN("out of memory");
+        return ncclSystemError;
+    }
+    const struct weft_transport *tl = &weft_transport_shm;
+    for (int p = 0; p < nranks; p++) {
+        if (!tl->can_connect(comm, p)) {
+            WEFT_WARN("rank %d: peer %d (pid %d) is on another host; the socket transport across "
+                      "hosts is not supported yet",
+                      comm->rank, p, comm->peer_info[p].pid);
+            free(mask);
+            return ncclInvalidUsage;
+        }
+        mask[p] = 1;
+    }
+    ncclResult_t res = tl->setup(comm, mask);
+    free(mask);
+    if (res != ncclSuccess)
+        return res;
+    comm->transport = tl;
+    return ncclSuccess;
+}
+
+ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,
+                            const ncclConfig_t *config)
+{
+    ncclResult_t res = ncclSuccess;
+    if (comm_p == NULL) {
+        WEFT_WARN("ncclCommInitRank: comm pointer is NULL");
+        return ncclInvalidArgument;
+    }
+    if (nranks < 1) {
+        WEFT_WARN("ncclCommInitRank: nranks %d must be at least 1", nranks);
+        return ncclInvalidArgument;
+    }
+    if (rank < 0 || rank >= nranks) {
+        WEFT_WARN("ncclCommInitRank: rank %d is out of range for nranks %d", rank, nranks);
+        return ncclInvalidArgument;
+    }
+    if (id == NULL) {
+        WEFT_WARN("ncclCommInitRank: unique id is NULL");
+        return ncclInvalidArgument;
+    }
+    ncclConfig_t cfg;
+    WEFT_CHECK(weft_config_parse(config, &cfg));
+
+    struct ncclComm *comm;
+    WEFT_CALLOC(comm, 1);
+    comm->magic = WEFT_COMM_MAGIC;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->cuda_dev = 0;
+    comm->config = cfg;
+    int64_t nch = weft_param_HostNChannels();
+    comm->nchannels = nch < 1 ? 1 : nch > WEFT_MAX_CHANNELS ? WEFT_MAX_CHANNELS : (int)nch;
+    comm->comm_hash = weft_bootstrap_magic(id);
+
+    WEFT_CHECK_GOTO(weft_bootstrap_init(id, rank, nranks, &comm->abort_flag, &comm->bootstrap), res,
+                    err);
+    WEFT_CHECK_GOTO(weft_comm_connect(comm), res, err);
+    WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err);
+    WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
+              rank, nranks, (unsigned long long)comm->comm_hash);
+    *comm_p = comm;
+    return ncclSuccess;
+err:
+    weft_comm_free(comm);
+    return res;
+}

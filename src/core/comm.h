@@ -1,0 +1,85 @@
+/*
+ * The communicator. struct ncclComm is the object behind the public ncclComm_t handle; its
+ * name is NCCL's because the handle type is part of the ABI. Everything else here is Weft's.
+ *
+ * Lifetime: created by weft_comm_init (collective), used by one thread at a time for operations
+ * (NCCL's rule), aborted from any thread through abort_flag, freed by weft_comm_free.
+ */
+#ifndef WEFT_CORE_COMM_H
+#define WEFT_CORE_COMM_H
+
+#include <stdint.h>
+
+#include "nccl.h"
+#include "exec/lane.h"
+#include "exec/wait.h"
+
+#define WEFT_COMM_MAGIC 0x7765667463306d6dull /* "weftc0mm" */
+#define WEFT_COMM_DEAD 0x646561642d636f6dull /* "dead-com" */
+#define WEFT_MAX_CHANNELS 16
+
+struct weft_bootstrap;
+struct weft_transport;
+
+/* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather. */
+struct weft_peer_info {
+    uint32_t version;
+    int32_t rank;
+    int32_t pid;
+    int32_t cuda_dev;
+    uint64_t host_hash; /* same value = same host (shared memory reachable) */
+    uint64_t comm_hash; /* must agree on every rank */
+};
+
+/* A user-created reduction operator (PreMulSum), owned by one communicator. */
+struct weft_user_op {
+    int in_use;
+    int dtype;
+    int residence; /* ncclScalarResidence_t */
+    const void *scalar_ptr;
+    uint8_t scalar[8];
+};
+
+#define WEFT_MAX_USER_OPS 256
+
+struct ncclComm {
+    uint64_t magic; /* WEFT_COMM_MAGIC while alive */
+    int rank;
+    int nranks;
+    int cuda_dev;
+    int nchannels; /* channels for collectives; channel index nchannels is for point-to-point */
+    uint64_t comm_hash;
+    ncclConfig_t config;
+
+    struct weft_bootstrap *bootstrap;
+    struct weft_peer_info *peer_info; /* [nranks] */
+
+    /* connections: chan_peers[c][peer]; c == nchannels is the point-to-point channel */
+    struct weft_peer_conns *chan_peers[WEFT_MAX_CHANNELS + 1];
+    struct weft_doorbell *bell; /* this rank's doorbell (in its shared segment) */
+    size_t slot_bytes;
+    void *transport_state; /* owned by the transport that set up the connections */
+    const struct weft_transport *transport;
+
+    volatile uint32_t abort_flag;     /* set by ncclCommAbort from any thread */
+    ncclResult_t async_error;         /* sticky; read by ncclCommGetAsyncError */
+    int finalized;
+    int revoked;
+    uint64_t op_seq;                  /* operations issued, for error messages */
+    int busy;                         /* threads currently executing on this comm */
+
+    struct weft_user_op user_ops[WEFT_MAX_USER_OPS];
+};
+
+/* Validates a handle passed by the user; NULL or dead: ncclInvalidArgument with a message. */
+ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *api);
+
+ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,
+                            const ncclConfig_t *config);
+/* Frees local resources; peers may be gone. */
+ncclResult_t weft_comm_free(struct ncclComm *comm);
+
+/* Stores the first error of an operation where ncclCommGetAsyncError will find it. */
+void weft_comm_set_error(struct ncclComm *comm, ncclResult_t res);
+
+#endif

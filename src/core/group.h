@@ -1,0 +1,44 @@
+/*
+ * Groups and tasks. Every operation becomes a task; outside a group it runs at once (an implicit
+ * group of one), inside ncclGroupStart/End it is recorded and the outermost ncclGroupEnd runs
+ * every recorded task together, so that tasks on several communicators or with several peers
+ * progress at the same time. Group state is per thread, as in NCCL.
+ */
+#ifndef WEFT_CORE_GROUP_H
+#define WEFT_CORE_GROUP_H
+
+#include <stddef.h>
+
+#include "nccl.h"
+#include "redop.h"
+
+struct ncclComm;
+
+struct weft_task {
+    struct ncclComm *comm;
+    int coll; /* enum weft_coll */
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    int dtype;
+    int root; /* root, or peer for send/recv */
+    int has_redop;
+    struct weft_redop redop; /* captured at enqueue: the user may destroy the op right after */
+    const char *api;         /* public name, for messages */
+};
+
+/* Runs the task now (no group open) or records it; an error is reported at group end. */
+ncclResult_t weft_group_enqueue(const struct weft_task *task);
+
+/* A communicator init recorded inside a group runs at ncclGroupEnd (concurrently with others). */
+ncclResult_t weft_group_enqueue_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id,
+                                     int rank, const ncclConfig_t *config);
+
+int weft_group_depth(void);
+ncclResult_t weft_group_start(void);
+ncclResult_t weft_group_end(void);
+
+/* Runs tasks to completion in the calling thread (exec/host.c). */
+ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks);
+
+#endif

@@ -1,0 +1,279 @@
+/*
+ * The host executor: runs the tasks of one group to completion in the calling thread.
+ *
+ * Each task becomes one lane per channel (its schedule for this rank). Lanes that share a
+ * communicator and channel use the same connections, so they run in issue order: a lane starts
+ * when the previous lane with the same key is done. All other lanes progress together, which is
+ * what lets one thread drive several communicators, or many peers, without deadlock.
+ *
+ * Waiting: after a round in which no lane moved, spin a little, then yield, then sleep on the
+ * doorbell of the communicator we are blocked on (see exec/wait.h). While sleeping, every wake-up
+ * checks the abort flag, the deadline (WEFT_TIMEOUT) and whether the peer we wait for still
+ * exists, so a dead or stuck peer becomes an error naming it instead of a hang.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/sched.h"
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/group.h"
+#include "core/param.h"
+#include "exec/lane.h"
+#include "exec/wait.h"
+
+WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
+           "seconds an operation may wait for a peer without any progress before it fails");
+WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", 200,
+           "idle polling rounds before a waiting rank starts yielding its core");
+WEFT_PARAM(YieldCount, "WEFT_YIELD_COUNT", 20,
+           "sched_yield rounds before a waiting rank sleeps on its doorbell");
+
+struct weft_exec_lane {
+    struct weft_lane lane;
+    struct weft_step *steps;
+    struct weft_task *task;
+    uint64_t seq;
+    int prev_same; /* index of the previous lane on the same comm and channel, or -1 */
+    int channel;
+};
+
+static void weft_exec_free(struct weft_exec_lane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes; i++)
+        free(lanes[i].steps);
+    free(lanes);
+}
+
+static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
+                                    struct weft_exec_lane **lanes_p, int *nlanes_p)
+{
+    int total = 0;
+    for (int t = 0; t < ntasks; t++)
+        total += tasks[t].comm->nchannels;
+    struct weft_exec_lane *lanes = calloc((size_t)total, sizeof(*lanes));
+    if (lanes == NULL) {
+        WEFT_WARN("out of memory building %d lanes", total);
+        return ncclSystemError;
+    }
+    int n = 0;
+    for (int t = 0; t < ntasks; t++) {
+        struct weft_task *task = &tasks[t];
+        struct ncclComm *comm = task->comm;
+        size_t es = weft_dtype_size(task->dtype);
+        uint64_t seq = ++comm->op_seq;
+        for (int c = 0; c < comm->nchannels; c++) {
+            struct weft_exec_lane *el = &lanes[n];
+            struct weft_sched_args args = {
+                .coll = task->coll,
+                .algo = WEFT_ALGO_RING,
+                .count = task->count,
+                .nranks = comm->nranks,
+                .rank = comm->rank,
+                .root = task->root,
+                .channel = c,
+                .nchannels = comm->nchannels,
+                .chunk = (comm->slot_bytes * (WEFT_STEPS / 2)) / es,
+            };
+            uint64_t max = weft_sched_max_steps(&args);
+            el->steps = max > 0 ? malloc(max * sizeof(struct weft_step)) : NULL;
+            if (max > 0 && el->steps == NULL) {
+                WEFT_WARN("out of memory for %llu steps of %s", (unsigned long long)max,
+                          task->api);
+                weft_exec_free(lanes, n + 1);
+                return ncclSystemError;
+            }
+            uint64_t nsteps = weft_sched_build(&args, el->steps, max);
+            if (nsteps == UINT64_MAX) {
+                WEFT_WARN("%s: no schedule for %s with %d ranks", task->api,
+                          weft_coll_name(task->coll), comm->nranks);
+                weft_exec_free(lanes, n + 1);
+                return ncclInternalError;
+            }
+            el->lane.steps = el->steps;
+            el->lane.nsteps = nsteps;
+            el->lane.peers = comm->chan_peers[c];
+            el->lane.nranks = comm->nranks;
+            el->lane.input = task->sendbuf;
+            el->lane.output = task->recvbuf;
+            el->lane.elem_size = es;
+            el->lane.op = task->has_redop ? &task->redop : NULL;
+            weft_lane_init(&el->lane);
+            el->task = task;
+            el->seq = seq;
+            el->channel = c;
+            el->prev_same = -1;
+            for (int j = n - 1; j >= 0; j--) {
+                if (lanes[j].task->comm == comm && lanes[j].channel == c) {
+                    el->prev_same = j;
+                    break;
+                }
+            }
+            n++;
+        }
+    }
+    *lanes_p = lanes;
+    *nlanes_p = n;
+    return ncclSuccess;
+}
+
+/* Where the executor is stuck, for messages and liveness checks. */
+struct weft_exec_block {
+    int lane;
+    int peer;
+    int send;
+};
+
+/* One round over every runnable lane. Returns 1 if anything moved, 0 if not, <0 on error. */
+static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_p,
+                           struct weft_exec_block *block)
+{
+    int moved = 0, ndone = 0;
+    for (int i = 0; i < nlanes; i++) {
+        struct weft_exec_lane *el = &lanes[i];
+        if (weft_lane_done(&el->lane)) {
+            ndone++;
+            continue;
+        }
+        if (el->prev_same >= 0 && !weft_lane_done(&lanes[el->prev_same].lane))
+            continue;
+        int peer = -1, send = 0;
+        int r = weft_lane_progress(&el->lane, &peer, &send);
+        if (r < 0) {
+            block->lane = i;
+            return -1;
+        }
+        moved |= r;
+        if (weft_lane_done(&el->lane))
+            ndone++;
+        else if (r == 0 && peer >= 0) {
+            block->lane = i;
+            block->peer = peer;
+            block->send = send;
+        }
+    }
+    *ndone_p = ndone;
+    return moved;
+}
+
+static ncclResult_t weft_exec_lane_error(struct weft_exec_lane *el)
+{
+    struct ncclComm *comm = el->task->comm;
+    WEFT_WARN("rank %d: peer %d sent a %u-byte slice where %u bytes were expected in %s "
+              "(operation %llu): count or datatype differ between ranks",
+              comm->rank, el->lane.error_peer, el->lane.error_got_bytes,
+              el->lane.error_want_bytes, el->task->api, (unsigned long long)el->seq);
+    return ncclInvalidUsage;
+}
+
+/* Checks abort, the peer's process and the deadline while blocked. */
+static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlanes,
+                                          const struct weft_exec_block *block, uint64_t idle_ns)
+{
+    for (int i = 0; i < nlanes; i++) {
+        struct ncclComm *comm = lanes[i].task->comm;
+        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+            WEFT_WARN("rank %d: communicator aborted during %s (operation %llu)", comm->rank,
+                      lanes[i].task->api, (unsigned long long)lanes[i].seq);
+            return ncclInvalidUsage;
+        }
+    }
+    if (block->lane < 0)
+        return ncclSuccess;
+    struct weft_exec_lane *el = &lanes[block->lane];
+    struct ncclComm *comm = el->task->comm;
+    int pid = comm->peer_info[block->peer].pid;
+    if (pid != comm->peer_info[comm->rank].pid && kill(pid, 0) != 0 && errno == ESRCH) {
+        WEFT_WARN("rank %d: peer %d (pid %d) exited while this rank waited for %s in %s "
+                  "(operation %llu)",
+                  comm->rank, block->peer, pid, block->send ? "buffer space" : "data",
+                  el->task->api, (unsigned long long)el->seq);
+        return ncclRemoteError;
+    }
+    uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
+    if (idle_ns > timeout_ns) {
+        WEFT_WARN("rank %d: no progress for %llu s waiting for %s from peer %d in %s "
+                  "(operation %llu); the peer is stuck or issued different operations",
+                  comm->rank, (unsigned long long)(idle_ns / 1000000000ull),
+                  block->send ? "buffer space" : "data", block->peer, el->task->api,
+                  (unsigned long long)el->seq);
+        return ncclRemoteError;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
+{
+    const int64_t spins = weft_param_SpinCount(), yields = weft_param_YieldCount();
+    int64_t idle = 0;
+    uint64_t idle_since = 0, last_check = 0;
+    for (;;) {
+        struct weft_exec_block block = {-1, -1, 0};
+        int ndone = 0;
+        int r = weft_exec_round(lanes, nlanes, &ndone, &block);
+        if (r < 0)
+            return weft_exec_lane_error(&lanes[block.lane]);
+        if (ndone == nlanes)
+            return ncclSuccess;
+        if (r > 0) {
+            idle = 0;
+            idle_since = 0;
+            continue;
+        }
+        if (++idle <= spins) {
+            weft_cpu_relax();
+            continue;
+        }
+        uint64_t now = weft_time_ns();
+        if (idle_since == 0)
+            idle_since = now;
+        if (idle <= spins + yields) {
+            sched_yield();
+            continue;
+        }
+        /* Sleep on the doorbell of the communicator we are blocked on. */
+        struct ncclComm *comm = lanes[block.lane >= 0 ? block.lane : 0].task->comm;
+        struct weft_doorbell *bell = comm->bell;
+        if (bell != NULL) {
+            uint32_t seq = __atomic_load_n(&bell->seq, __ATOMIC_ACQUIRE);
+            __atomic_fetch_add(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
+            r = weft_exec_round(lanes, nlanes, &ndone, &block);
+            /* One comm: its doorbell hears every post; several: poll at 100 us. */
+            if (r == 0)
+                weft_futex_wait(&bell->seq, seq, nlanes > comm->nchannels ? 100000 : 50000000);
+            __atomic_fetch_sub(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
+            if (r < 0)
+                return weft_exec_lane_error(&lanes[block.lane]);
+            if (r > 0) {
+                idle = 0;
+                idle_since = 0;
+                continue;
+            }
+        }
+        now = weft_time_ns();
+        if (now - last_check > 100000000ull) {
+            last_check = now;
+            WEFT_CHECK(weft_exec_check_stuck(lanes, nlanes, &block, now - idle_since));
+        }
+    }
+}
+
+ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks)
+{
+    struct weft_exec_lane *lanes;
+    int nlanes;
+    WEFT_CHECK(weft_exec_build(tasks, ntasks, &lanes, &nlanes));
+    for (int t = 0; t < ntasks; t++)
+        __atomic_fetch_add(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
+    ncclResult_t res = weft_exec_run(lanes, nlanes);
+    for (int t = 0; t < ntasks; t++) {
+        if (res != ncclSuccess)
+            weft_comm_set_error(tasks[t].comm, res);
+        __atomic_fetch_sub(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
+    }
+    weft_exec_free(lanes, nlanes);
+    return res;
+}

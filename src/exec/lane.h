@@ -1,0 +1,98 @@
+/*
+ * The step engine shared by every host-side executor: the real host executor (ranks in processes
+ * or threads over shm/socket connections) and the simulator (any number of virtual ranks driven
+ * round-robin by one thread over in-memory connections).
+ *
+ * A connection is a FIFO of WEFT_STEPS slots with two monotone 64-bit counters, NCCL-style:
+ * `tail` (steps the sender has posted) and `head` (steps the receiver has freed). Both live in
+ * struct weft_fifo_ctrl, in memory both ends can address (shared memory for shm, local memory for
+ * the simulator; a proxy thread bridges it for the socket transport). The sender may fill slot
+ * s % WEFT_STEPS once head + WEFT_STEPS > s; the receiver may read it once tail > s. Each side
+ * publishes with a release store, reads the other's counter with an acquire load, and then rings
+ * the other side's doorbell (see exec/wait.h) so a sleeping peer wakes up.
+ *
+ * A lane runs one ordered list of steps (one channel of a collective, or one peer direction of
+ * point-to-point work). weft_lane_progress never blocks: it does as much as the connections allow
+ * now and returns; the caller decides how to wait. Each step is moved in slices of at most one
+ * slot; a slice of a recv-reduce-send step reduces straight from the incoming slot into the
+ * outgoing slot (no staging copy).
+ */
+#ifndef WEFT_EXEC_LANE_H
+#define WEFT_EXEC_LANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo/sched.h"
+#include "redop.h"
+
+#define WEFT_STEPS 8
+#define WEFT_CACHELINE 128
+
+/* Lives in memory both ends map. Each counter sits on its own line to avoid false sharing. */
+struct weft_fifo_ctrl {
+    uint64_t tail; /* written by the sender only */
+    char pad0[WEFT_CACHELINE - sizeof(uint64_t)];
+    uint64_t head; /* written by the receiver only */
+    char pad1[WEFT_CACHELINE - sizeof(uint64_t)];
+    uint32_t bytes[WEFT_STEPS]; /* bytes in each slot, written by the sender before tail */
+    char pad2[WEFT_CACHELINE - WEFT_STEPS * sizeof(uint32_t)];
+};
+
+struct weft_doorbell;
+
+/* One end of one connection (each side has its own struct; they share ctrl and slots). */
+struct weft_conn {
+    struct weft_fifo_ctrl *ctrl;
+    char *slots;                    /* WEFT_STEPS * slot_bytes, in the receiver's memory */
+    size_t slot_bytes;              /* multiple of 64 */
+    uint64_t step;                  /* next step this end posts (send) or frees (recv) */
+    struct weft_doorbell *peer_bell; /* rung after posting; NULL: nobody to wake */
+};
+
+/* The connections a lane may use, indexed by peer rank. */
+struct weft_peer_conns {
+    struct weft_conn *send; /* to this peer; NULL if not connected */
+    struct weft_conn *recv; /* from this peer; NULL if not connected */
+};
+
+struct weft_lane {
+    /* set by the caller */
+    const struct weft_step *steps;
+    uint64_t nsteps;
+    struct weft_peer_conns *peers; /* [nranks] for this lane's channel */
+    int nranks;
+    const void *input;
+    void *output;
+    size_t elem_size;
+    const struct weft_redop *op; /* NULL for collectives without reduction */
+    /* progress state, zeroed by weft_lane_init */
+    uint64_t cur;        /* current step */
+    uint64_t cur_done;   /* elements of the current step already moved */
+    uint64_t bytes_sent; /* statistics */
+    uint64_t bytes_recv;
+    /* set when weft_lane_progress returns -1: the peer sent a slice of the wrong size */
+    int error_peer;
+    uint32_t error_got_bytes;
+    uint32_t error_want_bytes;
+};
+
+void weft_lane_init(struct weft_lane *lane);
+
+/* 1 when every step is done. */
+static inline int weft_lane_done(const struct weft_lane *lane)
+{
+    return lane->cur >= lane->nsteps;
+}
+
+/*
+ * Moves as many slices as the connections allow without waiting. Returns 1 if anything moved,
+ * 0 if the lane is blocked (or done), -1 if a peer posted a slice whose size differs from what
+ * this rank's schedule expects (mismatched counts or datatypes across ranks; see error_* fields).
+ * Never blocks. Only the thread that owns the lane calls it.
+ * When blocked, *blocked_peer_p (if not NULL) is set to the peer it waits for and *blocked_send_p
+ * to 1 when it waits for send credit, 0 when it waits for data.
+ */
+int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked_send_p);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+ * Doorbells: how a rank sleeps until a peer posts, without busy-waiting forever.
+ *
+ * Every rank owns one doorbell in memory its peers map. After a peer publishes a counter the rank
+ * polls (tail of a FIFO into the rank, head of a FIFO out of it), the peer calls
+ * weft_doorbell_ring(). Ringing costs one fence and one load unless the owner is asleep; only
+ * then does it bump `seq` and FUTEX_WAKE. The owner announces itself in `sleepers` (a full
+ * barrier), re-checks its connections, and only then sleeps on `seq` with a timeout: a post that
+ * lands after the re-check sees sleepers != 0 and changes seq, so no wakeup is lost.
+ * Futexes are not private: doorbells live in shared memory between processes.
+ */
+#ifndef WEFT_EXEC_WAIT_H
+#define WEFT_EXEC_WAIT_H
+
+#include <stdint.h>
+
+#include "exec/lane.h"
+
+struct weft_doorbell {
+    uint32_t seq;
+    uint32_t sleepers;
+    char pad[WEFT_CACHELINE - 2 * sizeof(uint32_t)];
+};
+
+void weft_futex_wake(uint32_t *addr);
+/* Sleeps while *addr == expected, at most timeout_ns; returns early on a wake or signal. */
+void weft_futex_wait(uint32_t *addr, uint32_t expected, uint64_t timeout_ns);
+
+static inline void weft_doorbell_ring(struct weft_doorbell *bell)
+{
+    if (bell == 0)
+        return;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&bell->sleepers, __ATOMIC_RELAXED) != 0) {
+        __atomic_fetch_add(&bell->seq, 1, __ATOMIC_SEQ_CST);
+        weft_futex_wake(&bell->seq);
+    }
+}
+
+static inline void weft_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline uint64_t weft_time_ns(void);
+
+#include <time.h>
+static inline uint64_t weft_time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#endif

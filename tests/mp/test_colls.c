@@ -1,0 +1,512 @@
+/*
+ * Multi-process conformance: forks N ranks that talk over the shared-memory transport, runs every
+ * collective x datatype x op x count x in/out-of-place, and checks every element against a plain
+ * loop over what each rank contributed (every rank can regenerate every rank's input).
+ *
+ * Inputs keep every intermediate result exact in the element type, so any reduction order gives
+ * the same bits: small integers for sums, +-1/2 for products, and for float avg only two ranks
+ * contribute to each element (a + b is commutative in IEEE arithmetic, adding zeros is exact).
+ *
+ * Usage: test_colls -n NRANKS [-l] [-t SECONDS]   (-l adds the large count 1M+3 on a subset)
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nccl.h"
+#include "redop.h"
+
+#define NTYPES 12
+#define MAX_FAIL_PRINT 20
+
+enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_PREMUL, NOPS };
+static const char *op_names[NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+enum { C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, NCOLLS };
+static const char *coll_names[NCOLLS] = {"allreduce", "reduce", "reducescatter", "allgather",
+                                         "broadcast"};
+
+struct shared_counts {
+    int passed;
+    int failed;
+};
+
+static int g_rank, g_nranks;
+static struct shared_counts *g_counts;
+static int g_printed;
+
+static int is_float(int t)
+{
+    return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16 ||
+           t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+}
+
+/* Largest integer magnitude up to which every integer is exact in the type. */
+static double exact_limit(int t)
+{
+    switch (t) {
+    case ncclFloat8e4m3: return 16;
+    case ncclFloat8e5m2: return 8;
+    case ncclBfloat16: return 256;
+    case ncclFloat16: return 2048;
+    case ncclFloat32: return 16777216.0;
+    default: return 9007199254740992.0;
+    }
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Stores a double that is exactly representable into the element type. */
+static void store(int t, void *p, size_t i, double v)
+{
+    switch (t) {
+    case ncclInt8: ((int8_t *)p)[i] = (int8_t)(int64_t)v; break;
+    case ncclUint8: ((uint8_t *)p)[i] = (uint8_t)(int64_t)v; break;
+    case ncclInt32: ((int32_t *)p)[i] = (int32_t)(int64_t)v; break;
+    case ncclUint32: ((uint32_t *)p)[i] = (uint32_t)(int64_t)v; break;
+    case ncclInt64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case ncclUint64: ((uint64_t *)p)[i] = (uint64_t)(int64_t)v; break;
+    case ncclFloat16: ((uint16_t *)p)[i] = weft_float_to_half((float)v); break;
+    case ncclBfloat16: ((uint16_t *)p)[i] = weft_float_to_bf16((float)v); break;
+    case ncclFloat8e4m3: ((uint8_t *)p)[i] = weft_float_to_fp8e4m3((float)v); break;
+    case ncclFloat8e5m2: ((uint8_t *)p)[i] = weft_float_to_fp8e5m2((float)v); break;
+    case ncclFloat32: ((float *)p)[i] = (float)v; break;
+    case ncclFloat64: ((double *)p)[i] = v; break;
+    }
+}
+
+static double load(int t, const void *p, size_t i)
+{
+    switch (t) {
+    case ncclInt8: return ((const int8_t *)p)[i];
+    case ncclUint8: return ((const uint8_t *)p)[i];
+    case ncclInt32: return ((const int32_t *)p)[i];
+    case ncclUint32: return ((const uint32_t *)p)[i];
+    case ncclInt64: return (double)((const int64_t *)p)[i];
+    case ncclUint64: return (double)((const uint64_t *)p)[i];
+    case ncclFloat16: return weft_half_to_float(((const uint16_t *)p)[i]);
+    case ncclBfloat16: return weft_bf16_to_float(((const uint16_t *)p)[i]);
+    case ncclFloat8e4m3: return weft_fp8e4m3_to_float(((const uint8_t *)p)[i]);
+    case ncclFloat8e5m2: return weft_fp8e5m2_to_float(((const uint8_t *)p)[i]);
+    case ncclFloat32: return ((const float *)p)[i];
+    default: return ((const double *)p)[i];
+    }
+}
+
+/* Rounds v to the type, as an element op result would be. */
+static double round_to(int t, double v)
+{
+    unsigned char tmp[8] = {0};
+    store(t, tmp, 0, v);
+    return load(t, tmp, 0);
+}
+
+/* Input element i of rank r for this type and op (exact in the type). */
+static double input_value(int t, int op, int r, size_t i, int n)
+{
+    uint64_t h = mix(((uint64_t)r << 40) ^ (i * 0x9e37u) ^ ((uint64_t)op << 32) ^ (uint64_t)t);
+    double lim = is_float(t) ? exact_limit(t) : 100.0;
+    switch (op) {
+    case OP_SUM:
+    case OP_PREMUL: {
+        double m = is_float(t) ? lim / n / (op == OP_PREMUL ? 2 : 1) : 100.0;
+        if (m > 1000)
+            m = 1000;
+        return (double)(h % ((uint64_t)m + 1));
+    }
+    case OP_PROD: {
+        double v = (h % 3 == 0) ? 2.0 : 1.0;
+        if (is_float(t) && (h >> 8) % 5 == 0)
+            v = -v;
+        if (t == ncclUint8 || t == ncclUint32 || t == ncclUint64)
+            v = (h % 3 == 0) ? 3.0 : 1.0;
+        return v;
+    }
+    case OP_MAX:
+    case OP_MIN: {
+        double m = is_float(t) ? (lim > 64 ? 64 : lim) : 100;
+        double v = (double)(h % ((uint64_t)m + 1));
+        int is_unsigned = t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
+        return (!is_unsigned && v != 0 && (h >> 16) % 2) ? -v : v;
+    }
+    case OP_AVG:
+        if (is_float(t)) {
+            /* only ranks i%n and (i+1)%n contribute */
+            if (r != (int)(i % n) && r != (int)((i + 1) % n))
+                return 0;
+            double m = lim > 64 ? 64 : lim;
+            return (double)(h % ((uint64_t)m + 1));
+        }
+        return (double)(h % 200) - 100.0 * (t == ncclInt8 || t == ncclInt32 || t == ncclInt64);
+    }
+    return 0;
+}
+
+static double premul_scalar(int r)
+{
+    return (r % 2) ? 2.0 : 1.0;
+}
+
+/* Integer element arithmetic with the type's wrap-around. */
+static double int_wrap(int t, double v)
+{
+    return round_to(t, v);
+}
+
+static int64_t wrap_i(int t, int64_t v)
+{
+    switch (t) {
+    case ncclInt8: return (int8_t)v;
+    case ncclUint8: return (uint8_t)v;
+    case ncclInt32: return (int32_t)v;
+    case ncclUint32: return (uint32_t)v;
+    default: return v;
+    }
+}
+
+/* Expected reduced value of element i over all ranks. */
+static double expected_reduce(int t, int op, size_t i, int n)
+{
+    if (!is_float(t)) {
+        int64_t acc = 0;
+        uint64_t uacc = 0;
+        for (int r = 0; r < n; r++) {
+            int64_t v = (int64_t)input_value(t, op, r, i, n);
+            if (op == OP_PREMUL)
+                v = wrap_i(t, v * (int64_t)premul_scalar(r));
+            if (r == 0) {
+                acc = v;
+                uacc = (uint64_t)v;
+                continue;
+            }
+            switch (op) {
+            case OP_SUM:
+            case OP_AVG:
+            case OP_PREMUL: uacc += (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
+            case OP_PROD: uacc *= (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
+            case OP_MAX: acc = v > acc ? v : acc; break;
+            case OP_MIN: acc = v < acc ? v : acc; break;
+            }
+        }
+        if (t == ncclUint64 && (op == OP_SUM || op == OP_PROD || op == OP_PREMUL || op == OP_AVG))
+            acc = (int64_t)uacc;
+        if (op == OP_AVG) {
+            if (t == ncclUint64)
+                return (double)(uacc / (uint64_t)n);
+            if (t == ncclUint8 || t == ncclUint32)
+                return (double)((uint64_t)acc / (uint64_t)n);
+            return (double)(acc / n);
+        }
+        return int_wrap(t, (double)acc);
+    }
+    double acc = 0;
+    if (op == OP_AVG) {
+        double s = round_to(t, 1.0 / n);
+        int a = (int)(i % n), b = (int)((i + 1) % n);
+        double va = round_to(t, input_value(t, op, a, i, n) * s);
+        if (a == b)
+            return va;
+        double vb = round_to(t, input_value(t, op, b, i, n) * s);
+        return round_to(t, va + vb);
+    }
+    for (int r = 0; r < n; r++) {
+        double v = input_value(t, op, r, i, n);
+        if (op == OP_PREMUL)
+            v *= premul_scalar(r);
+        if (r == 0) {
+            acc = v;
+            continue;
+        }
+        switch (op) {
+        case OP_SUM:
+        case OP_PREMUL: acc += v; break;
+        case OP_PROD: acc *= v; break;
+        case OP_MAX: acc = v > acc ? v : acc; break;
+        case OP_MIN: acc = v < acc ? v : acc; break;
+        }
+    }
+    return acc;
+}
+
+static void fail(const char *what, int coll, int t, int op, size_t count, int inplace, size_t i,
+                 double got, double want)
+{
+    if (g_printed++ < MAX_FAIL_PRINT)
+        fprintf(stderr,
+                "rank %d: FAIL %s %s type %d op %s count %zu %s index %zu: got %.17g want %.17g\n",
+                g_rank, what, coll_names[coll], t, op >= 0 ? op_names[op] : "none", count,
+                inplace ? "in-place" : "out-of-place", i, got, want);
+}
+
+static void count_result(int ok)
+{
+    __atomic_fetch_add(ok ? &g_counts->passed : &g_counts->failed, 1, __ATOMIC_RELAXED);
+}
+
+static int check(ncclResult_t res, const char *what)
+{
+    if (res != ncclSuccess) {
+        fprintf(stderr, "rank %d: %s failed: %s (%s)\n", g_rank, what, ncclGetErrorString(res),
+                ncclGetLastError(NULL));
+        return 0;
+    }
+    return 1;
+}
+
+static ncclRedOp_t make_op(ncclComm_t comm, int t, int op, void *scalar_store)
+{
+    switch (op) {
+    case OP_SUM: return ncclSum;
+    case OP_PROD: return ncclProd;
+    case OP_MAX: return ncclMax;
+    case OP_MIN: return ncclMin;
+    case OP_AVG: return ncclAvg;
+    default: {
+        ncclRedOp_t o;
+        store(t, scalar_store, 0, premul_scalar(g_rank));
+        if (!check(ncclRedOpCreatePreMulSum(&o, scalar_store, (ncclDataType_t)t,
+                                            ncclScalarHostImmediate, comm),
+                   "ncclRedOpCreatePreMulSum"))
+            return ncclSum;
+        return o;
+    }
+    }
+}
+
+/* Runs one collective configuration and checks it. */
+static void run_one(ncclComm_t comm, int coll, int t, int op, size_t count, int inplace, int root)
+{
+    int n = g_nranks, r = g_rank;
+    size_t es = weft_dtype_size(t);
+    size_t in_elems = count, out_elems = count;
+    if (coll == C_ALLGATHER)
+        out_elems = count * n;
+    if (coll == C_REDUCESCATTER)
+        in_elems = count * n;
+    size_t alloc = (in_elems > out_elems ? in_elems : out_elems) + 1;
+    char *recv = malloc(alloc * es), *send = malloc(alloc * es);
+    if (recv == NULL || send == NULL) {
+        fprintf(stderr, "rank %d: out of memory\n", r);
+        count_result(0);
+        free(recv);
+        free(send);
+        return;
+    }
+    memset(recv, 0x5a, alloc * es);
+    /* Where this rank's input lives. */
+    char *in = send, *out = recv;
+    if (inplace) {
+        in = recv;
+        if (coll == C_ALLGATHER)
+            in = recv + (size_t)r * count * es;
+        if (coll == C_REDUCESCATTER)
+            out = recv + (size_t)r * count * es;
+    }
+    int reducing = coll <= C_REDUCESCATTER;
+    uint64_t seed_t = (uint64_t)t * 1315423911u;
+    for (size_t i = 0; i < in_elems; i++) {
+        if (reducing)
+            store(t, in, i, input_value(t, op, r, i, n));
+        else
+            for (size_t b = 0; b < es; b++)
+                in[i * es + b] = (char)mix(seed_t ^ ((uint64_t)r << 48) ^ (i * es + b));
+    }
+    unsigned char scalar[8];
+    ncclRedOp_t rop = reducing ? make_op(comm, t, op, scalar) : ncclSum;
+    ncclResult_t res = ncclSuccess;
+    switch (coll) {
+    case C_ALLREDUCE: res = ncclAllReduce(in, out, count, t, rop, comm, NULL); break;
+    case C_REDUCE: res = ncclReduce(in, out, count, t, rop, root, comm, NULL); break;
+    case C_REDUCESCATTER: res = ncclReduceScatter(in, out, count, t, rop, comm, NULL); break;
+    case C_ALLGATHER: res = ncclAllGather(in, out, count, t, comm, NULL); break;
+    case C_BROADCAST: res = ncclBroadcast(in, out, count, t, root, comm, NULL); break;
+    }
+    if (reducing && op == OP_PREMUL)
+        ncclRedOpDestroy(rop, comm);
+    int ok = check(res, coll_names[coll]);
+    if (ok) {
+        if (coll == C_ALLGATHER) {
+            for (size_t i = 0; i < out_elems && ok; i++) {
+                int src = (int)(i / count);
+                size_t j = i % count;
+                for (size_t b = 0; b < es; b++) {
+                    char want = (char)mix(seed_t ^ ((uint64_t)src << 48) ^ (j * es + b));
+                    if (out[i * es + b] != want) {
+                        fail("data", coll, t, op, count, inplace, i, out[i * es + b], want);
+                        ok = 0;
+                        break;
+                    }
+                }
+            }
+        } else if (coll == C_BROADCAST) {
+            for (size_t i = 0; i < count * es && ok; i++) {
+                char want = (char)mix(seed_t ^ ((uint64_t)root << 48) ^ i);
+                if (out[i] != want) {
+                    fail("data", coll, t, op, count, inplace, i / es, out[i], want);
+                    ok = 0;
+                }
+            }
+        } else if (coll != C_REDUCE || r == root) {
+            size_t base = coll == C_REDUCESCATTER ? (size_t)r * count : 0;
+            for (size_t i = 0; i < count && ok; i++) {
+                double want = round_to(t, expected_reduce(t, op, base + i, n));
+                unsigned char wbits[8];
+                store(t, wbits, 0, want);
+                if (memcmp(out + i * es, wbits, es) != 0) {
+                    fail("data", coll, t, op, count, inplace, i, load(t, out, i), want);
+                    ok = 0;
+                }
+            }
+        }
+        /* Nothing past the output may be written. */
+        if (!inplace && (coll != C_REDUCE || r == root)) {
+            size_t end = out_elems * es;
+            for (size_t b = 0; b < es && ok; b++)
+                if ((unsigned char)recv[end + b] != 0x5a) {
+                    fail("overrun", coll, t, op, count, inplace, out_elems, recv[end + b], 0x5a);
+                    ok = 0;
+                }
+        }
+    }
+    count_result(ok);
+    free(recv);
+    free(send);
+}
+
+/* Bad arguments fail cleanly and leave the communicator usable. */
+static void run_bad_args(ncclComm_t comm)
+{
+    float buf[4] = {0};
+    struct {
+        ncclResult_t got;
+        const char *what;
+    } cases[] = {
+        {ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, NULL, NULL), "null comm"},
+        {ncclAllReduce(NULL, buf, 4, ncclFloat, ncclSum, comm, NULL), "null sendbuff"},
+        {ncclAllReduce(buf, NULL, 4, ncclFloat, ncclSum, comm, NULL), "null recvbuff"},
+        {ncclAllReduce(buf, buf, 4, (ncclDataType_t)99, ncclSum, comm, NULL), "bad datatype"},
+        {ncclAllReduce(buf, buf, 4, ncclFloat, (ncclRedOp_t)77, comm, NULL), "bad op"},
+        {ncclBroadcast(buf, buf, 4, ncclFloat, g_nranks, comm, NULL), "root >= nranks"},
+        {ncclReduce(buf, buf, 4, ncclFloat, ncclSum, -1, comm, NULL), "root < 0"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int ok = cases[i].got == ncclInvalidArgument && ncclGetLastError(NULL)[0] != '\0';
+        if (!ok)
+            fprintf(stderr, "rank %d: FAIL bad argument '%s' returned %d\n", g_rank,
+                    cases[i].what, cases[i].got);
+        count_result(ok);
+    }
+    ncclComm_t c2;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    count_result(ncclCommInitRank(&c2, g_nranks, id, g_nranks) == ncclInvalidArgument);
+    count_result(ncclCommInitRank(&c2, 0, id, 0) == ncclInvalidArgument);
+    count_result(ncclGroupEnd() == ncclInvalidUsage);
+}
+
+static int rank_main(ncclUniqueId id, int large)
+{
+    ncclComm_t comm;
+    if (!check(ncclCommInitRank(&comm, g_nranks, id, g_rank), "ncclCommInitRank"))
+        return 1;
+    int nr = -1, me = -1;
+    count_result(ncclCommCount(comm, &nr) == ncclSuccess && nr == g_nranks &&
+                 ncclCommUserRank(comm, &me) == ncclSuccess && me == g_rank);
+    run_bad_args(comm);
+    static const size_t counts[] = {0, 1, 7, 1023};
+    for (int coll = 0; coll < NCOLLS; coll++) {
+        int reducing = coll <= C_REDUCESCATTER;
+        for (int t = 0; t < NTYPES; t++) {
+            for (int op = 0; op < (reducing ? NOPS : 1); op++) {
+                for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        int root = (int)((ci + (size_t)t) % (size_t)g_nranks);
+                        run_one(comm, coll, t, reducing ? op : -1, counts[ci], inplace, root);
+                    }
+                }
+            }
+        }
+    }
+    if (large) {
+        /* 1M+3 elements on a subset that still covers each type size and each op kind. */
+        static const int big[][2] = {{ncclFloat32, OP_SUM},   {ncclInt32, OP_MAX},
+                                     {ncclBfloat16, OP_SUM},  {ncclInt8, OP_PROD},
+                                     {ncclFloat64, OP_AVG},   {ncclFloat16, OP_PREMUL},
+                                     {ncclUint8, OP_MIN},     {ncclInt64, OP_AVG},
+                                     {ncclFloat8e4m3, OP_MAX}};
+        size_t count = 1048576 + 3;
+        for (int coll = 0; coll < NCOLLS; coll++)
+            for (size_t k = 0; k < sizeof(big) / sizeof(big[0]); k++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    run_one(comm, coll, big[k][0], coll <= C_REDUCESCATTER ? big[k][1] : -1,
+                            coll == C_ALLGATHER || coll == C_REDUCESCATTER ? count / g_nranks + 1
+                                                                           : count,
+                            inplace, (int)(k % (size_t)g_nranks));
+    }
+    /* Still usable after all of that, and after the bad calls: one more checked all-reduce. */
+    run_one(comm, C_ALLREDUCE, ncclFloat32, OP_SUM, 4096, 0, 0);
+    if (!check(ncclCommFinalize(comm), "ncclCommFinalize") ||
+        !check(ncclCommDestroy(comm), "ncclCommDestroy"))
+        return 1;
+    return g_printed > 0;
+}
+
+int main(int argc, char **argv)
+{
+    int nranks = 2, large = 0, timeout = 120, opt;
+    while ((opt = getopt(argc, argv, "n:lt:")) != -1) {
+        switch (opt) {
+        case 'n': nranks = atoi(optarg); break;
+        case 'l': large = 1; break;
+        case 't': timeout = atoi(optarg); break;
+        default: fprintf(stderr, "usage: %s -n NRANKS [-l] [-t SECONDS]\n", argv[0]); return 2;
+        }
+    }
+    g_nranks = nranks;
+    g_counts = mmap(NULL, sizeof(*g_counts), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                    -1, 0);
+    if (g_counts == MAP_FAILED)
+        return 1;
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) {
+        fprintf(stderr, "ncclGetUniqueId failed: %s\n", ncclGetLastError(NULL));
+        return 1;
+    }
+    fflush(NULL);
+    pid_t *pids = calloc((size_t)nranks, sizeof(pid_t));
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            g_rank = r;
+            alarm((unsigned)timeout);
+            _exit(rank_main(id, large));
+        }
+    }
+    int bad = 0;
+    for (int r = 0; r < nranks; r++) {
+        int status;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "rank %d %s %d\n", r, WIFSIGNALED(status) ? "killed by signal" : "exited with",
+                    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            bad++;
+            for (int k = 0; k < nranks; k++)
+                kill(pids[k], SIGKILL);
+        }
+    }
+    printf("%d passed, %d failed\n", g_counts->passed, g_counts->failed + bad);
+    return (g_counts->failed + bad) ? 1 : 0;
+}

@@ -1,0 +1,601 @@
+/*
+ * The simulator: runs the real schedules (src/algo) of n virtual ranks (1..64) through the real
+ * step engine (src/exec/lane.h) in one thread, over in-memory FIFO connections.
+ *
+ * For every ordered pair (a, b) that a schedule uses and every channel, one struct weft_fifo_ctrl
+ * and WEFT_STEPS slots are shared by a's send end and b's receive end. Each (rank, channel) gets a
+ * lane; the lanes are progressed round-robin until all are done. A full round in which no lane
+ * moves is a deadlock: the test fails and names the stuck ranks and what they wait for.
+ *
+ * Slots are small (256 B; 1 KiB for the large counts) and chunk is two slots' worth of elements,
+ * so that every step is sliced and large counts loop over many pieces. Outputs are checked element
+ * by element against a plain loop, with inputs chosen so that every result is exact in any order
+ * (small integers, +-1 for products, n * 2^j for float avg so that each premultiplied term is a
+ * power of two); out-of-place inputs must be left untouched, and a reduce must not write the
+ * non-root outputs. Bytes sent per rank (the lanes' bytes_sent) must equal the algorithm's formula.
+ *
+ * Usage: sim <allreduce|allgather|reducescatter|broadcast|reduce|big> (big: 1 MiB + 3 elements for
+ * every collective at a few rank counts).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/sched.h"
+#include "exec/lane.h"
+#include "redop.h"
+
+static unsigned long npass, nfail;
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (nfail < 40) {                                                                          \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+        nfail++;                                                                                   \
+    } while (0)
+
+/* Data type and operator of one run. avg: 1 = integer avg (sum, then divide the final result),
+ * 2 = float avg (premultiply every input by 1/n, then sum). */
+struct dcase {
+    const char *name;
+    int dtype;
+    int kind;
+    int avg;
+};
+
+static const struct dcase red_cases[] = {
+    {"int32 sum", WEFT_INT32, WEFT_RED_SUM, 0},    {"float sum", WEFT_FLOAT32, WEFT_RED_SUM, 0},
+    {"int8 max", WEFT_INT8, WEFT_RED_MAX, 0},      {"double prod", WEFT_FLOAT64, WEFT_RED_PROD, 0},
+    {"uint8 min", WEFT_UINT8, WEFT_RED_MIN, 0},    {"int32 avg", WEFT_INT32, WEFT_RED_SUM, 1},
+    {"float avg", WEFT_FLOAT32, WEFT_RED_SUM, 2},
+};
+
+/* Collectives without a reduction only move bytes: a few element sizes, values unique per rank. */
+static const struct dcase copy_cases[] = {
+    {"int8", WEFT_INT8, -1, 0},
+    {"int32", WEFT_INT32, -1, 0},
+    {"double", WEFT_FLOAT64, -1, 0},
+};
+
+struct cfg {
+    int coll, n, root, nch, inplace;
+    uint64_t count;
+    const struct dcase *dc;
+};
+
+/* ---- element values ---- */
+
+static double load(int dtype, const void *buf, uint64_t i)
+{
+    switch (dtype) {
+    case WEFT_INT8:
+        return ((const int8_t *)buf)[i];
+    case WEFT_UINT8:
+        return ((const uint8_t *)buf)[i];
+    case WEFT_INT32:
+        return ((const int32_t *)buf)[i];
+    case WEFT_FLOAT32:
+        return ((const float *)buf)[i];
+    case WEFT_FLOAT64:
+        return ((const double *)buf)[i];
+    default:
+        return 0;
+    }
+}
+
+static void store(int dtype, void *buf, uint64_t i, double v)
+{
+    switch (dtype) {
+    case WEFT_INT8:
+        ((int8_t *)buf)[i] = (int8_t)v;
+        break;
+    case WEFT_UINT8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    case WEFT_INT32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case WEFT_FLOAT32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case WEFT_FLOAT64:
+        ((double *)buf)[i] = v;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Input element i of rank r (i indexes the whole input buffer). */
+static double gen(const struct dcase *dc, int n, int r, uint64_t i)
+{
+    uint64_t u = (uint64_t)r, h = i * 2654435761u + u * 40503u; /* mixes rank and index */
+    if (dc->kind < 0) {                                         /* copy collectives */
+        if (dc->dtype == WEFT_INT8)
+            return (double)(int8_t)((u * 37 + i * 11 + (i >> 8)) & 0xff);
+        return (double)(u * 1000003 + i) * (dc->dtype == WEFT_FLOAT64 ? 0.5 : 1);
+    }
+    switch (dc->kind) {
+    case WEFT_RED_PROD:
+        return (h >> 7) % 3 == 0 ? -1.0 : 1.0;
+    case WEFT_RED_MAX:
+        return (double)(int)((u * 31 + i * 17 + (h >> 9)) % 251) - 125;
+    case WEFT_RED_MIN:
+        return (double)((u * 13 + i * 7 + (h >> 11)) % 256);
+    default:
+        break;
+    }
+    if (dc->avg == 2) { /* 0 or +-n * 2^j: times fl(1/n) gives +-2^j exactly for the n we test */
+        if ((h >> 5) % 7 == 0)
+            return 0;
+        double v = (double)n * (double)(1 << ((h >> 3) % 3));
+        return (h >> 8) % 5 < 2 ? -v : v;
+    }
+    return (double)(int)((h >> 4) % 23) - 11;
+}
+
+/* The reduction of the values vals[0 .. n) as the operator defines it. */
+static double fold(const struct dcase *dc, int n, const double *vals)
+{
+    double acc = 0;
+    if (dc->avg == 2) {
+        float s = (float)(1.0 / n);
+        for (int q = 0; q < n; q++)
+            acc += (double)((float)vals[q] * s);
+        return acc;
+    }
+    acc = vals[0];
+    for (int q = 1; q < n; q++) {
+        switch (dc->kind) {
+        case WEFT_RED_SUM:
+            acc += vals[q];
+            break;
+        case WEFT_RED_PROD:
+            acc *= vals[q];
+            break;
+        case WEFT_RED_MAX:
+            acc = vals[q] > acc ? vals[q] : acc;
+            break;
+        case WEFT_RED_MIN:
+            acc = vals[q] < acc ? vals[q] : acc;
+            break;
+        }
+    }
+    if (dc->avg == 1)
+        acc = (double)((int64_t)acc / (int64_t)n);
+    return acc;
+}
+
+/* Elements rank r sends (see tests/unit/test_sched.c for the derivation). */
+static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
+{
+    int n = c->n;
+    if (n == 1)
+        return 0;
+    switch (c->coll) {
+    case WEFT_COLL_ALLREDUCE: {
+        uint64_t total = 0;
+        for (int ch = 0; ch < c->nch; ch++) {
+            uint64_t off, len;
+            weft_sched_range(c->count, ch, c->nch, &off, &len);
+            uint64_t piece = chunk > len / (uint64_t)n ? len : chunk * (uint64_t)n;
+            for (uint64_t po = 0; po < len; po += piece) {
+                uint64_t p = len - po < piece ? len - po : piece;
+                uint64_t q = p / (uint64_t)n, rem = p % (uint64_t)n;
+                total += 2 * p - (q + ((uint64_t)r < rem)) - (q + ((uint64_t)((r + 1) % n) < rem));
+            }
+        }
+        return total;
+    }
+    case WEFT_COLL_ALLGATHER:
+    case WEFT_COLL_REDUCESCATTER:
+        return (uint64_t)(n - 1) * c->count;
+    case WEFT_COLL_BROADCAST:
+        return r == (c->root + n - 1) % n ? 0 : c->count;
+    case WEFT_COLL_REDUCE:
+        return r == c->root ? 0 : c->count;
+    default:
+        return 0;
+    }
+}
+
+/* ---- connections ---- */
+
+struct link {
+    struct weft_fifo_ctrl *ctrl;
+    char *slots;
+    struct weft_conn send, recv;
+};
+
+struct sim {
+    const struct cfg *c;
+    size_t es, slot_bytes;
+    uint64_t chunk;
+    struct link **links;           /* [nch][n*n], created when a schedule uses the pair */
+    struct weft_peer_conns *peers; /* [nch][n][n] */
+    struct weft_step **steps;      /* [nch*n] */
+    struct weft_lane *lanes;       /* [nch*n] */
+    char **in_alloc, **out_alloc;  /* per rank; NULL where the buffer is the other one */
+    void **in, **out;              /* per rank, as the user passes them */
+};
+
+static struct link *sim_link(struct sim *s, int ch, int a, int b)
+{
+    int n = s->c->n;
+    struct link **lp = &s->links[(size_t)ch * n * n + (size_t)a * n + b];
+    if (*lp != NULL)
+        return *lp;
+    struct link *l = calloc(1, sizeof(*l));
+    l->ctrl = aligned_alloc(WEFT_CACHELINE, sizeof(struct weft_fifo_ctrl));
+    memset(l->ctrl, 0, sizeof(*l->ctrl));
+    l->slots = aligned_alloc(64, WEFT_STEPS * s->slot_bytes);
+    struct weft_conn conn = {l->ctrl, l->slots, s->slot_bytes, 0, NULL};
+    l->send = conn;
+    l->recv = conn;
+    s->peers[((size_t)ch * n + a) * n + b].send = &l->send;
+    s->peers[((size_t)ch * n + b) * n + a].recv = &l->recv;
+    *lp = l;
+    return l;
+}
+
+static size_t in_elems(const struct cfg *c)
+{
+    return c->coll == WEFT_COLL_REDUCESCATTER ? (size_t)c->count * c->n : (size_t)c->count;
+}
+
+static size_t out_elems(const struct cfg *c)
+{
+    return c->coll == WEFT_COLL_ALLGATHER ? (size_t)c->count * c->n : (size_t)c->count;
+}
+
+/* Buffers as NCCL defines in-place: allgather sendbuff = recvbuff + rank*count, reducescatter
+ * recvbuff = sendbuff + rank*count, the others sendbuff == recvbuff. */
+static void sim_buffers(struct sim *s)
+{
+    const struct cfg *c = s->c;
+    size_t es = s->es, ni = in_elems(c), no = out_elems(c);
+    for (int r = 0; r < c->n; r++) {
+        if (!c->inplace) {
+            s->in_alloc[r] = malloc(ni * es + 1);
+            s->out_alloc[r] = malloc(no * es + 1);
+            memset(s->out_alloc[r], 0xa5, no * es + 1);
+            s->in[r] = s->in_alloc[r];
+            s->out[r] = s->out_alloc[r];
+        } else if (c->coll == WEFT_COLL_ALLGATHER) {
+            s->out_alloc[r] = malloc(no * es + 1);
+            memset(s->out_alloc[r], 0xa5, no * es + 1);
+            s->out[r] = s->out_alloc[r];
+            s->in[r] = s->out_alloc[r] + (size_t)r * c->count * es;
+        } else if (c->coll == WEFT_COLL_REDUCESCATTER) {
+            s->in_alloc[r] = malloc(ni * es + 1);
+            s->in[r] = s->in_alloc[r];
+            s->out[r] = s->in_alloc[r] + (size_t)r * c->count * es;
+        } else {
+            s->in_alloc[r] = malloc(ni * es + 1);
+            s->in[r] = s->out[r] = s->in_alloc[r];
+        }
+        for (size_t i = 0; i < ni; i++)
+            store(c->dc->dtype, s->in[r], i, gen(c->dc, c->n, r, i));
+    }
+}
+
+/* Builds steps, connections and lanes. Returns 0 on success. */
+static int sim_setup(struct sim *s, struct weft_redop *op)
+{
+    const struct cfg *c = s->c;
+    int n = c->n, nch = c->nch;
+    for (int ch = 0; ch < nch; ch++) {
+        for (int r = 0; r < n; r++) {
+            struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, n, r, c->root, ch, nch,
+                                        s->chunk};
+            uint64_t max = weft_sched_max_steps(&a);
+            struct weft_step *st = malloc((size_t)(max + 1) * sizeof(*st));
+            uint64_t ns = weft_sched_build(&a, st, max);
+            s->steps[ch * n + r] = st;
+            if (ns == UINT64_MAX) {
+                FAIL("rank %d ch %d: weft_sched_build failed", r, ch);
+                return -1;
+            }
+            for (uint64_t i = 0; i < ns; i++) {
+                if (st[i].send_peer >= 0)
+                    sim_link(s, ch, r, st[i].send_peer);
+                if (st[i].recv_peer >= 0)
+                    sim_link(s, ch, st[i].recv_peer, r);
+            }
+            struct weft_lane *l = &s->lanes[ch * n + r];
+            memset(l, 0, sizeof(*l));
+            l->steps = st;
+            l->nsteps = ns;
+            l->peers = &s->peers[((size_t)ch * n + r) * n];
+            l->nranks = n;
+            l->input = s->in[r];
+            l->output = s->out[r];
+            l->elem_size = s->es;
+            l->op = op;
+            weft_lane_init(l);
+        }
+    }
+    return 0;
+}
+
+/* Round-robin until every lane is done. Returns 0, or -1 on a deadlock or a size mismatch. */
+static int sim_run(struct sim *s, const char *name)
+{
+    int nl = s->c->n * s->c->nch, n = s->c->n;
+    int *bpeer = calloc((size_t)nl, sizeof(int)), *bsend = calloc((size_t)nl, sizeof(int));
+    int res = 0;
+    for (;;) {
+        int moved = 0, done = 1;
+        for (int i = 0; i < nl; i++) {
+            struct weft_lane *l = &s->lanes[i];
+            if (weft_lane_done(l))
+                continue;
+            int rc = weft_lane_progress(l, &bpeer[i], &bsend[i]);
+            if (rc < 0) {
+                FAIL("%s: rank %d ch %d step %llu: peer %d posted %u bytes, want %u", name, i % n,
+                     i / n, (unsigned long long)l->cur, l->error_peer, l->error_got_bytes,
+                     l->error_want_bytes);
+                res = -1;
+                goto out;
+            }
+            moved |= rc > 0;
+            done &= weft_lane_done(l);
+        }
+        if (done)
+            break;
+        if (!moved) {
+            char buf[512];
+            int len = 0;
+            for (int i = 0; i < nl && len < (int)sizeof(buf) - 64; i++) {
+                struct weft_lane *l = &s->lanes[i];
+                if (!weft_lane_done(l))
+                    len += snprintf(buf + len, sizeof(buf) - len, " r%d/c%d@%llu:%s%d", i % n,
+                                    i / n, (unsigned long long)l->cur,
+                                    bsend[i] ? "credit<-" : "data<-", bpeer[i]);
+            }
+            FAIL("%s: deadlock; stuck lanes (rank/channel@step:waits-for<-peer):%s", name, buf);
+            res = -1;
+            goto out;
+        }
+    }
+out:
+    free(bpeer);
+    free(bsend);
+    return res;
+}
+
+static void sim_free(struct sim *s)
+{
+    const struct cfg *c = s->c;
+    int n = c->n;
+    for (size_t i = 0; i < (size_t)c->nch * n * n; i++) {
+        if (s->links[i] == NULL)
+            continue;
+        free(s->links[i]->ctrl);
+        free(s->links[i]->slots);
+        free(s->links[i]);
+    }
+    for (int i = 0; i < c->nch * n; i++)
+        free(s->steps[i]);
+    for (int r = 0; r < n; r++) {
+        free(s->in_alloc[r]);
+        free(s->out_alloc[r]);
+    }
+    free(s->links);
+    free(s->peers);
+    free(s->steps);
+    free(s->lanes);
+    free(s->in_alloc);
+    free(s->out_alloc);
+    free(s->in);
+    free(s->out);
+}
+
+/* Compares rank r's buffer element i with want; reports the first mismatch per run. */
+static int expect_elem(const struct cfg *c, const char *name, const char *what, int r,
+                       const void *buf, uint64_t i, double want, int *reported)
+{
+    double got = load(c->dc->dtype, buf, i);
+    if (got == want || (got != got && want != want))
+        return 1;
+    if (!*reported)
+        FAIL("%s: rank %d %s[%llu] = %g, want %g", name, r, what, (unsigned long long)i, got, want);
+    *reported = 1;
+    return 0;
+}
+
+static void sim_check(struct sim *s, const char *name)
+{
+    const struct cfg *c = s->c;
+    int n = c->n, bad = 0;
+    uint64_t count = c->count;
+    double *vals = malloc((size_t)n * sizeof(double));
+    int dt = c->dc->dtype;
+
+    switch (c->coll) {
+    case WEFT_COLL_ALLREDUCE:
+        for (uint64_t i = 0; i < count; i++) {
+            for (int q = 0; q < n; q++)
+                vals[q] = gen(c->dc, n, q, i);
+            double want = fold(c->dc, n, vals);
+            for (int r = 0; r < n; r++)
+                expect_elem(c, name, "out", r, s->out[r], i, want, &bad);
+        }
+        break;
+    case WEFT_COLL_ALLGATHER:
+        for (int r = 0; r < n; r++)
+            for (int b = 0; b < n; b++)
+                for (uint64_t i = 0; i < count; i++)
+                    expect_elem(c, name, "out", r, s->out[r], (uint64_t)b * count + i,
+                                gen(c->dc, n, b, i), &bad);
+        break;
+    case WEFT_COLL_REDUCESCATTER:
+        for (int r = 0; r < n; r++)
+            for (uint64_t i = 0; i < count; i++) {
+                for (int q = 0; q < n; q++)
+                    vals[q] = gen(c->dc, n, q, (uint64_t)r * count + i);
+                expect_elem(c, name, "out", r, s->out[r], i, fold(c->dc, n, vals), &bad);
+            }
+        break;
+    case WEFT_COLL_BROADCAST:
+        for (int r = 0; r < n; r++)
+            for (uint64_t i = 0; i < count; i++)
+                expect_elem(c, name, "out", r, s->out[r], i, gen(c->dc, n, c->root, i), &bad);
+        break;
+    case WEFT_COLL_REDUCE:
+        for (uint64_t i = 0; i < count; i++) {
+            for (int q = 0; q < n; q++)
+                vals[q] = gen(c->dc, n, q, i);
+            expect_elem(c, name, "out", c->root, s->out[c->root], i, fold(c->dc, n, vals), &bad);
+        }
+        /* Other ranks' recvbuff is not NCCL's to touch. */
+        for (int r = 0; r < n && c->inplace; r++)
+            for (uint64_t i = 0; i < count && r != c->root; i++)
+                expect_elem(c, name, "in-place buffer", r, s->out[r], i, gen(c->dc, n, r, i), &bad);
+        for (int r = 0; r < n && !c->inplace; r++) {
+            if (r == c->root)
+                continue;
+            for (size_t b = 0; b < count * s->es; b++)
+                if ((uint8_t)((char *)s->out[r])[b] != 0xa5) {
+                    if (!bad)
+                        FAIL("%s: non-root rank %d output byte %zu written", name, r, b);
+                    bad = 1;
+                    break;
+                }
+        }
+        break;
+    }
+    /* Out-of-place inputs stay as they were. */
+    for (int r = 0; r < n && !c->inplace; r++)
+        for (uint64_t i = 0; i < in_elems(c); i++)
+            expect_elem(c, name, "in", r, s->in[r], i, gen(c->dc, n, r, i), &bad);
+    (void)dt;
+    if (!bad)
+        npass++;
+
+    /* Bytes: lanes == schedule == formula. */
+    for (int r = 0; r < n; r++) {
+        uint64_t lane_bytes = 0, sched_bytes = 0;
+        for (int ch = 0; ch < c->nch; ch++) {
+            const struct weft_lane *l = &s->lanes[ch * n + r];
+            lane_bytes += l->bytes_sent;
+            sched_bytes += weft_sched_bytes_sent(l->steps, l->nsteps, s->es);
+        }
+        uint64_t want = expected_elems(c, r, s->chunk) * s->es;
+        if (lane_bytes == want && sched_bytes == want) {
+            npass++;
+        } else {
+            FAIL("%s: rank %d sent %llu bytes (schedule %llu), formula %llu", name, r,
+                 (unsigned long long)lane_bytes, (unsigned long long)sched_bytes,
+                 (unsigned long long)want);
+        }
+    }
+    free(vals);
+}
+
+static void run_one(const struct cfg *c)
+{
+    char name[200];
+    snprintf(name, sizeof(name), "%s %s n %d count %llu %s nch %d root %d",
+             weft_coll_name(c->coll), c->dc->name, c->n, (unsigned long long)c->count,
+             c->inplace ? "in-place" : "out-of-place", c->nch, c->root);
+    struct sim s;
+    memset(&s, 0, sizeof(s));
+    int n = c->n, nch = c->nch;
+    s.c = c;
+    s.es = weft_dtype_size(c->dc->dtype);
+    s.slot_bytes = c->count > 4096 ? 1024 : 256;
+    s.chunk = 2 * s.slot_bytes / s.es;
+    s.links = calloc((size_t)nch * n * n, sizeof(*s.links));
+    s.peers = calloc((size_t)nch * n * n, sizeof(*s.peers));
+    s.steps = calloc((size_t)nch * n, sizeof(*s.steps));
+    s.lanes = calloc((size_t)nch * n, sizeof(*s.lanes));
+    s.in_alloc = calloc((size_t)n, sizeof(char *));
+    s.out_alloc = calloc((size_t)n, sizeof(char *));
+    s.in = calloc((size_t)n, sizeof(void *));
+    s.out = calloc((size_t)n, sizeof(void *));
+
+    struct weft_redop op;
+    memset(&op, 0, sizeof(op));
+    op.dtype = c->dc->dtype;
+    op.kind = c->dc->kind < 0 ? WEFT_RED_SUM : c->dc->kind;
+    if (c->dc->avg == 1) {
+        op.postdiv = 1;
+        op.divisor = (uint64_t)n;
+    } else if (c->dc->avg == 2) {
+        op.premul = 1;
+        weft_dtype_from_double(op.dtype, 1.0 / n, op.scalar.bytes);
+    }
+
+    sim_buffers(&s);
+    if (sim_setup(&s, c->dc->kind < 0 ? NULL : &op) == 0 && sim_run(&s, name) == 0)
+        sim_check(&s, name);
+    sim_free(&s);
+}
+
+static void sweep(int coll, int big)
+{
+    static const int nranks[] = {1, 2, 3, 4, 5, 7, 8, 16, 33, 64};
+    /* The large count at a few rank counts; all-gather and reduce-scatter buffers grow with n. */
+    static const int big_nranks[] = {1, 3, 8};
+    static const int big_nranks_ag[] = {1, 2, 3};
+    static const uint64_t counts[] = {0, 1, 7, 1023};
+    static const uint64_t big_counts[] = {1048576 + 3};
+    int red = coll == WEFT_COLL_ALLREDUCE || coll == WEFT_COLL_REDUCESCATTER ||
+              coll == WEFT_COLL_REDUCE;
+    const struct dcase *cases = red ? red_cases : copy_cases;
+    size_t ncases = red ? sizeof(red_cases) / sizeof(red_cases[0])
+                        : sizeof(copy_cases) / sizeof(copy_cases[0]);
+    int per_rank = coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_REDUCESCATTER;
+    const int *ns = !big ? nranks : per_rank ? big_nranks_ag : big_nranks;
+    size_t nns = big ? 3 : sizeof(nranks) / sizeof(int);
+    const uint64_t *cs = big ? big_counts : counts;
+    size_t ncs = big ? 1 : sizeof(counts) / sizeof(counts[0]);
+    unsigned long runs = 0;
+
+    for (size_t ni = 0; ni < nns; ni++)
+        for (size_t ci = 0; ci < ncs; ci++)
+            for (size_t di = 0; di < ncases; di++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    for (int nch = 1; nch <= 2; nch++) {
+                        /* The large count: one type per collective and rank count is enough. */
+                        if (big && di != (ni + (size_t)inplace) % ncases)
+                            continue;
+                        int n = ns[ni];
+                        struct cfg c = {coll, n, 0, nch, inplace, cs[ci], &cases[di]};
+                        c.root = (int)((cs[ci] + di + (size_t)nch * 5 + (size_t)inplace) %
+                                       (uint64_t)n);
+                        run_one(&c);
+                        runs++;
+                    }
+    printf("%s%s: %lu runs\n", weft_coll_name(coll), big ? " (1 MiB + 3)" : "", runs);
+}
+
+int main(int argc, char **argv)
+{
+    static const char *names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                  "reduce"};
+    const char *which = argc > 1 ? argv[1] : "all";
+    int ran = 0;
+    for (int coll = 0; coll < 5; coll++) {
+        if (strcmp(which, "all") == 0 || strcmp(which, names[coll]) == 0) {
+            sweep(coll, 0);
+            ran = 1;
+        }
+        if (strcmp(which, "all") == 0 || strcmp(which, "big") == 0 ||
+            (strncmp(which, "big-", 4) == 0 && strcmp(which + 4, names[coll]) == 0)) {
+            sweep(coll, 1);
+            ran = 1;
+        }
+    }
+    if (!ran) {
+        printf("unknown test %s\n", which);
+        return 2;
+    }
+    printf("%lu passed, %lu failed\n", npass, nfail);
+    return nfail == 0 ? 0 : 1;
+}

@@ -1,0 +1,558 @@
+/*
+ * Schedules (src/algo/sched.h), checked structurally for every ring collective:
+ *   - every step: count in [1, chunk], op/buffer/peer fields consistent, offsets inside buffers;
+ *   - weft_sched_max_steps equals the number of steps built (it is exact), a short list is refused;
+ *   - bytes sent per rank equal the algorithm's formula exactly;
+ *   - per channel, the k-th send from a to b has the count of the k-th receive at b from a, and
+ *     every send is received;
+ *   - every output element is written exactly once (reduce: by the root only) and every input
+ *     element read the expected number of times (once; twice for all-gather and the broadcast
+ *     root: SEND and COPY).
+ * Usage: test_sched [misc|allreduce|allgather|reducescatter|broadcast|reduce] (default: all).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/sched.h"
+
+static unsigned long npass, nfail;
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (nfail < 40) {                                                                          \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+        nfail++;                                                                                   \
+    } while (0)
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            npass++;                                                                               \
+        else                                                                                       \
+            FAIL(__VA_ARGS__);                                                                     \
+    } while (0)
+
+static const uint64_t counts[] = {0, 1, 7, 1023, 1048576 + 3};
+static const uint64_t chunks[] = {1, 2, 3, 5, 64, 1000, 65536, 1u << 20, UINT64_MAX / 3,
+                                  UINT64_MAX};
+/* Skip a chunk size when all ranks together would build more steps than this (keeps each
+ * collective's sweep well under a second); the largest chunks always run. */
+#define STEP_BUDGET 10000
+
+static int op_sends(int op)
+{
+    return op == WEFT_STEP_SEND || op == WEFT_STEP_RECV_REDUCE_SEND ||
+           op == WEFT_STEP_RECV_REDUCE_COPY_SEND || op == WEFT_STEP_RECV_COPY_SEND;
+}
+
+static int op_recvs(int op)
+{
+    return op != WEFT_STEP_SEND && op != WEFT_STEP_COPY;
+}
+
+/* Steps that read their local src buffer. */
+static int op_reads(int op)
+{
+    return op == WEFT_STEP_SEND || op == WEFT_STEP_RECV_REDUCE_SEND ||
+           op == WEFT_STEP_RECV_REDUCE_COPY || op == WEFT_STEP_RECV_REDUCE_COPY_SEND ||
+           op == WEFT_STEP_COPY;
+}
+
+static int op_writes(int op)
+{
+    return op != WEFT_STEP_SEND && op != WEFT_STEP_RECV_REDUCE_SEND;
+}
+
+static int mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* Buffer sizes in elements for one rank. */
+static uint64_t in_size(int coll, uint64_t count, int n)
+{
+    return coll == WEFT_COLL_REDUCESCATTER ? count * (uint64_t)n : count;
+}
+
+static uint64_t out_size(int coll, uint64_t count, int n)
+{
+    return coll == WEFT_COLL_ALLGATHER ? count * (uint64_t)n : count;
+}
+
+/*
+ * Elements rank r sends, from first principles:
+ *   allreduce: per channel range of len elements, pieces of P = n*chunk elements (one piece of len
+ *     when chunk > len/n), the last one smaller; each piece is split into n chunks of
+ *     P/n + (c < P%n) elements; rank r sends every chunk but r in the reduce-scatter half and every
+ *     chunk but r+1 in the all-gather half: sum over pieces of 2P - s(r) - s(r+1);
+ *   allgather, reducescatter: (n-1) * count;
+ *   broadcast: count, except 0 for the last rank of the chain (root-1);
+ *   reduce: count, except 0 for the root.
+ */
+static uint64_t expected_elems(int coll, uint64_t count, int n, int r, int root, int nch,
+                               uint64_t chunk)
+{
+    if (n == 1)
+        return 0;
+    switch (coll) {
+    case WEFT_COLL_ALLREDUCE: {
+        uint64_t total = 0;
+        for (int ch = 0; ch < nch; ch++) {
+            uint64_t off, len;
+            weft_sched_range(count, ch, nch, &off, &len);
+            uint64_t piece = chunk > len / (uint64_t)n ? len : chunk * (uint64_t)n;
+            for (uint64_t po = 0; po < len; po += piece) {
+                uint64_t p = len - po < piece ? len - po : piece;
+                uint64_t q = p / (uint64_t)n, rem = p % (uint64_t)n;
+                uint64_t s_r = q + ((uint64_t)r < rem);
+                uint64_t s_next = q + ((uint64_t)mod(r + 1, n) < rem);
+                total += 2 * p - s_r - s_next;
+            }
+        }
+        return total;
+    }
+    case WEFT_COLL_ALLGATHER:
+    case WEFT_COLL_REDUCESCATTER:
+        return (uint64_t)(n - 1) * count;
+    case WEFT_COLL_BROADCAST:
+        return r == mod(root - 1, n) ? 0 : count;
+    case WEFT_COLL_REDUCE:
+        return r == root ? 0 : count;
+    default:
+        return 0;
+    }
+}
+
+/* Times each input element is read by rank r (small counts check). */
+static int expected_reads(int coll, int n, int r, int root)
+{
+    switch (coll) {
+    case WEFT_COLL_ALLGATHER:
+        return n > 1 ? 2 : 1; /* SEND and COPY */
+    case WEFT_COLL_BROADCAST:
+        return r != root ? 0 : n > 1 ? 2 : 1;
+    default:
+        return 1;
+    }
+}
+
+static int expected_writes(int coll, int r, int root)
+{
+    return coll == WEFT_COLL_REDUCE && r != root ? 0 : 1;
+}
+
+struct cfg {
+    int coll, n, root, nch;
+    uint64_t count, chunk;
+};
+
+static void cfg_str(const struct cfg *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s n %d root %d count %llu nch %d chunk %llu", weft_coll_name(c->coll),
+             c->n, c->root, (unsigned long long)c->count, c->nch, (unsigned long long)c->chunk);
+}
+
+static void check_step(const struct cfg *c, int r, uint64_t i, const struct weft_step *s,
+                       const char *name)
+{
+    int n = c->n;
+    uint64_t isz = in_size(c->coll, c->count, n), osz = out_size(c->coll, c->count, n);
+    int ok = 1;
+    if (s->count < 1 || s->count > c->chunk || s->op > WEFT_STEP_COPY || (s->flags & ~1u))
+        ok = 0;
+    if (op_sends(s->op) ? s->send_peer != mod(r + 1, n) || n == 1 : s->send_peer != -1)
+        ok = 0;
+    if (op_recvs(s->op) ? s->recv_peer != mod(r - 1, n) || n == 1 : s->recv_peer != -1)
+        ok = 0;
+    if (op_reads(s->op)) {
+        uint64_t sz = s->src == WEFT_BUF_INPUT ? isz : s->src == WEFT_BUF_OUTPUT ? osz : 0;
+        if (s->src == WEFT_BUF_NONE || s->src_off > sz || s->count > sz - s->src_off)
+            ok = 0;
+    } else if (s->src != WEFT_BUF_NONE) {
+        ok = 0;
+    }
+    if (op_writes(s->op)) {
+        if (s->dst != WEFT_BUF_OUTPUT || s->dst_off > osz || s->count > osz - s->dst_off)
+            ok = 0;
+    } else if (s->dst != WEFT_BUF_NONE) {
+        ok = 0;
+    }
+    if (!ok)
+        FAIL("%s rank %d step %llu: op %d src %d+%llu dst %d+%llu count %llu peers %d/%d flags %d",
+             name, r, (unsigned long long)i, s->op, s->src, (unsigned long long)s->src_off,
+             s->dst, (unsigned long long)s->dst_off, (unsigned long long)s->count, s->send_peer,
+             s->recv_peer, s->flags);
+    else
+        npass++;
+}
+
+/* Per channel: the k-th send a->b has the count of the k-th receive at b from a; none is left. */
+static void check_matching(const struct cfg *c, int ch, struct weft_step **steps, uint64_t *ns,
+                           const char *name)
+{
+    int n = c->n;
+    uint64_t *cur = calloc((size_t)n * n, sizeof(*cur));
+    uint64_t *matched = calloc((size_t)n * n, sizeof(*matched));
+    uint64_t *sent = calloc((size_t)n * n, sizeof(*sent));
+    int ok = 1;
+    for (int b = 0; b < n && ok; b++) {
+        for (uint64_t i = 0; i < ns[b] && ok; i++) {
+            const struct weft_step *s = &steps[b][i];
+            if (!op_recvs(s->op))
+                continue;
+            int a = s->recv_peer;
+            uint64_t *k = &cur[a * n + b];
+            while (*k < ns[a] && !(op_sends(steps[a][*k].op) && steps[a][*k].send_peer == b))
+                (*k)++;
+            if (*k == ns[a]) {
+                FAIL("%s ch %d: rank %d step %llu receives from %d, which sends no more", name, ch,
+                     b, (unsigned long long)i, a);
+                ok = 0;
+            } else if (steps[a][*k].count != s->count) {
+                FAIL("%s ch %d: %d->%d message %llu: sent %llu, received %llu", name, ch, a, b,
+                     (unsigned long long)matched[a * n + b], (unsigned long long)steps[a][*k].count,
+                     (unsigned long long)s->count);
+                ok = 0;
+            }
+            (*k)++;
+            matched[a * n + b]++;
+        }
+    }
+    for (int a = 0; a < n && ok; a++)
+        for (uint64_t i = 0; i < ns[a]; i++)
+            if (op_sends(steps[a][i].op))
+                sent[a * n + steps[a][i].send_peer]++;
+    for (int p = 0; p < n * n && ok; p++) {
+        if (sent[p] != matched[p]) {
+            FAIL("%s ch %d: %d->%d sends %llu messages, %llu received", name, ch, p / n, p % n,
+                 (unsigned long long)sent[p], (unsigned long long)matched[p]);
+            ok = 0;
+        }
+    }
+    if (ok)
+        npass++;
+    free(cur);
+    free(matched);
+    free(sent);
+}
+
+/* Intervals a rank reads or writes, as +1/-1 events, to check how often each element is covered. */
+struct cover {
+    struct event {
+        uint64_t pos;
+        int64_t delta;
+    } *ev;
+    size_t n, cap;
+};
+
+static void cover_add(struct cover *cv, uint64_t off, uint64_t count)
+{
+    if (cv->n + 2 > cv->cap) {
+        cv->cap = cv->cap ? 2 * cv->cap : 64;
+        cv->ev = realloc(cv->ev, cv->cap * sizeof(*cv->ev));
+    }
+    cv->ev[cv->n++] = (struct event){off, 1};
+    cv->ev[cv->n++] = (struct event){off + count, -1};
+}
+
+static int event_cmp(const void *a, const void *b)
+{
+    const struct event *x = a, *y = b;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Sorts the events by position: LSD radix sort on 4 x 8 bits when positions fit in 32 bits (much
+ * faster than qsort here), insertion sort for a few, qsort for huge positions. */
+static void cover_sort(struct cover *cv)
+{
+    uint64_t maxpos = 0;
+    for (size_t i = 0; i < cv->n; i++)
+        maxpos = cv->ev[i].pos > maxpos ? cv->ev[i].pos : maxpos;
+    if (maxpos >> 32) {
+        qsort(cv->ev, cv->n, sizeof(*cv->ev), event_cmp);
+        return;
+    }
+    if (cv->n < 32) {
+        for (size_t i = 1; i < cv->n; i++) {
+            struct event e = cv->ev[i];
+            size_t j = i;
+            for (; j > 0 && cv->ev[j - 1].pos > e.pos; j--)
+                cv->ev[j] = cv->ev[j - 1];
+            cv->ev[j] = e;
+        }
+        return;
+    }
+    struct event *tmp = malloc(cv->n * sizeof(*tmp)), *from = cv->ev, *to = tmp;
+    size_t hist[256];
+    for (int shift = 0; shift < 32; shift += 8) {
+        memset(hist, 0, sizeof(hist));
+        for (size_t i = 0; i < cv->n; i++)
+            hist[(from[i].pos >> shift) & 0xff]++;
+        size_t sum = 0;
+        for (size_t d = 0; d < 256; d++) {
+            size_t h = hist[d];
+            hist[d] = sum;
+            sum += h;
+        }
+        for (size_t i = 0; i < cv->n; i++)
+            to[hist[(from[i].pos >> shift) & 0xff]++] = from[i];
+        struct event *t = from;
+        from = to;
+        to = t;
+    }
+    free(tmp); /* an even number of passes: the sorted data is back in cv->ev */
+}
+
+/* Every element of [0, size) is covered exactly `want` times, nothing outside it. */
+static void cover_check(struct cover *cv, uint64_t size, int want, const char *what)
+{
+    if (want == 0 || size == 0) {
+        EXPECT(cv->n == 0, "%s: %zu intervals, want none", what, cv->n / 2);
+        return;
+    }
+    cover_sort(cv);
+    int64_t level = 0;
+    uint64_t at = 0; /* everything below `at` has been checked */
+    for (size_t i = 0; i < cv->n;) {
+        uint64_t pos = cv->ev[i].pos;
+        if (pos > at && level != want) { /* [at, pos) holds `level` intervals */
+            FAIL("%s: elements %llu..%llu covered %lld times, want %d", what,
+                 (unsigned long long)at, (unsigned long long)pos - 1, (long long)level, want);
+            return;
+        }
+        at = pos;
+        while (i < cv->n && cv->ev[i].pos == pos)
+            level += cv->ev[i++].delta;
+    }
+    if (at != size || level != 0) {
+        FAIL("%s: covers [%llu, %llu), want [0, %llu)", what,
+             (unsigned long long)(cv->n ? cv->ev[0].pos : 0), (unsigned long long)at,
+             (unsigned long long)size);
+        return;
+    }
+    npass++;
+}
+
+static void run_cfg(const struct cfg *c)
+{
+    char name[160];
+    cfg_str(c, name, sizeof(name));
+    int n = c->n;
+    struct weft_step **steps = calloc((size_t)n, sizeof(*steps));
+    uint64_t *ns = calloc((size_t)n, sizeof(*ns));
+    uint64_t *elems = calloc((size_t)n, sizeof(*elems));
+    uint64_t isz = in_size(c->coll, c->count, n), osz = out_size(c->coll, c->count, n);
+    struct cover *rdv = calloc((size_t)n, sizeof(*rdv)), *wrv = calloc((size_t)n, sizeof(*wrv));
+
+    for (int ch = 0; ch < c->nch; ch++) {
+        for (int r = 0; r < n; r++) {
+            struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, n, r, c->root, ch,
+                                        c->nch, c->chunk};
+            uint64_t max = weft_sched_max_steps(&a);
+            steps[r] = malloc((size_t)(max + 1) * sizeof(struct weft_step));
+            uint64_t got = weft_sched_build(&a, steps[r], max + 1);
+            if (got == UINT64_MAX || got != max) {
+                FAIL("%s ch %d rank %d: built %llu steps, max_steps %llu", name, ch, r,
+                     (unsigned long long)got, (unsigned long long)max);
+                ns[r] = 0;
+                continue;
+            }
+            npass++;
+            ns[r] = got;
+            if (got > 0 && r == 0 && ch == 0)
+                EXPECT(weft_sched_build(&a, steps[r], got - 1) == UINT64_MAX,
+                       "%s: short list accepted", name);
+            elems[r] += weft_sched_bytes_sent(steps[r], got, 1);
+            EXPECT(weft_sched_bytes_sent(steps[r], got, 4) ==
+                       4 * weft_sched_bytes_sent(steps[r], got, 1),
+                   "%s: bytes_sent elem_size", name);
+            for (uint64_t i = 0; i < got; i++) {
+                const struct weft_step *s = &steps[r][i];
+                check_step(c, r, i, s, name);
+                if (op_reads(s->op) && s->src == WEFT_BUF_INPUT)
+                    cover_add(&rdv[r], s->src_off, s->count);
+                if (op_writes(s->op))
+                    cover_add(&wrv[r], s->dst_off, s->count);
+            }
+        }
+        check_matching(c, ch, steps, ns, name);
+        for (int r = 0; r < n; r++) {
+            free(steps[r]);
+            steps[r] = NULL;
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        uint64_t want = expected_elems(c->coll, c->count, n, r, c->root, c->nch, c->chunk);
+        EXPECT(elems[r] == want, "%s rank %d: sends %llu elements, formula %llu", name, r,
+               (unsigned long long)elems[r], (unsigned long long)want);
+        char what[200];
+        snprintf(what, sizeof(what), "%s rank %d: input", name, r);
+        cover_check(&rdv[r], isz, expected_reads(c->coll, n, r, c->root), what);
+        snprintf(what, sizeof(what), "%s rank %d: output", name, r);
+        cover_check(&wrv[r], osz, expected_writes(c->coll, r, c->root), what);
+        free(rdv[r].ev);
+        free(wrv[r].ev);
+    }
+    free(rdv);
+    free(wrv);
+    free(steps);
+    free(ns);
+    free(elems);
+}
+
+/* Steps all ranks of all channels would build. */
+static uint64_t total_steps(const struct cfg *c)
+{
+    uint64_t t = 0;
+    for (int ch = 0; ch < c->nch; ch++)
+        for (int r = 0; r < c->n; r++) {
+            struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, c->n, r, c->root, ch,
+                                        c->nch, c->chunk};
+            t += weft_sched_max_steps(&a);
+        }
+    return t;
+}
+
+static void sweep(int coll)
+{
+    static const int nchs[] = {1, 2, 3};
+    unsigned long cfgs = 0, skipped = 0;
+    for (int n = 1; n <= 64; n++) {
+        int roots[3] = {0, n / 2, n - 1};
+        int nroots = coll == WEFT_COLL_BROADCAST || coll == WEFT_COLL_REDUCE ? 3 : 1;
+        for (int ri = 0; ri < nroots; ri++) {
+            if (ri > 0 && roots[ri] == roots[ri - 1])
+                continue;
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+                for (size_t hi = 0; hi < sizeof(nchs) / sizeof(nchs[0]); hi++)
+                    for (size_t ki = 0; ki < sizeof(chunks) / sizeof(chunks[0]); ki++) {
+                        struct cfg c = {coll, n, roots[ri], nchs[hi], counts[ci], chunks[ki]};
+                        if (chunks[ki] < (1u << 20) && total_steps(&c) > STEP_BUDGET) {
+                            skipped++;
+                            continue;
+                        }
+                        run_cfg(&c);
+                        cfgs++;
+                    }
+        }
+    }
+    printf("%s: %lu configurations (%lu over the step budget skipped)\n", weft_coll_name(coll),
+           cfgs, skipped);
+}
+
+static void misc(void)
+{
+    /* Channel ranges: contiguous, covering, near-equal. */
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        for (int nch = 1; nch <= 64; nch++) {
+            uint64_t next = 0, lo = UINT64_MAX, hi = 0;
+            for (int ch = 0; ch < nch; ch++) {
+                uint64_t off, len;
+                weft_sched_range(counts[ci], ch, nch, &off, &len);
+                EXPECT(off == next, "range count %llu nch %d ch %d: off %llu, want %llu",
+                       (unsigned long long)counts[ci], nch, ch, (unsigned long long)off,
+                       (unsigned long long)next);
+                next = off + len;
+                lo = len < lo ? len : lo;
+                hi = len > hi ? len : hi;
+            }
+            EXPECT(next == counts[ci] && hi - lo <= 1,
+                   "range count %llu nch %d: end %llu spread %llu",
+                   (unsigned long long)counts[ci], nch, (unsigned long long)next,
+                   (unsigned long long)(hi - lo));
+        }
+    }
+    uint64_t off = 1, len = 1;
+    weft_sched_range(10, 3, 3, &off, &len);
+    EXPECT(off == 0 && len == 0, "range of an invalid channel");
+
+    /* Unsupported collectives and algorithms, bad arguments. */
+    struct weft_step st[64];
+    for (int algo = 0; algo < WEFT_ALGO_COUNT; algo++)
+        for (int coll = 0; coll < WEFT_COLL_COUNT; coll++) {
+            struct weft_sched_args a = {coll, algo, 100, 4, 1, 0, 0, 1, 64};
+            int supported = algo == WEFT_ALGO_RING && coll <= WEFT_COLL_REDUCE;
+            uint64_t got = weft_sched_build(&a, st, 64);
+            EXPECT(supported ? got != UINT64_MAX && got > 0 : got == UINT64_MAX,
+                   "%s/%s: build returned %llu", weft_algo_name(algo), weft_coll_name(coll),
+                   (unsigned long long)got);
+            EXPECT(supported || weft_sched_max_steps(&a) == 0, "%s/%s: max_steps",
+                   weft_algo_name(algo), weft_coll_name(coll));
+        }
+    struct weft_sched_args bad[] = {
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 0, 0, 0, 0, 1, 64},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 4, 0, 0, 1, 64},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 2, 2, 64},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 0, 64},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 0},
+        {WEFT_COLL_BROADCAST, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64},
+        {WEFT_COLL_REDUCE, WEFT_ALGO_RING, 100, 4, 0, -1, 0, 1, 64},
+        {-1, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 64},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_COUNT, 100, 4, 0, 0, 0, 1, 64},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        EXPECT(weft_sched_build(&bad[i], st, 64) == UINT64_MAX &&
+                   weft_sched_max_steps(&bad[i]) == 0,
+               "bad arguments %zu accepted", i);
+
+    /* Names. */
+    EXPECT(strcmp(weft_coll_name(WEFT_COLL_ALLREDUCE), "AllReduce") == 0, "coll name");
+    EXPECT(strcmp(weft_algo_name(WEFT_ALGO_RING), "Ring") == 0, "algo name");
+    for (int i = -1; i <= WEFT_COLL_COUNT; i++)
+        EXPECT(weft_coll_name(i) != NULL, "coll name %d", i);
+    for (int i = -1; i <= WEFT_ALGO_COUNT; i++)
+        EXPECT(weft_algo_name(i) != NULL, "algo name %d", i);
+
+    /* The exact order for a 4-rank all-reduce, rank 1, one piece of 4 chunks of 2 elements. */
+    struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 8, 4, 1, 0, 0, 1, 2};
+    static const struct {
+        int op;
+        uint64_t off;
+    } want[] = {
+        {WEFT_STEP_SEND, 0},
+        {WEFT_STEP_RECV_REDUCE_SEND, 6},
+        {WEFT_STEP_RECV_REDUCE_SEND, 4},
+        {WEFT_STEP_RECV_REDUCE_COPY_SEND, 2},
+        {WEFT_STEP_RECV_COPY_SEND, 0},
+        {WEFT_STEP_RECV_COPY_SEND, 6},
+        {WEFT_STEP_RECV, 4},
+    };
+    uint64_t got = weft_sched_build(&a, st, 64);
+    EXPECT(got == 7, "allreduce n 4: %llu steps", (unsigned long long)got);
+    for (uint64_t i = 0; i < got && i < 7; i++) {
+        uint64_t o = st[i].src != WEFT_BUF_NONE ? st[i].src_off : st[i].dst_off;
+        EXPECT(st[i].op == want[i].op && o == want[i].off && st[i].count == 2,
+               "allreduce n 4 step %llu: op %d off %llu", (unsigned long long)i, st[i].op,
+               (unsigned long long)o);
+    }
+    EXPECT(st[3].flags == WEFT_STEP_FINAL && st[0].flags == 0, "allreduce FINAL flag");
+}
+
+int main(int argc, char **argv)
+{
+    static const char *names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                  "reduce"};
+    const char *which = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    if (which == NULL || strcmp(which, "misc") == 0) {
+        misc();
+        ran = 1;
+    }
+    for (int coll = 0; coll < 5; coll++) {
+        if (which == NULL || strcmp(which, names[coll]) == 0) {
+            sweep(coll);
+            ran = 1;
+        }
+    }
+    if (!ran) {
+        printf("unknown test %s\n", which);
+        return 2;
+    }
+    printf("%lu passed, %lu failed\n", npass, nfail);
+    return nfail == 0 ? 0 : 1;
+}

@@ -1,0 +1,208 @@
+/*
+ * Shared-memory transport (ranks on the same host, host memory).
+ *
+ * Each rank creates one segment (shm_open + ftruncate + mmap) holding its doorbell and, for every
+ * channel and every peer, the FIFO *into* this rank from that peer: control block then
+ * WEFT_STEPS slots. Every rank maps every connected peer's segment, so a sender writes its slices
+ * straight into the receiver's slots and the receiver reduces straight out of them. Segments are
+ * unlinked as soon as every rank has mapped them, so a crash leaves nothing in /dev/shm. Pages are
+ * only touched when used, so unused connections cost address space, not memory.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/param.h"
+#include "transport.h"
+
+WEFT_PARAM(ShmSlotBytes, "WEFT_SHM_SLOT_BYTES", 32768,
+           "bytes per FIFO slot of a shared-memory connection (8 slots per connection)");
+
+#define WEFT_SHM_SEGMENT_MAGIC 0x7765667473686d31ull /* "weftshm1" */
+#define WEFT_SHM_HEADER_BYTES 4096
+
+struct weft_shm_header {
+    uint64_t magic;
+    int32_t rank;
+    int32_t nranks;
+    char pad[WEFT_CACHELINE - 16];
+    struct weft_doorbell bell;
+};
+
+struct weft_shm_state {
+    size_t seg_bytes;
+    size_t conn_stride;
+    int nconn_channels;
+    void **segs;                /* [nranks], NULL for peers not connected */
+    struct weft_conn *conns;    /* [nconn_channels][nranks][2]: send, recv */
+    struct weft_peer_conns *peers; /* [nconn_channels][nranks] */
+};
+
+static int shm_can_connect(const struct ncclComm *comm, int peer)
+{
+    return comm->peer_info[peer].host_hash == comm->peer_info[comm->rank].host_hash;
+}
+
+static void shm_name(char *buf, size_t len, uint64_t comm_hash, int rank)
+{
+    snprintf(buf, len, "/weft-%016llx-%d", (unsigned long long)comm_hash, rank);
+}
+
+/* FIFO into segment owner from `from` on channel c. */
+static char *shm_fifo(const struct weft_shm_state *st, void *seg, int nranks, int c, int from)
+{
+    return (char *)seg + WEFT_SHM_HEADER_BYTES + ((size_t)c * nranks + from) * st->conn_stride;
+}
+
+static ncclResult_t shm_close(struct ncclComm *comm)
+{
+    struct weft_shm_state *st = comm->transport_state;
+    if (st == NULL)
+        return ncclSuccess;
+    for (int p = 0; st->segs != NULL && p < comm->nranks; p++)
+        if (st->segs[p] != NULL)
+            munmap(st->segs[p], st->seg_bytes);
+    free(st->segs);
+    free(st->conns);
+    free(st->peers);
+    free(st);
+    comm->transport_state = NULL;
+    for (int c = 0; c <= WEFT_MAX_CHANNELS; c++)
+        comm->chan_peers[c] = NULL;
+    comm->bell = NULL;
+    return ncclSuccess;
+}
+
+static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **seg_p)
+{
+    int fd;
+    if (create) {
+        shm_unlink(name); /* a leftover of a crashed job with the same random hash is stale */
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    } else {
+        fd = shm_open(name, O_RDWR, 0600);
+    }
+    if (fd < 0) {
+        WEFT_WARN("shm_open %s failed: %s", name, strerror(errno));
+        return ncclSystemError;
+    }
+    if (create && ftruncate(fd, (off_t)bytes) != 0) {
+        WEFT_WARN("ftruncate %s to %zu bytes failed: %s", name, bytes, strerror(errno));
+        close(fd);
+        shm_unlink(name);
+        return ncclSystemError;
+    }
+    void *seg = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (seg == MAP_FAILED) {
+        WEFT_WARN("mmap of %s (%zu bytes) failed: %s", name, bytes, strerror(errno));
+        if (create)
+            shm_unlink(name);
+        return ncclSystemError;
+    }
+    *seg_p = seg;
+    return ncclSuccess;
+}
+
+static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask)
+{
+    ncclResult_t res = ncclSuccess;
+    int nranks = comm->nranks, me = comm->rank;
+    int nch = comm->nchannels + 1;
+    size_t slot = (size_t)weft_param_ShmSlotBytes();
+    if (slot < 4096 || slot % 64 != 0 || slot > (1u << 30)) {
+        WEFT_WARN("WEFT_SHM_SLOT_BYTES %zu must be a multiple of 64 between 4096 and 1 GiB", slot);
+        return ncclInvalidArgument;
+    }
+    struct weft_shm_state *st;
+    WEFT_CALLOC(st, 1);
+    comm->transport_state = st;
+    st->nconn_channels = nch;
+    st->conn_stride = (sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot + 4095) & ~(size_t)4095;
+    st->seg_bytes = WEFT_SHM_HEADER_BYTES + (size_t)nch * nranks * st->conn_stride;
+    st->segs = calloc((size_t)nranks, sizeof(void *));
+    st->conns = calloc((size_t)nch * nranks * 2, sizeof(struct weft_conn));
+    st->peers = calloc((size_t)nch * nranks, sizeof(struct weft_peer_conns));
+    if (st->segs == NULL || st->conns == NULL || st->peers == NULL) {
+        WEFT_WARN("out of memory for shared-memory connections of %d ranks", nranks);
+        res = ncclSystemError;
+        goto err;
+    }
+
+    char name[64];
+    shm_name(name, sizeof(name), comm->comm_hash, me);
+    WEFT_CHECK_GOTO(shm_map(name, st->seg_bytes, 1, &st->segs[me]), res, err);
+    struct weft_shm_header *hdr = st->segs[me];
+    hdr->magic = WEFT_SHM_SEGMENT_MAGIC;
+    hdr->rank = me;
+    hdr->nranks = nranks;
+
+    /* Everyone has created its segment: map the peers', then let everyone unlink its own. */
+    WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
+    for (int p = 0; p < nranks; p++) {
+        if (p == me || !peer_mask[p])
+            continue;
+        char peer_name[64];
+        shm_name(peer_name, sizeof(peer_name), comm->comm_hash, p);
+        WEFT_CHECK_GOTO(shm_map(peer_name, st->seg_bytes, 0, &st->segs[p]), res, err_unlink);
+        struct weft_shm_header *ph = st->segs[p];
+        if (ph->magic != WEFT_SHM_SEGMENT_MAGIC || ph->rank != p || ph->nranks != nranks) {
+            WEFT_WARN("shared segment %s of rank %d is not a segment of this communicator",
+                      peer_name, p);
+            res = ncclInternalError;
+            goto err_unlink;
+        }
+    }
+    WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
+    shm_unlink(name);
+
+    for (int c = 0; c < nch; c++) {
+        comm->chan_peers[c] = &st->peers[(size_t)c * nranks];
+        for (int p = 0; p < nranks; p++) {
+            if (!peer_mask[p])
+                continue;
+            struct weft_conn *send = &st->conns[((size_t)c * nranks + p) * 2];
+            struct weft_conn *recv = send + 1;
+            void *peer_seg = st->segs[p];
+            struct weft_doorbell *peer_bell = &((struct weft_shm_header *)peer_seg)->bell;
+            char *out = shm_fifo(st, peer_seg, nranks, c, me);
+            char *in = shm_fifo(st, st->segs[me], nranks, c, p);
+            send->ctrl = (struct weft_fifo_ctrl *)out;
+            send->slots = out + sizeof(struct weft_fifo_ctrl);
+            send->slot_bytes = slot;
+            send->peer_bell = peer_bell;
+            recv->ctrl = (struct weft_fifo_ctrl *)in;
+            recv->slots = in + sizeof(struct weft_fifo_ctrl);
+            recv->slot_bytes = slot;
+            recv->peer_bell = peer_bell;
+            st->peers[(size_t)c * nranks + p].send = send;
+            st->peers[(size_t)c * nranks + p].recv = recv;
+        }
+    }
+    comm->bell = &hdr->bell;
+    comm->slot_bytes = slot;
+    WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT, "rank %d: shm segment %zu bytes, %d channels, slot %zu",
+              me, st->seg_bytes, nch, slot);
+    return ncclSuccess;
+
+err_unlink:
+    shm_unlink(name);
+err:
+    shm_close(comm);
+    return res;
+}
+
+const struct weft_transport weft_transport_shm = {
+    .version = WEFT_TRANSPORT_VERSION,
+    .name = "shm",
+    .can_connect = shm_can_connect,
+    .setup = shm_setup,
+    .close = shm_close,
+};
