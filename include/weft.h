@@ -40,11 +40,12 @@ extern "C" {
  * Rank, size and local rank come from the first of these families whose rank variable is set
  * (a family is used as a whole; families are never mixed):
  *
- *   1. WEFT_RANK            / WEFT_NRANKS        / WEFT_LOCAL_RANK             (weftrun)
- *   2. OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_RANK (Open MPI mpirun)
- *   3. PMI_RANK             / PMI_SIZE           / MPI_LOCALRANKID             (MPICH/Hydra, Intel MPI)
- *   4. SLURM_PROCID         / SLURM_NTASKS       / SLURM_LOCALID               (srun)
- *   5. RANK                 / WORLD_SIZE         / LOCAL_RANK                  (torchrun)
+ *   1. weftrun:    WEFT_RANK            / WEFT_NRANKS          / WEFT_LOCAL_RANK
+ *   2. Open MPI:   OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE / OMPI_COMM_WORLD_LOCAL_RANK
+ *   3. MPICH/Hydra, Intel MPI:
+ *                  PMI_RANK             / PMI_SIZE             / MPI_LOCALRANKID
+ *   4. Slurm srun: SLURM_PROCID         / SLURM_NTASKS         / SLURM_LOCALID
+ *   5. torchrun:   RANK                 / WORLD_SIZE           / LOCAL_RANK
  *
  * None of the rank variables set: rank 0 of 1, local rank 0. In the chosen family the size
  * variable must be set too; the local-rank variable is optional and defaults to the rank (i.e.
@@ -78,17 +79,38 @@ extern "C" {
  */
 ncclResult_t weftLaunchInfo(int *rank, int *nranks, int *localRank, ncclUniqueId *id);
 
-/* =============================================================================================
- * Host streams -- RESERVED SECTION.
+/* ---------------------------------------------------------------------------------------------
+ * Host streams
  *
- * Weft host streams (asynchronous, in-order execution of collectives on host memory, the host-side
- * counterpart of cudaStream_t) will be declared here by their owner. Keep this section last before
- * the closing extern "C" and do not add unrelated declarations inside it.
- * ============================================================================================= */
+ * The host-memory counterpart of cudaStream_t: a queue served by a worker thread. Pass a stream
+ * wherever NCCL takes a cudaStream_t (cast with weftStreamAsCuda); the call then returns at once
+ * and the operation runs asynchronously, after every operation issued earlier on that stream.
+ * Buffers must stay valid and untouched until weftStreamSynchronize (or a successful
+ * weftStreamQuery) says the work is done. Stream NULL keeps NCCL's host behaviour: the operation is
+ * complete when the call (or its group) returns.
+ *
+ * Operations on one communicator run in the order they were issued, whatever streams carry them;
+ * the operations of one group on one communicator run together on the stream of the first of them.
+ * Any thread may call these functions; a stream may be used from several threads.
+ * ------------------------------------------------------------------------------------------- */
 
-/* (host stream declarations go here) */
+typedef struct weftStream *weftStream_t;
 
-/* ============================================================================================= */
+/* Creates a stream (starts its worker thread). */
+ncclResult_t weftStreamCreate(weftStream_t *stream);
+/* Waits for the stream's work, then frees it. Returns the first error of that work, if any. */
+ncclResult_t weftStreamDestroy(weftStream_t stream);
+/* Blocks until every operation issued so far on the stream finished; returns (and clears) the
+ * first error any of them hit. */
+ncclResult_t weftStreamSynchronize(weftStream_t stream);
+/* ncclSuccess if the stream is idle, ncclInProgress if work is queued or running, else the error. */
+ncclResult_t weftStreamQuery(weftStream_t stream);
+
+/* The handle to pass as the cudaStream_t argument of NCCL calls. */
+static inline cudaStream_t weftStreamAsCuda(weftStream_t stream)
+{
+    return (cudaStream_t)(void *)stream;
+}
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /*
  * Host reduction throughput: weft_reduce() against memcpy, for 1 MiB (cache-resident) and 64 MiB
- * (memory-bound) arrays. Run with `meson test -C build --benchmark redop` or directly.
+ * (memory-bound) arrays. Run with `meson test -C build --benchmark redop` or directly;
+ * --float runs only the float sums, --generic forces the baseline (non-AVX2) code path.
  *
  * Columns: "in GB/s" is bytes of one input array per second (what a collective's algbw sees);
  * "mem GB/s" counts every byte read and written (reduce: 2 reads + 1 write; memcpy: 1 + 1).
@@ -84,8 +85,19 @@ int main(int argc, char **argv)
         {"f8e5m2 sum", WEFT_FP8E5M2, WEFT_RED_SUM, 0, 0},
     };
     static const size_t sizes[] = {1u << 20, 64u << 20};
-    int only_float = argc > 1 && strcmp(argv[1], "--float") == 0;
+    int only_float = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--float") == 0) {
+            only_float = 1;
+        } else if (strcmp(argv[i], "--generic") == 0) {
+            weft_reduce_set_isa(WEFT_REDUCE_ISA_GENERIC);
+        } else {
+            fprintf(stderr, "usage: %s [--float] [--generic]\n", argv[0]);
+            return 2;
+        }
+    }
 
+    printf("code path: %s\n", weft_reduce_isa_name());
     printf("%-22s %10s %12s %10s %10s\n", "case", "bytes", "us/call", "in GB/s", "mem GB/s");
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         size_t bytes = sizes[si];

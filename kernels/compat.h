@@ -10,7 +10,7 @@
 #ifndef WEFT_KERNELS_COMPAT_H
 #define WEFT_KERNELS_COMPAT_H
 
-/* True during nvcc's device pass (each .cu is compiled twice; the host pass takes host branches). */
+/* True during nvcc's device pass (nvcc compiles each .cu twice; the host pass takes host code). */
 #if defined(__CUDA_ARCH__)
 #define WEFT_DEVICE_PASS 1
 #else

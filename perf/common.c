@@ -618,7 +618,7 @@ struct perf_state {
     struct perf_ctx ctx;
     int is_main;
     char host[256];
-    char *send_base, *recv_base, *expect; /* aligned, + unalign */
+    char *send_base, *recv_base, *expect; /* 64-byte aligned */
     void *send_alloc, *recv_alloc, *expect_alloc;
     size_t buf_bytes;    /* usable bytes of send/recv (rotation space) */
     size_t expect_bytes;
@@ -799,7 +799,7 @@ static void call_buffers(const struct perf_state *st, const struct perf_op *op, 
     size_t ts = op->type->size;
     size_t total = (op->c.send_count > op->c.recv_count ? op->c.send_count : op->c.recv_count) * ts;
     size_t steps = total ? st->buf_bytes / total : 1;
-    size_t shift = total * (iter % (steps ? steps : 1));
+    size_t shift = total * (iter % (steps ? steps : 1)) + (size_t)st->a.unalign * ts;
     size_t r = (size_t)st->ctx.rank;
 
     if (op->in_place) {
@@ -859,7 +859,8 @@ static int64_t check_once(struct perf_state *st, const struct perf_op *op, uint6
     int64_t wrong = 0;
 
     /* Poison what the op must overwrite, then lay the input (in place it lies inside recv). */
-    memset(st->recv_base, 0xa5, op->in_place ? total : op->c.recv_count * ts);
+    memset(st->recv_base + (size_t)st->a.unalign * ts, 0xa5,
+           op->in_place ? total : op->c.recv_count * ts);
     call_buffers(st, op, 0, &send, &recv);
     st->coll->init_data(&st->ctx, op, seed, send);
     watchdog_arm(st);
@@ -1416,10 +1417,23 @@ static void allocate_buffers(struct perf_state *st)
     slack = (size_t)a->unalign * 8 + PERF_ALIGN;
     st->buf_bytes = buf;
     st->expect_bytes = expect;
-    st->send_base = (char *)aligned_buffer(buf + slack, &st->send_alloc) + (size_t)a->unalign * 8;
-    st->recv_base = (char *)aligned_buffer(buf + slack, &st->recv_alloc) + (size_t)a->unalign * 8;
+    /* 64-byte aligned; -u shifts each call's pointers by that many elements (call_buffers). */
+    st->send_base = aligned_buffer(buf + slack, &st->send_alloc);
+    st->recv_base = aligned_buffer(buf + slack, &st->recv_alloc);
     if (a->check)
         st->expect = aligned_buffer(expect + PERF_ALIGN, &st->expect_alloc);
+}
+
+/* Only the main rank prints a usage error; the others give it time to do so before they exit,
+ * since weftrun stops every rank as soon as one fails. */
+static int usage_exit(int is_main, int rc)
+{
+    struct timespec ts = {0, 500 * 1000 * 1000};
+
+    fflush(stderr);
+    if (!is_main)
+        nanosleep(&ts, NULL);
+    return rc;
 }
 
 int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct perf_backend *be)
@@ -1442,7 +1456,7 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct p
     st->is_main = be->early_rank() == 0;
     rc = parse_args(&st->a, argc, argv, prog, st->is_main, be);
     if (rc != 0)
-        return rc < 0 ? 0 : rc;
+        return rc < 0 ? 0 : usage_exit(st->is_main, rc);
     if (gethostname(st->host, sizeof(st->host) - 1) != 0)
         snprintf(st->host, sizeof(st->host), "localhost");
     st->host[strcspn(st->host, ".")] = '\0';
@@ -1454,7 +1468,7 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct p
         if (st->is_main)
             fprintf(stderr, "%s: invalid root %d for %d ranks\n", prog, st->a.root,
                     st->ctx.nranks);
-        return 2;
+        return usage_exit(st->is_main, 2);
     }
 
     if (st->is_main && st->a.json_path) {

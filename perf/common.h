@@ -8,10 +8,14 @@
  * perf_main parses the nccl-tests flags, finds rank/size/unique id with weftLaunchInfo (run the
  * tool under weftrun), creates the communicator, sweeps sizes x types x ops x roots, and prints the
  * nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links against
- * NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer tool). For each row it runs out-of-place then in-place: initialise data, one op,
- * barrier, `-n` timed iterations (each of `-m` ops, grouped when m > 1), time combined over ranks
- * per `-a`, then `-c` validation rounds (poison the receive buffer, fill the send data, one op,
- * compare every element bit for bit with an independently computed expected value).
+ * NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer tool).
+ *
+ * For each row it runs out-of-place then in-place: initialise data, one op, barrier, `-n` timed
+ * iterations (each of `-m` ops, grouped when m > 1), time combined over ranks per `-a`, then `-c`
+ * validation rounds (poison the receive buffer, fill the send data, one op, compare every element
+ * bit for bit with an independently computed expected value). Each call's buffers rotate through
+ * the -e sized allocation as nccl-tests does; in place uses nccl-tests' offsets
+ * (sendbuff = recvbuff + rank * send_inplace_offset).
  *
  * Data. Every rank can compute any rank's input: perf_fill() writes the value `rank` contributes at
  * element index i, a pure function of (seed, rank, i, type, op, nranks). Values are chosen so that
@@ -23,8 +27,8 @@
  *   broadcast       send = fill(root, 0..count),     expected = fill(root, 0..count)
  *   alltoall        send = fill(rank, 0..n*count),   expected block r = fill(r, rank*count..+count)
  *
- * Threads: everything runs on the main thread except the -T watchdog, which only calls
- * ncclCommAbort.
+ * Threads: everything runs on the main thread except the -T watchdog, which only calls the
+ * backend's abort (ncclCommAbort).
  */
 #ifndef WEFT_PERF_COMMON_H
 #define WEFT_PERF_COMMON_H
@@ -73,7 +77,7 @@ struct perf_counts {
 /* How test values are made for one (type, op, nranks); filled by the driver, used by perf_fill. */
 struct perf_gen {
     int64_t k;         /* integer magnitude bound of a value */
-    uint32_t modulus;  /* rank r contributes a non-identity value at index i iff (r+i) % modulus == 0 */
+    uint32_t modulus;  /* rank r gives a non-identity value at index i iff (r+i) % modulus == 0 */
     int raw;           /* integers: any bit pattern (max/min/none) */
     int e_lo, e_span;  /* floats: value = s * 2^(e_lo + h % e_span), h shared by all ranks */
 };

@@ -10,14 +10,15 @@
  *
  * Schedule of the parent: signals are blocked before anything else (so the bootstrap thread
  * inherits the mask) and read from a signalfd; one poll() loop then serves the signalfd and, in
- * prefix mode, two pipes per rank. A rank's output is cut into lines; each complete line is written
- * to weftrun's stdout or stderr as "[rank] line" with one write, so lines from different ranks never
- * mix. Partial lines are held until their newline, or flushed with a newline added at EOF.
+ * prefix mode, two pipes per rank. A rank's output is cut into lines; complete lines are written to
+ * weftrun's stdout or stderr as "[rank] line", one write per batch, so lines from different ranks
+ * never mix. Partial lines are held until their newline, or flushed with a newline added at EOF;
+ * a line longer than 64 KiB is cut into pieces.
  *
- * Children share one new process group (led by rank 0), so a terminal's Ctrl-C reaches only weftrun,
- * which forwards SIGINT/SIGTERM/SIGHUP to the group; a third such signal kills the ranks with
- * SIGKILL. Children get PR_SET_PDEATHSIG(SIGKILL), so they do not outlive a weftrun that is killed.
- * Their stdin is /dev/null.
+ * Children share one new process group (led by rank 0), so a terminal's Ctrl-C reaches only
+ * weftrun, which forwards SIGINT/SIGTERM/SIGHUP to the group; a third such signal kills the ranks
+ * with SIGKILL. Children get PR_SET_PDEATHSIG(SIGKILL), so they do not outlive a weftrun that is
+ * killed. Their stdin is /dev/null.
  *
  * When a rank exits non-zero or dies by a signal, weftrun reports it, sends SIGTERM to the others
  * and SIGKILL after a 2 s grace period, and exits with that rank's status (128+signal for a
@@ -128,6 +129,9 @@ static void usage(FILE *f)
             "  --no-prefix           ranks write straight to weftrun's stdout/stderr\n"
             "  --timeout SEC         kill all ranks and exit 124 after SEC seconds\n"
             "  -h, --help            this text\n"
+            "Ranks run in their own process group with stdin from /dev/null; weftrun forwards\n"
+            "SIGINT/SIGTERM/SIGHUP to them (a third one kills them). When a rank fails, the\n"
+            "others get SIGTERM, then SIGKILL 2 s later, and weftrun exits with its status.\n"
             "Each rank gets WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK, WEFT_LOCAL_SIZE and\n"
             "WEFT_UNIQUE_ID in its environment (see weftLaunchInfo in weft.h).\n",
             prog_name, WEFTRUN_MAX_RANKS);
@@ -319,6 +323,7 @@ static void __attribute__((noreturn))
 child_exec(const struct weftrun *w, pid_t parent, pid_t pgid, const int out_fds[2], int errfd,
            char **envp)
 {
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
     int err;
 
     setpgid(0, pgid);
@@ -334,7 +339,7 @@ child_exec(const struct weftrun *w, pid_t parent, pid_t pgid, const int out_fds[
     /* Whatever else is open (signalfd, other ranks' pipes, the bootstrap socket) must not leak
      * into the program. errfd is already close-on-exec. */
     syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-    signal(SIGPIPE, SIG_DFL);
+    sigaction(SIGPIPE, &dfl, NULL);
     sigprocmask(SIG_SETMASK, &w->old_mask, NULL);
     execve(w->path, w->argv, envp);
 fail:

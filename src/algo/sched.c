@@ -32,6 +32,36 @@
  * CHAIN REDUCE root+1 -> root+2 -> ... -> root (position p = r - root - 1 mod n), per piece:
  *     p == 0: SEND input; 0 < p < n-1: RECV_REDUCE_SEND input; root: RECV_REDUCE_COPY FINAL.
  *   n == 1: COPY FINAL. Bytes sent: count, except 0 for the root.
+ *
+ * The collectives below carry no reduction and use only SEND, RECV and COPY. Algorithms RING and
+ * DIRECT both select them (there is one schedule for each; the algorithm does not change it).
+ * Pieces are chunk elements of the block's channel range, at po, e = off + po; "block j" of a
+ * buffer of n blocks starts at element j*count.
+ * SEND (peer = root): SEND input[e] -> peer per piece; RECV (peer = root): RECV output[e] <- peer.
+ *   The peer may be the rank itself (the executor loops back). Bytes sent: count for SEND.
+ * PAIRWISE ALLTOALL (input and output hold n blocks; block j of the input goes to rank j, block i
+ * of the output comes from rank i), per piece, for k = 0 .. n-1:
+ *     k == 0: COPY input[r*count+e] -> output[r*count+e];
+ *     k > 0:  SEND input[(r+k)*count+e] -> r+k, then RECV output[(r-k)*count+e] <- r-k.
+ *   Bytes sent: (n-1) * count. No deadlock with FIFOs of two chunks, writing position (P, k) for
+ *   piece P, round k, ordered lexicographically:
+ *   - a SEND never waits for its receiver to act: the message a -> b at (P, k) is received by b at
+ *     the same position (b receives from b-k = a there). Before a reaches piece P it has finished
+ *     piece P-1, so it has received b's message of piece P-1; b sent that only after finishing
+ *     piece P-2, so b has consumed a's messages up to piece P-2. At most the messages of pieces P-1
+ *     and P (two chunks) are in a's FIFO to b, which holds two chunks.
+ *   - so only RECVs wait. A RECV of a at (P, k) waits for a-k to post its SEND at (P, k); if a-k is
+ *     blocked too, it waits at a RECV before that SEND, at a position strictly before (P, k) (at
+ *     (P, k) itself its SEND is done). A wait chain strictly decreases in (P, k), so it is finite
+ *     and ends at a rank that can move: some rank always progresses.
+ * DIRECT GATHER (output at the root holds n blocks): non-root: SEND input[e] -> root per piece;
+ *     root: COPY input[e] -> output[root*count+e] per piece, then for each p != root in rank order,
+ *     each piece, RECV output[p*count+e] <- p. Bytes sent: count, 0 for the root.
+ * DIRECT SCATTER (input at the root holds n blocks): root: for each p != root in rank order, each
+ *     piece, SEND input[p*count+e] -> p; then COPY input[root*count+e] -> output[e] per piece;
+ *     non-root: RECV output[e] <- root per piece. Bytes sent: (n-1) * count at the root, 0 others.
+ *   Gather and scatter cannot deadlock: only the root talks to several peers, and a non-root rank
+ *   waits for nothing but the root's progress on the single connection they share.
  */
 #include "algo/sched.h"
 
@@ -241,6 +271,90 @@ static void chain_reduce(const struct weft_sched_args *a, struct sched_out *o)
     }
 }
 
+static void p2p_send(const struct weft_sched_args *a, struct sched_out *o)
+{
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk)
+        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, a->root, -1, off + po, 0,
+                   sched_min(a->chunk, len - po));
+}
+
+static void p2p_recv(const struct weft_sched_args *a, struct sched_out *o)
+{
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk)
+        sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, a->root, 0, off + po,
+                   sched_min(a->chunk, len - po));
+}
+
+static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1,
+                   (uint64_t)r * count + e, (uint64_t)r * count + e, c);
+        for (int k = 1; k < n; k++) {
+            int to = sched_mod(r + k, n), from = sched_mod(r - k, n);
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1,
+                       (uint64_t)to * count + e, 0, c);
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, from, 0,
+                       (uint64_t)from * count + e, c);
+        }
+    }
+}
+
+static void direct_gather(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank, root = a->root;
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    if (r != root) {
+        p2p_send(a, o);
+        return;
+    }
+    for (uint64_t po = 0; po < len; po += a->chunk)
+        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, off + po,
+                   (uint64_t)root * count + off + po, sched_min(a->chunk, len - po));
+    for (int p = 0; p < n; p++) {
+        if (p == root)
+            continue;
+        for (uint64_t po = 0; po < len; po += a->chunk)
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, p, 0,
+                       (uint64_t)p * count + off + po, sched_min(a->chunk, len - po));
+    }
+}
+
+static void direct_scatter(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank, root = a->root;
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    if (r != root) {
+        p2p_recv(a, o);
+        return;
+    }
+    for (int p = 0; p < n; p++) {
+        if (p == root)
+            continue;
+        for (uint64_t po = 0; po < len; po += a->chunk)
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, p, -1,
+                       (uint64_t)p * count + off + po, 0, sched_min(a->chunk, len - po));
+    }
+    for (uint64_t po = 0; po < len; po += a->chunk)
+        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1,
+                   (uint64_t)root * count + off + po, off + po, sched_min(a->chunk, len - po));
+}
+
 /*
  * Exact step counts, in closed form so that sizing a step list costs O(1). Must agree with the
  * generators above (the unit test checks equality).
@@ -265,7 +379,7 @@ static uint64_t ring_allreduce_count(const struct weft_sched_args *a, uint64_t l
            ring_allreduce_piece_steps(a, len % piece);
 }
 
-/* Ring/chain step counts; only called once sched_lookup accepted the arguments. */
+/* Step counts; only called once sched_lookup accepted the arguments. */
 static uint64_t sched_count(const struct weft_sched_args *a)
 {
     uint64_t off, len;
@@ -283,13 +397,39 @@ static uint64_t sched_count(const struct weft_sched_args *a)
     case WEFT_COLL_BROADCAST:
         return pieces * (n > 1 && a->rank == a->root ? 2 : 1);
     case WEFT_COLL_REDUCE:
+    case WEFT_COLL_SEND:
+    case WEFT_COLL_RECV:
         return pieces;
+    case WEFT_COLL_ALLTOALL:
+        return pieces * (2 * n - 1);
+    case WEFT_COLL_GATHER:
+    case WEFT_COLL_SCATTER:
+        return pieces * (a->rank == a->root ? n : 1);
     default:
         return 0;
     }
 }
 
 typedef void (*sched_gen_fn_t)(const struct weft_sched_args *a, struct sched_out *o);
+
+/* The schedules that RING and DIRECT share: one each, whichever algorithm is asked for. */
+static sched_gen_fn_t sched_gen_pairwise(int coll)
+{
+    switch (coll) {
+    case WEFT_COLL_ALLTOALL:
+        return pairwise_alltoall;
+    case WEFT_COLL_GATHER:
+        return direct_gather;
+    case WEFT_COLL_SCATTER:
+        return direct_scatter;
+    case WEFT_COLL_SEND:
+        return p2p_send;
+    case WEFT_COLL_RECV:
+        return p2p_recv;
+    default:
+        return NULL;
+    }
+}
 
 /* Generator per (algorithm, collective); NULL: not supported (yet). A switch rather than a
  * designated-initializer table, which nvcc's C++ would reject. */
@@ -309,10 +449,11 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
         case WEFT_COLL_REDUCE:
             return chain_reduce;
         default:
-            return NULL;
+            return sched_gen_pairwise(coll);
         }
-    case WEFT_ALGO_TREE:   /* double binary tree: later */
-    case WEFT_ALGO_DIRECT: /* one-shot and pairwise all-to-all: later */
+    case WEFT_ALGO_DIRECT: /* one-shot all-reduce etc.: later */
+        return sched_gen_pairwise(coll);
+    case WEFT_ALGO_TREE: /* double binary tree: later */
     default:
         return NULL;
     }
@@ -324,8 +465,10 @@ static sched_gen_fn_t sched_lookup(const struct weft_sched_args *a)
     if (a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks || a->nchannels < 1 ||
         a->channel < 0 || a->channel >= a->nchannels || a->chunk < 1)
         return NULL;
-    if ((a->coll == WEFT_COLL_BROADCAST || a->coll == WEFT_COLL_REDUCE) &&
-        (a->root < 0 || a->root >= a->nranks))
+    int rooted = a->coll == WEFT_COLL_BROADCAST || a->coll == WEFT_COLL_REDUCE ||
+                 a->coll == WEFT_COLL_GATHER || a->coll == WEFT_COLL_SCATTER ||
+                 a->coll == WEFT_COLL_SEND || a->coll == WEFT_COLL_RECV;
+    if (rooted && (a->root < 0 || a->root >= a->nranks))
         return NULL;
     return sched_gen(a->algo, a->coll);
 }

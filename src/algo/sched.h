@@ -23,7 +23,15 @@
  * Chunking: a step never carries more than args.chunk elements (the executor's FIFO holds at least
  * two such steps), so ring steps in flight always fit in the connection and rings cannot
  * deadlock; large inputs loop the whole ring pattern over pieces of nranks * chunk elements.
- * Channels split the count into contiguous ranges, one per channel (see weft_sched_range).
+ * The pairwise all-to-all relies on the same two-step bound (the argument is in sched.c).
+ * Channels split the count into contiguous ranges, one per channel (see weft_sched_range); for the
+ * collectives whose buffers hold n blocks, every block is split the same way.
+ *
+ * Buffers (elements): all-to-all input and output n*count; gather input count, output n*count at
+ * the root (other ranks' output is never touched); scatter input n*count at the root (other ranks'
+ * input is never read), output count. SEND (args.root = peer) reads input[0 .. count) and RECV
+ * (args.root = peer) writes output[0 .. count); the peer may be the rank itself (the executor has
+ * a loopback connection), and the SEND and RECV schedules of a pair cut count into equal pieces.
  */
 #ifndef WEFT_ALGO_SCHED_H
 #define WEFT_ALGO_SCHED_H
@@ -45,10 +53,14 @@ enum weft_coll {
     WEFT_COLL_COUNT,
 };
 
+/*
+ * All-to-all (pairwise exchange), gather, scatter (the root talks to every peer directly) and
+ * send/recv have one schedule each, which RING and DIRECT both select; TREE does not.
+ */
 enum weft_algo {
     WEFT_ALGO_RING = 0, /* rings for all-reduce/all-gather/reduce-scatter, chains for bcast/reduce */
     WEFT_ALGO_TREE,     /* later: double binary tree */
-    WEFT_ALGO_DIRECT,   /* later: one-shot inside a host; pairwise for all-to-all */
+    WEFT_ALGO_DIRECT,   /* pairwise all-to-all, gather, scatter; later: one-shot inside a host */
     WEFT_ALGO_COUNT,
 };
 

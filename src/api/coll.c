@@ -45,13 +45,14 @@ static ncclResult_t weft_check_usable(const struct ncclComm *comm, const char *a
 }
 
 /*
- * Common path of every collective. The stream is accepted and ignored on host memory: an
- * operation issued with host buffers has completed when the call (or its group) returns.
+ * Common path of every collective. On host memory the stream decides where the work runs: NULL
+ * or a foreign stream (the operation is complete when the call or its group returns), or a Weft
+ * host stream (asynchronous, in issue order).
  */
-static ncclResult_t weft_coll(int coll, const char *api, const void *sendbuff, void *recvbuff,
-                              size_t count, ncclDataType_t dtype, int reduce, ncclRedOp_t op,
-                              int root, int rooted, ncclComm_t comm, int send_needed,
-                              int recv_needed)
+static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbuff,
+                                   void *recvbuff, size_t count, ncclDataType_t dtype, int reduce,
+                                   ncclRedOp_t op, int root, int rooted, ncclComm_t comm,
+                                   cudaStream_t stream, int send_needed, int recv_needed)
 {
     WEFT_CHECK(weft_check_usable(comm, api));
     WEFT_CHECK(weft_check_dtype(dtype, api));
@@ -67,6 +68,7 @@ static ncclResult_t weft_coll(int coll, const char *api, const void *sendbuff, v
         .root = root,
         .has_redop = reduce,
         .api = api,
+        .stream = stream,
     };
     if (reduce)
         WEFT_CHECK(weft_redop_build(comm, op, dtype, api, &task.redop));
@@ -79,95 +81,120 @@ static ncclResult_t weft_coll(int coll, const char *api, const void *sendbuff, v
     return weft_group_enqueue(&task);
 }
 
+static ncclResult_t weft_coll(int coll, const char *api, const void *sendbuff, void *recvbuff,
+                              size_t count, ncclDataType_t dtype, int reduce, ncclRedOp_t op,
+                              int root, int rooted, ncclComm_t comm, cudaStream_t stream,
+                              int send_needed, int recv_needed)
+{
+    return weft_group_record(weft_coll_task(coll, api, sendbuff, recvbuff, count, dtype, reduce,
+                                            op, root, rooted, comm, stream, send_needed,
+                                            recv_needed));
+}
+
+static int weft_is_root(const struct ncclComm *comm, int root)
+{
+    return comm != NULL && comm->magic == WEFT_COMM_MAGIC && comm->rank == root;
+}
+
 WEFT_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return weft_coll(WEFT_COLL_ALLREDUCE, "ncclAllReduce", sendbuff, recvbuff, count, datatype, 1,
-                     op, 0, 0, comm, 1, 1);
+                     op, 0, 0, comm, stream, 1, 1);
 }
 
 WEFT_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
-    int is_root = comm != NULL && comm->magic == WEFT_COMM_MAGIC && comm->rank == root;
     return weft_coll(WEFT_COLL_BROADCAST, "ncclBroadcast", sendbuff, recvbuff, count, datatype, 0,
-                     ncclSum, root, 1, comm, is_root, 1);
+                     ncclSum, root, 1, comm, stream, weft_is_root(comm, root), 1);
 }
 
 WEFT_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
          ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return weft_coll(WEFT_COLL_BROADCAST, "ncclBcast", buff, buff, count, datatype, 0, ncclSum,
-                     root, 1, comm, 1, 1);
+                     root, 1, comm, stream, 1, 1);
 }
 
 WEFT_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
-    int is_root = comm != NULL && comm->magic == WEFT_COMM_MAGIC && comm->rank == root;
     return weft_coll(WEFT_COLL_REDUCE, "ncclReduce", sendbuff, recvbuff, count, datatype, 1, op,
-                     root, 1, comm, 1, is_root);
+                     root, 1, comm, stream, 1, weft_is_root(comm, root));
 }
 
 WEFT_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return weft_coll(WEFT_COLL_ALLGATHER, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype,
-                     0, ncclSum, 0, 0, comm, 1, 1);
+                     0, ncclSum, 0, 0, comm, stream, 1, 1);
 }
 
 WEFT_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return weft_coll(WEFT_COLL_REDUCESCATTER, "ncclReduceScatter", sendbuff, recvbuff, recvcount,
-                     datatype, 1, op, 0, 0, comm, 1, 1);
-}
-
-/* Not implemented yet: all-to-all, gather, scatter and point-to-point (next issue). */
-static ncclResult_t weft_not_yet(const char *api, ncclComm_t comm)
-{
-    WEFT_CHECK(weft_comm_check(comm, api));
-    WEFT_WARN("%s is not supported by this version of Weft yet", api);
-    return ncclInvalidUsage;
+                     datatype, 1, op, 0, 0, comm, stream, 1, 1);
 }
 
 WEFT_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)sendbuff, (void)recvbuff, (void)count, (void)datatype, (void)stream;
-    return weft_not_yet("ncclAlltoAll", comm);
+    return weft_coll(WEFT_COLL_ALLTOALL, "ncclAlltoAll", sendbuff, recvbuff, count, datatype, 0,
+                     ncclSum, 0, 0, comm, stream, 1, 1);
 }
 
 WEFT_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)sendbuff, (void)recvbuff, (void)count, (void)datatype, (void)root, (void)stream;
-    return weft_not_yet("ncclGather", comm);
+    return weft_coll(WEFT_COLL_GATHER, "ncclGather", sendbuff, recvbuff, count, datatype, 0,
+                     ncclSum, root, 1, comm, stream, 1, weft_is_root(comm, root));
 }
 
 WEFT_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)sendbuff, (void)recvbuff, (void)count, (void)datatype, (void)root, (void)stream;
-    return weft_not_yet("ncclScatter", comm);
+    return weft_coll(WEFT_COLL_SCATTER, "ncclScatter", sendbuff, recvbuff, count, datatype, 0,
+                     ncclSum, root, 1, comm, stream, weft_is_root(comm, root), 1);
+}
+
+/* Point-to-point: count 0 is a valid no-op; the peer may be this rank. */
+static ncclResult_t weft_p2p(int coll, const char *api, const void *sendbuff, void *recvbuff,
+                             size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
+                             cudaStream_t stream)
+{
+    WEFT_CHECK(weft_check_usable(comm, api));
+    WEFT_CHECK(weft_check_dtype(dtype, api));
+    WEFT_CHECK(weft_check_root(comm, peer, "peer", api));
+    if (count == 0)
+        return ncclSuccess;
+    WEFT_CHECK(weft_check_buf(coll == WEFT_COLL_SEND ? sendbuff : recvbuff,
+                              coll == WEFT_COLL_SEND ? "sendbuff" : "recvbuff", api));
+    struct weft_task task = {
+        .comm = comm,
+        .coll = coll,
+        .sendbuf = sendbuff,
+        .recvbuf = recvbuff,
+        .count = count,
+        .dtype = dtype,
+        .root = peer,
+        .api = api,
+        .stream = stream,
+    };
+    return weft_group_enqueue(&task);
 }
 
 WEFT_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype,
          int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)sendbuff, (void)count, (void)datatype, (void)peer, (void)stream;
-    return weft_not_yet("ncclSend", comm);
+    return weft_group_record(weft_p2p(WEFT_COLL_SEND, "ncclSend", sendbuff, NULL, count, datatype,
+                                      peer, comm, stream));
 }
 
 WEFT_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream)
 {
-    (void)recvbuff, (void)count, (void)datatype, (void)peer, (void)stream;
-    return weft_not_yet("ncclRecv", comm);
+    return weft_group_record(weft_p2p(WEFT_COLL_RECV, "ncclRecv", NULL, recvbuff, count, datatype,
+                                      peer, comm, stream));
 }

@@ -9,6 +9,8 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "core/split.h"
+#include "exec/stream.h"
 #include "exec/wait.h"
 
 WEFT_API(ncclResult_t, ncclGetVersion, int *version)
@@ -137,6 +139,26 @@ WEFT_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
     return weft_group_enqueue_init(newcomm, nranks, &commIds[0], myrank, config);
 }
 
+/* Finalize waits for every operation issued before it, on any stream. */
+struct weft_finalize_job {
+    struct weft_job job;
+    struct ncclComm *comm;
+    uint64_t ticket;
+};
+
+static ncclResult_t weft_finalize_run(struct weft_job *job)
+{
+    struct weft_finalize_job *f = (struct weft_finalize_job *)job;
+    ncclResult_t res = weft_comm_ticket_wait(f->comm, f->ticket);
+    weft_comm_ticket_done(f->comm);
+    return res;
+}
+
+static void weft_finalize_free(struct weft_job *job)
+{
+    free(job);
+}
+
 WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
 {
     WEFT_CHECK(weft_comm_check(comm, "ncclCommFinalize"));
@@ -144,9 +166,23 @@ WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
         WEFT_WARN("ncclCommFinalize: communicator was already finalized");
         return ncclInvalidArgument;
     }
-    /* Host operations complete before they return: there is nothing left to flush. */
     comm->finalized = 1;
-    return ncclSuccess;
+    struct weft_finalize_job *f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        WEFT_WARN("ncclCommFinalize: out of memory");
+        return ncclSystemError;
+    }
+    f->comm = comm;
+    f->ticket = weft_comm_ticket_take(comm);
+    f->job.run = weft_finalize_run;
+    f->job.free_fn = weft_finalize_free;
+    if (!comm->blocking) {
+        weft_stream_enqueue(comm->async_stream, &f->job);
+        return ncclInProgress;
+    }
+    ncclResult_t res = weft_finalize_run(&f->job);
+    free(f);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
@@ -154,7 +190,14 @@ WEFT_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
     if (comm == NULL)
         return ncclSuccess;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommDestroy"));
-    return weft_comm_free(comm);
+    /* Work still queued on host streams finishes first (an implicit finalize). */
+    if (comm->async_stream != NULL)
+        weft_stream_synchronize(comm->async_stream);
+    uint64_t ticket = weft_comm_ticket_take(comm);
+    ncclResult_t res = weft_comm_ticket_wait(comm, ticket);
+    weft_comm_ticket_done(comm);
+    ncclResult_t fres = weft_comm_free(comm);
+    return res != ncclSuccess ? res : fres;
 }
 
 WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
@@ -193,24 +236,24 @@ WEFT_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags)
 WEFT_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
          ncclConfig_t *config)
 {
-    (void)color, (void)key, (void)config;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
     if (newcomm == NULL) {
         WEFT_WARN("ncclCommSplit: newcomm is NULL");
         return ncclInvalidArgument;
     }
-    WEFT_WARN("ncclCommSplit is not supported by this version of Weft yet");
-    return ncclInvalidUsage;
+    return weft_comm_split(comm, color, key, config, newcomm);
 }
 
 WEFT_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
          int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
-    (void)excludeRanksList, (void)excludeRanksCount, (void)newcomm, (void)config;
-    (void)shrinkFlags;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommShrink"));
-    WEFT_WARN("ncclCommShrink is not supported by this version of Weft yet");
-    return ncclInvalidUsage;
+    if (newcomm == NULL) {
+        WEFT_WARN("ncclCommShrink: newcomm is NULL");
+        return ncclInvalidArgument;
+    }
+    return weft_comm_shrink(comm, excludeRanksList, excludeRanksCount, config, shrinkFlags,
+                            newcomm);
 }
 
 WEFT_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError)
@@ -220,7 +263,7 @@ WEFT_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
         WEFT_WARN("ncclCommGetAsyncError: asyncError is NULL");
         return ncclInvalidArgument;
     }
-    *asyncError = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    *asyncError = weft_comm_async_state(comm);
     return ncclSuccess;
 }
 

@@ -3,12 +3,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "exec/stream.h"
 #include "transport.h"
 
 WEFT_PARAM(HostNChannels, "WEFT_HOST_NCHANNELS", 1,
@@ -150,11 +152,17 @@ static ncclResult_t weft_config_parse(const ncclConfig_t *user, ncclConfig_t *ou
 ncclResult_t weft_comm_free(struct ncclComm *comm)
 {
     ncclResult_t res = ncclSuccess;
+    if (comm->async_stream != NULL) {
+        WEFT_CHECK_IGNORE(weft_stream_destroy(comm->async_stream), res);
+        comm->async_stream = NULL;
+    }
     if (comm->transport != NULL)
         WEFT_CHECK_IGNORE(comm->transport->close(comm), res);
     if (comm->bootstrap != NULL)
         WEFT_CHECK_IGNORE(weft_bootstrap_close(comm->bootstrap), res);
     free(comm->peer_info);
+    pthread_mutex_destroy(&comm->ticket_lock);
+    pthread_cond_destroy(&comm->ticket_cond);
     comm->magic = WEFT_COMM_DEAD;
     free(comm);
     return res;
@@ -206,10 +214,9 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     return ncclSuccess;
 }
 
-ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,
-                            const ncclConfig_t *config)
+ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
+                             const ncclConfig_t *config)
 {
-    ncclResult_t res = ncclSuccess;
     if (comm_p == NULL) {
         WEFT_WARN("ncclCommInitRank: comm pointer is NULL");
         return ncclInvalidArgument;
@@ -222,10 +229,6 @@ ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniq
         WEFT_WARN("ncclCommInitRank: rank %d is out of range for nranks %d", rank, nranks);
         return ncclInvalidArgument;
     }
-    if (id == NULL) {
-        WEFT_WARN("ncclCommInitRank: unique id is NULL");
-        return ncclInvalidArgument;
-    }
     ncclConfig_t cfg;
     WEFT_CHECK(weft_config_parse(config, &cfg));
 
@@ -236,19 +239,92 @@ ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniq
     comm->nranks = nranks;
     comm->cuda_dev = 0;
     comm->config = cfg;
+    comm->blocking = cfg.blocking;
     int64_t nch = weft_param_HostNChannels();
     comm->nchannels = nch < 1 ? 1 : nch > WEFT_MAX_CHANNELS ? WEFT_MAX_CHANNELS : (int)nch;
-    comm->comm_hash = weft_bootstrap_magic(id);
-
-    WEFT_CHECK_GOTO(weft_bootstrap_init(id, rank, nranks, &comm->abort_flag, &comm->bootstrap), res,
-                    err);
-    WEFT_CHECK_GOTO(weft_comm_connect(comm), res, err);
-    WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err);
-    WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
-              rank, nranks, (unsigned long long)comm->comm_hash);
+    pthread_mutex_init(&comm->ticket_lock, NULL);
+    pthread_cond_init(&comm->ticket_cond, NULL);
     *comm_p = comm;
     return ncclSuccess;
-err:
-    weft_comm_free(comm);
-    return res;
+}
+
+ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
+{
+    if (id == NULL) {
+        WEFT_WARN("ncclCommInitRank: unique id is NULL");
+        return ncclInvalidArgument;
+    }
+    comm->comm_hash = weft_bootstrap_magic(id);
+    WEFT_CHECK(weft_bootstrap_init(id, comm->rank, comm->nranks, &comm->abort_flag,
+                                   &comm->bootstrap));
+    WEFT_CHECK(weft_comm_connect(comm));
+    WEFT_CHECK(weft_bootstrap_barrier(comm->bootstrap));
+    WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
+              comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
+    return ncclSuccess;
+}
+
+ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,
+                            const ncclConfig_t *config)
+{
+    struct ncclComm *comm;
+    WEFT_CHECK(weft_comm_alloc(&comm, nranks, rank, config));
+    ncclResult_t res = weft_comm_setup(comm, id);
+    if (res != ncclSuccess) {
+        weft_comm_free(comm);
+        return res;
+    }
+    *comm_p = comm;
+    return ncclSuccess;
+}
+
+uint64_t weft_comm_ticket_take(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&comm->ticket_lock);
+    uint64_t t = comm->issued++;
+    pthread_mutex_unlock(&comm->ticket_lock);
+    return t;
+}
+
+ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket)
+{
+    pthread_mutex_lock(&comm->ticket_lock);
+    while (comm->completed < ticket) {
+        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_unlock(&comm->ticket_lock);
+            WEFT_WARN("rank %d: communicator aborted while work waited for its turn", comm->rank);
+            return ncclInvalidUsage;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&comm->ticket_cond, &comm->ticket_lock, &ts);
+    }
+    pthread_mutex_unlock(&comm->ticket_lock);
+    return ncclSuccess;
+}
+
+void weft_comm_ticket_done(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&comm->ticket_lock);
+    comm->completed++;
+    pthread_cond_broadcast(&comm->ticket_cond);
+    pthread_mutex_unlock(&comm->ticket_lock);
+}
+
+ncclResult_t weft_comm_async_state(struct ncclComm *comm)
+{
+    ncclResult_t err = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    if (err != ncclSuccess)
+        return err;
+    if (comm->blocking)
+        return ncclSuccess;
+    pthread_mutex_lock(&comm->ticket_lock);
+    int busy = comm->completed < comm->issued;
+    pthread_mutex_unlock(&comm->ticket_lock);
+    return busy ? ncclInProgress : ncclSuccess;
 }

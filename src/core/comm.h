@@ -8,6 +8,7 @@
 #ifndef WEFT_CORE_COMM_H
 #define WEFT_CORE_COMM_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "nccl.h"
@@ -20,6 +21,7 @@
 
 struct weft_bootstrap;
 struct weft_transport;
+struct weft_stream;
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather. */
 struct weft_peer_info {
@@ -67,6 +69,17 @@ struct ncclComm {
     int revoked;
     uint64_t op_seq;                  /* operations issued, for error messages */
     int busy;                         /* threads currently executing on this comm */
+    int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
+
+    /*
+     * Issue order: every piece of work takes a ticket (issued++) in the issuing thread and runs
+     * only once completed == its ticket, whichever thread or stream runs it.
+     */
+    pthread_mutex_t ticket_lock;
+    pthread_cond_t ticket_cond;
+    uint64_t issued;
+    uint64_t completed;
+    struct weft_stream *async_stream; /* non-blocking communicators run all their work here */
 
     struct weft_user_op user_ops[WEFT_MAX_USER_OPS];
 };
@@ -74,8 +87,22 @@ struct ncclComm {
 /* Validates a handle passed by the user; NULL or dead: ncclInvalidArgument with a message. */
 ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *api);
 
+/* Blocking init: alloc + setup. */
 ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,
                             const ncclConfig_t *config);
+/* Validates arguments and config, allocates the communicator; nothing collective yet. */
+ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
+                             const ncclConfig_t *config);
+/* The collective part of init: bootstrap, peer exchange, transports. */
+ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id);
+
+/* Takes the next ticket (issuing thread only). */
+uint64_t weft_comm_ticket_take(struct ncclComm *comm);
+/* Blocks until every ticket before `ticket` finished; fails if the communicator is aborted. */
+ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket);
+void weft_comm_ticket_done(struct ncclComm *comm);
+/* The state ncclCommGetAsyncError reports. */
+ncclResult_t weft_comm_async_state(struct ncclComm *comm);
 /* Frees local resources; peers may be gone. */
 ncclResult_t weft_comm_free(struct ncclComm *comm);
 

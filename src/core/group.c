@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "exec/stream.h"
 
 struct weft_init_job {
     struct ncclComm **comm_p;
@@ -39,42 +40,146 @@ ncclResult_t weft_group_start(void)
     return ncclSuccess;
 }
 
+/* The collective part of a blocking init whose communicator was allocated already. */
 static void *weft_init_thread(void *arg)
 {
     struct weft_init_job *job = arg;
-    job->res = weft_comm_init(job->comm_p, job->nranks, &job->id, job->rank,
-                              job->has_config ? &job->config : NULL);
+    job->res = weft_comm_setup(*job->comm_p, &job->id);
+    if (job->res != ncclSuccess) {
+        weft_comm_free(*job->comm_p);
+        *job->comm_p = NULL;
+    }
     return NULL;
+}
+
+/* The collective part of a non-blocking init, on the communicator's own stream. */
+struct weft_init_async {
+    struct weft_job job;
+    struct ncclComm *comm;
+    ncclUniqueId id;
+};
+
+static ncclResult_t weft_init_async_run(struct weft_job *job)
+{
+    struct weft_init_async *a = (struct weft_init_async *)job;
+    ncclResult_t res = weft_comm_setup(a->comm, &a->id);
+    weft_comm_set_error(a->comm, res);
+    weft_comm_ticket_done(a->comm);
+    return res;
+}
+
+static void weft_init_async_free(struct weft_job *job)
+{
+    free(job);
+}
+
+/*
+ * Non-blocking init: the communicator exists (and *comm_p is set) at once; the collective part
+ * runs on its stream as ticket 0, and ncclCommGetAsyncError says ncclInProgress until it is done.
+ */
+static ncclResult_t weft_init_nonblocking(struct ncclComm *comm, const ncclUniqueId *id)
+{
+    struct weft_init_async *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        WEFT_WARN("out of memory for a non-blocking init");
+        return ncclSystemError;
+    }
+    ncclResult_t res = weft_stream_create(&comm->async_stream);
+    if (res != ncclSuccess) {
+        free(a);
+        return res;
+    }
+    a->comm = comm;
+    a->id = *id;
+    a->job.run = weft_init_async_run;
+    a->job.free_fn = weft_init_async_free;
+    weft_comm_ticket_take(comm);
+    weft_stream_enqueue(comm->async_stream, &a->job);
+    return ncclInProgress;
+}
+
+/* Allocates, then runs the collective part now (blocking) or on the comm's stream. */
+static ncclResult_t weft_init_start(struct weft_init_job *job, int *started_async)
+{
+    struct ncclComm *comm;
+    WEFT_CHECK(weft_comm_alloc(&comm, job->nranks, job->rank,
+                               job->has_config ? &job->config : NULL));
+    *job->comm_p = comm;
+    if (!comm->blocking) {
+        *started_async = 1;
+        ncclResult_t res = weft_init_nonblocking(comm, &job->id);
+        if (res != ncclInProgress) {
+            *job->comm_p = NULL;
+            weft_comm_free(comm);
+        }
+        return res;
+    }
+    *started_async = 0;
+    return ncclSuccess;
 }
 
 /* Inits of a group run concurrently: each blocks until all its ranks arrive. */
 static ncclResult_t weft_group_run_inits(struct weft_group *g)
 {
     ncclResult_t res = ncclSuccess;
-    if (g->ninits == 1) {
-        weft_init_thread(&g->inits[0]);
-        return g->inits[0].res;
+    int in_progress = 0, nblocking = 0;
+    for (int i = 0; i < g->ninits; i++) {
+        int async = 0;
+        g->inits[i].res = weft_init_start(&g->inits[i], &async);
+        if (async) {
+            in_progress |= g->inits[i].res == ncclInProgress;
+            if (g->inits[i].res != ncclInProgress)
+                WEFT_CHECK_IGNORE(g->inits[i].res, res);
+            g->inits[i].comm_p = NULL; /* done: not for the threads below */
+        } else if (g->inits[i].res != ncclSuccess) {
+            WEFT_CHECK_IGNORE(g->inits[i].res, res);
+            g->inits[i].comm_p = NULL;
+        } else {
+            nblocking++;
+        }
+    }
+    if (nblocking == 0)
+        return res == ncclSuccess && in_progress ? ncclInProgress : res;
+    if (nblocking == 1) {
+        for (int i = 0; i < g->ninits; i++)
+            if (g->inits[i].comm_p != NULL)
+                weft_init_thread(&g->inits[i]);
+        for (int i = 0; i < g->ninits; i++)
+            if (g->inits[i].comm_p != NULL)
+                WEFT_CHECK_IGNORE(g->inits[i].res, res);
+        return res == ncclSuccess && in_progress ? ncclInProgress : res;
     }
     pthread_t *threads = calloc((size_t)g->ninits, sizeof(pthread_t));
     if (threads == NULL) {
         WEFT_WARN("out of memory starting %d communicator inits", g->ninits);
         return ncclSystemError;
     }
-    int started = 0;
-    for (; started < g->ninits; started++) {
-        int err = pthread_create(&threads[started], NULL, weft_init_thread, &g->inits[started]);
+    int *started = calloc((size_t)g->ninits, sizeof(int));
+    if (started == NULL) {
+        free(threads);
+        WEFT_WARN("out of memory starting %d communicator inits", g->ninits);
+        return ncclSystemError;
+    }
+    for (int i = 0; i < g->ninits; i++) {
+        if (g->inits[i].comm_p == NULL)
+            continue;
+        int err = pthread_create(&threads[i], NULL, weft_init_thread, &g->inits[i]);
         if (err != 0) {
             WEFT_WARN("pthread_create for communicator init failed: %s", strerror(err));
             res = ncclSystemError;
             break;
         }
+        started[i] = 1;
     }
-    for (int i = 0; i < started; i++) {
+    for (int i = 0; i < g->ninits; i++) {
+        if (!started[i])
+            continue;
         pthread_join(threads[i], NULL);
         WEFT_CHECK_IGNORE(g->inits[i].res, res);
     }
+    free(started);
     free(threads);
-    return res;
+    return res == ncclSuccess && in_progress ? ncclInProgress : res;
 }
 
 static void weft_group_reset(struct weft_group *g)
@@ -96,8 +201,15 @@ ncclResult_t weft_group_end(void)
     ncclResult_t res = g->error;
     if (res == ncclSuccess && g->ninits > 0)
         res = weft_group_run_inits(g);
-    if (res == ncclSuccess && g->ntasks > 0)
-        res = weft_exec_tasks(g->tasks, g->ntasks);
+    if (WEFT_IS_ERROR(res)) {
+        weft_group_reset(g);
+        return res;
+    }
+    if (g->ntasks > 0) {
+        ncclResult_t r = weft_submit(g->tasks, g->ntasks);
+        if (r != ncclSuccess)
+            res = r;
+    }
     weft_group_reset(g);
     return res;
 }
@@ -109,12 +221,20 @@ static ncclResult_t weft_group_fail(struct weft_group *g, ncclResult_t res)
     return res;
 }
 
+ncclResult_t weft_group_record(ncclResult_t res)
+{
+    struct weft_group *g = &weft_group_state;
+    if (g->depth > 0 && WEFT_IS_ERROR(res))
+        weft_group_fail(g, res);
+    return res;
+}
+
 ncclResult_t weft_group_enqueue(const struct weft_task *task)
 {
     struct weft_group *g = &weft_group_state;
     if (g->depth == 0) {
         struct weft_task copy = *task;
-        return weft_exec_tasks(&copy, 1);
+        return weft_submit(&copy, 1);
     }
     if (g->ntasks == g->task_cap) {
         int cap = g->task_cap ? 2 * g->task_cap : 64;
@@ -134,8 +254,19 @@ ncclResult_t weft_group_enqueue_init(struct ncclComm **comm_p, int nranks, const
                                      int rank, const ncclConfig_t *config)
 {
     struct weft_group *g = &weft_group_state;
-    if (g->depth == 0)
-        return weft_comm_init(comm_p, nranks, id, rank, config);
+    if (g->depth == 0) {
+        struct weft_init_job job = {comm_p, nranks, *id, rank, config != NULL, {0}, ncclSuccess};
+        if (config != NULL) {
+            size_t n = config->size < sizeof(job.config) ? config->size : sizeof(job.config);
+            memcpy(&job.config, config, n);
+        }
+        int async = 0;
+        ncclResult_t res = weft_init_start(&job, &async);
+        if (res != ncclSuccess || async)
+            return res;
+        weft_init_thread(&job);
+        return job.res;
+    }
     if (g->ninits == g->init_cap) {
         int cap = g->init_cap ? 2 * g->init_cap : 8;
         struct weft_init_job *j = realloc(g->inits, (size_t)cap * sizeof(*j));

@@ -25,6 +25,7 @@ struct weft_task {
     int has_redop;
     struct weft_redop redop; /* captured at enqueue: the user may destroy the op right after */
     const char *api;         /* public name, for messages */
+    const void *stream;      /* the user's cudaStream_t: NULL, a Weft host stream, or foreign */
 };
 
 /* Runs the task now (no group open) or records it; an error is reported at group end. */
@@ -34,9 +35,20 @@ ncclResult_t weft_group_enqueue(const struct weft_task *task);
 ncclResult_t weft_group_enqueue_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id,
                                      int rank, const ncclConfig_t *config);
 
+/* Inside a group, remembers the first error for ncclGroupEnd; returns res unchanged. */
+ncclResult_t weft_group_record(ncclResult_t res);
+
 int weft_group_depth(void);
 ncclResult_t weft_group_start(void);
 ncclResult_t weft_group_end(void);
+
+/*
+ * Issues tasks: each communicator's tasks take one ticket and go, together, to the stream of the
+ * communicator's first task (a Weft host stream, the communicator's own stream if it is
+ * non-blocking, or the calling thread). Returns the inline result, or ncclInProgress when work
+ * went to a non-blocking communicator.
+ */
+ncclResult_t weft_submit(struct weft_task *tasks, int ntasks);
 
 /* Runs tasks to completion in the calling thread (exec/host.c). */
 ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks);

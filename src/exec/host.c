@@ -27,18 +27,28 @@
 
 WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
            "seconds an operation may wait for a peer without any progress before it fails");
+WEFT_PARAM(FuseBytes, "WEFT_FUSE_BYTES", 65536,
+           "all-reduces of a group up to this size are packed into one (0 disables)");
 WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", 200,
            "idle polling rounds before a waiting rank starts yielding its core");
 WEFT_PARAM(YieldCount, "WEFT_YIELD_COUNT", 20,
            "sched_yield rounds before a waiting rank sleeps on its doorbell");
+
+static int weft_task_is_p2p(const struct weft_task *task)
+{
+    return task->coll == WEFT_COLL_SEND || task->coll == WEFT_COLL_RECV;
+}
 
 struct weft_exec_lane {
     struct weft_lane lane;
     struct weft_step *steps;
     struct weft_task *task;
     uint64_t seq;
-    int prev_same; /* index of the previous lane on the same comm and channel, or -1 */
-    int channel;
+    int prev_same; /* index of the previous lane with the same key, or -1 */
+    /* Lanes with equal keys share connections and run in issue order. */
+    int key_chan; /* connection channel (comm->nchannels for point-to-point) */
+    int key_peer; /* point-to-point: the peer; collectives: -1 */
+    int key_dir;  /* point-to-point: 0 send, 1 receive */
 };
 
 static void weft_exec_free(struct weft_exec_lane *lanes, int nlanes)
@@ -53,7 +63,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
 {
     int total = 0;
     for (int t = 0; t < ntasks; t++)
-        total += tasks[t].comm->nchannels;
+        total += weft_task_is_p2p(&tasks[t]) ? 1 : tasks[t].comm->nchannels;
     struct weft_exec_lane *lanes = calloc((size_t)total, sizeof(*lanes));
     if (lanes == NULL) {
         WEFT_WARN("out of memory building %d lanes", total);
@@ -65,7 +75,9 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
         struct ncclComm *comm = task->comm;
         size_t es = weft_dtype_size(task->dtype);
         uint64_t seq = ++comm->op_seq;
-        for (int c = 0; c < comm->nchannels; c++) {
+        int p2p = weft_task_is_p2p(task);
+        int nch = p2p ? 1 : comm->nchannels;
+        for (int c = 0; c < nch; c++) {
             struct weft_exec_lane *el = &lanes[n];
             struct weft_sched_args args = {
                 .coll = task->coll,
@@ -75,7 +87,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
                 .rank = comm->rank,
                 .root = task->root,
                 .channel = c,
-                .nchannels = comm->nchannels,
+                .nchannels = nch,
                 .chunk = (comm->slot_bytes * (WEFT_STEPS / 2)) / es,
             };
             uint64_t max = weft_sched_max_steps(&args);
@@ -95,7 +107,10 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
             }
             el->lane.steps = el->steps;
             el->lane.nsteps = nsteps;
-            el->lane.peers = comm->chan_peers[c];
+            el->key_chan = p2p ? comm->nchannels : c;
+            el->key_peer = p2p ? task->root : -1;
+            el->key_dir = task->coll == WEFT_COLL_RECV;
+            el->lane.peers = comm->chan_peers[el->key_chan];
             el->lane.nranks = comm->nranks;
             el->lane.input = task->sendbuf;
             el->lane.output = task->recvbuf;
@@ -104,10 +119,10 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
             weft_lane_init(&el->lane);
             el->task = task;
             el->seq = seq;
-            el->channel = c;
             el->prev_same = -1;
             for (int j = n - 1; j >= 0; j--) {
-                if (lanes[j].task->comm == comm && lanes[j].channel == c) {
+                if (lanes[j].task->comm == comm && lanes[j].key_chan == el->key_chan &&
+                    lanes[j].key_peer == el->key_peer && lanes[j].key_dir == el->key_dir) {
                     el->prev_same = j;
                     break;
                 }
@@ -261,19 +276,118 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
     }
 }
 
-ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks)
+/*
+ * Fusion: a run of consecutive small all-reduces on one communicator with the same datatype and
+ * operator becomes one all-reduce over a staging buffer (inputs packed, result unpacked), so a
+ * group of many small all-reduces pays the per-step latency once.
+ */
+struct weft_fused {
+    int first; /* index of the first original task */
+    int count; /* how many original tasks */
+    char *stage;
+};
+
+static int weft_fusable(const struct weft_task *a, const struct weft_task *b, size_t total,
+                        size_t limit)
 {
+    size_t es = weft_dtype_size(b->dtype);
+    return a->coll == WEFT_COLL_ALLREDUCE && b->coll == WEFT_COLL_ALLREDUCE &&
+           a->comm == b->comm && a->dtype == b->dtype &&
+           memcmp(&a->redop, &b->redop, sizeof(a->redop)) == 0 && b->count * es <= limit &&
+           total + b->count * es <= limit;
+}
+
+static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct weft_task **out_p,
+                                   int *nout_p, struct weft_fused **fused_p, int *nfused_p)
+{
+    size_t limit = (size_t)weft_param_FuseBytes();
+    struct weft_task *out = calloc((size_t)ntasks, sizeof(*out));
+    struct weft_fused *fused = calloc((size_t)ntasks, sizeof(*fused));
+    if (out == NULL || fused == NULL) {
+        free(out);
+        free(fused);
+        WEFT_WARN("out of memory planning %d operations", ntasks);
+        return ncclSystemError;
+    }
+    int nout = 0, nfused = 0;
+    for (int t = 0; t < ntasks;) {
+        size_t es = weft_dtype_size(tasks[t].dtype);
+        size_t total = tasks[t].count * es;
+        int run = 1;
+        if (tasks[t].coll == WEFT_COLL_ALLREDUCE && total <= limit)
+            while (t + run < ntasks && weft_fusable(&tasks[t], &tasks[t + run], total, limit))
+                total += tasks[t + run++].count * es;
+        out[nout] = tasks[t];
+        if (run > 1) {
+            char *stage = malloc(total);
+            if (stage == NULL) {
+                WEFT_WARN("out of memory fusing %d all-reduces (%zu bytes)", run, total);
+                for (int f = 0; f < nfused; f++)
+                    free(fused[f].stage);
+                free(out);
+                free(fused);
+                return ncclSystemError;
+            }
+            size_t off = 0;
+            for (int k = 0; k < run; k++) {
+                memcpy(stage + off, tasks[t + k].sendbuf, tasks[t + k].count * es);
+                off += tasks[t + k].count * es;
+            }
+            out[nout].sendbuf = stage;
+            out[nout].recvbuf = stage;
+            out[nout].count = total / es;
+            fused[nfused++] = (struct weft_fused){t, run, stage};
+        }
+        nout++;
+        t += run;
+    }
+    *out_p = out;
+    *nout_p = nout;
+    *fused_p = fused;
+    *nfused_p = nfused;
+    return ncclSuccess;
+}
+
+static void weft_exec_unfuse(struct weft_task *tasks, struct weft_fused *fused, int nfused,
+                             int copy_out)
+{
+    for (int f = 0; f < nfused; f++) {
+        size_t off = 0;
+        for (int k = 0; copy_out && k < fused[f].count; k++) {
+            struct weft_task *t = &tasks[fused[f].first + k];
+            size_t bytes = t->count * weft_dtype_size(t->dtype);
+            memcpy(t->recvbuf, fused[f].stage + off, bytes);
+            off += bytes;
+        }
+        free(fused[f].stage);
+    }
+    free(fused);
+}
+
+ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
+{
+    struct weft_task *tasks;
+    struct weft_fused *fused;
+    int ntasks, nfused;
+    WEFT_CHECK(weft_exec_fuse(orig_tasks, norig, &tasks, &ntasks, &fused, &nfused));
     struct weft_exec_lane *lanes;
     int nlanes;
-    WEFT_CHECK(weft_exec_build(tasks, ntasks, &lanes, &nlanes));
+    ncclResult_t res = weft_exec_build(tasks, ntasks, &lanes, &nlanes);
+    if (res != ncclSuccess) {
+        weft_exec_unfuse(orig_tasks, fused, nfused, 0);
+        free(tasks);
+        return res;
+    }
     for (int t = 0; t < ntasks; t++)
         __atomic_fetch_add(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
-    ncclResult_t res = weft_exec_run(lanes, nlanes);
+    res = weft_exec_run(lanes, nlanes);
     for (int t = 0; t < ntasks; t++) {
         if (res != ncclSuccess)
             weft_comm_set_error(tasks[t].comm, res);
         __atomic_fetch_sub(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
     }
     weft_exec_free(lanes, nlanes);
+    weft_exec_unfuse(orig_tasks, fused, nfused, res == ncclSuccess);
+    free(tasks);
     return res;
 }

@@ -8,14 +8,21 @@
  * moves is a deadlock: the test fails and names the stuck ranks and what they wait for.
  *
  * Slots are small (256 B; 1 KiB for the large counts) and chunk is two slots' worth of elements,
- * so that every step is sliced and large counts loop over many pieces. Outputs are checked element
- * by element against a plain loop, with inputs chosen so that every result is exact in any order
- * (small integers, +-1 for products, n * 2^j for float avg so that each premultiplied term is a
- * power of two); out-of-place inputs must be left untouched, and a reduce must not write the
- * non-root outputs. Bytes sent per rank (the lanes' bytes_sent) must equal the algorithm's formula.
+ * so that every step is sliced and large counts loop over many pieces. All-to-all, gather, scatter
+ * and send/recv use one element less than four slots, so that a FIFO holds exactly the two chunks
+ * the pairwise exchange relies on (as in the host executor) and slices do not line up with chunks.
+ * Outputs are checked element by element against a plain loop, with inputs chosen so that every
+ * result is exact in any order (small integers, +-1 for products, n * 2^j for float avg so that
+ * each premultiplied term is a power of two); out-of-place inputs must be left untouched, and a
+ * reduce or gather must not write the non-root outputs. Bytes sent per rank (the lanes'
+ * bytes_sent) must equal the algorithm's formula.
  *
- * Usage: sim <allreduce|allgather|reducescatter|broadcast|reduce|big> (big: 1 MiB + 3 elements for
- * every collective at a few rank counts).
+ * Send/recv runs as "sendrecv": every rank r has two lanes per channel, a SEND to r+d and a RECV
+ * from r-d, progressed independently, for d = 1 and d = 0 (a self-send over the loopback
+ * connection from a rank to itself). All-to-all and send/recv have no in-place form.
+ *
+ * Usage: sim <allreduce|allgather|reducescatter|broadcast|reduce|alltoall|gather|scatter|sendrecv|
+ * big|big-NAME> (big: 1 MiB + 3 elements for every collective at a few rank counts).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -61,11 +68,23 @@ static const struct dcase copy_cases[] = {
     {"double", WEFT_FLOAT64, -1, 0},
 };
 
+/* For sendrecv (coll WEFT_COLL_SEND), root is the distance d: rank r sends to r+d. */
 struct cfg {
     int coll, n, root, nch, inplace;
     uint64_t count;
     const struct dcase *dc;
 };
+
+static int mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* Lanes per rank and channel: sendrecv's SEND and RECV, one otherwise. */
+static int cfg_sub(const struct cfg *c)
+{
+    return c->coll == WEFT_COLL_SEND ? 2 : 1;
+}
 
 /* ---- element values ---- */
 
@@ -174,6 +193,8 @@ static double fold(const struct dcase *dc, int n, const double *vals)
 static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
 {
     int n = c->n;
+    if (c->coll == WEFT_COLL_SEND)
+        return c->count;
     if (n == 1)
         return 0;
     switch (c->coll) {
@@ -197,7 +218,12 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
     case WEFT_COLL_BROADCAST:
         return r == (c->root + n - 1) % n ? 0 : c->count;
     case WEFT_COLL_REDUCE:
+    case WEFT_COLL_GATHER:
         return r == c->root ? 0 : c->count;
+    case WEFT_COLL_ALLTOALL:
+        return (uint64_t)(n - 1) * c->count;
+    case WEFT_COLL_SCATTER:
+        return r == c->root ? (uint64_t)(n - 1) * c->count : 0;
     default:
         return 0;
     }
@@ -215,10 +241,11 @@ struct sim {
     const struct cfg *c;
     size_t es, slot_bytes;
     uint64_t chunk;
+    int nsub;                      /* lanes per rank and channel (cfg_sub) */
     struct link **links;           /* [nch][n*n], created when a schedule uses the pair */
     struct weft_peer_conns *peers; /* [nch][n][n] */
-    struct weft_step **steps;      /* [nch*n] */
-    struct weft_lane *lanes;       /* [nch*n] */
+    struct weft_step **steps;      /* [nch][nsub][n], as lanes */
+    struct weft_lane *lanes;       /* [nch][nsub][n]: lane (ch * nsub + sub) * n + r */
     char **in_alloc, **out_alloc;  /* per rank; NULL where the buffer is the other one */
     void **in, **out;              /* per rank, as the user passes them */
 };
@@ -242,18 +269,24 @@ static struct link *sim_link(struct sim *s, int ch, int a, int b)
     return l;
 }
 
+/* Buffer sizes; every rank gets the root's size for gather and scatter. */
 static size_t in_elems(const struct cfg *c)
 {
-    return c->coll == WEFT_COLL_REDUCESCATTER ? (size_t)c->count * c->n : (size_t)c->count;
+    int blocks = c->coll == WEFT_COLL_REDUCESCATTER || c->coll == WEFT_COLL_ALLTOALL ||
+                 c->coll == WEFT_COLL_SCATTER;
+    return blocks ? (size_t)c->count * c->n : (size_t)c->count;
 }
 
 static size_t out_elems(const struct cfg *c)
 {
-    return c->coll == WEFT_COLL_ALLGATHER ? (size_t)c->count * c->n : (size_t)c->count;
+    int blocks = c->coll == WEFT_COLL_ALLGATHER || c->coll == WEFT_COLL_ALLTOALL ||
+                 c->coll == WEFT_COLL_GATHER;
+    return blocks ? (size_t)c->count * c->n : (size_t)c->count;
 }
 
-/* Buffers as NCCL defines in-place: allgather sendbuff = recvbuff + rank*count, reducescatter
- * recvbuff = sendbuff + rank*count, the others sendbuff == recvbuff. */
+/* Buffers as NCCL defines in-place: allgather and gather sendbuff = recvbuff + rank*count,
+ * reducescatter and scatter recvbuff = sendbuff + rank*count (what matters for gather and scatter
+ * is the root), the others sendbuff == recvbuff. */
 static void sim_buffers(struct sim *s)
 {
     const struct cfg *c = s->c;
@@ -265,12 +298,12 @@ static void sim_buffers(struct sim *s)
             memset(s->out_alloc[r], 0xa5, no * es + 1);
             s->in[r] = s->in_alloc[r];
             s->out[r] = s->out_alloc[r];
-        } else if (c->coll == WEFT_COLL_ALLGATHER) {
+        } else if (c->coll == WEFT_COLL_ALLGATHER || c->coll == WEFT_COLL_GATHER) {
             s->out_alloc[r] = malloc(no * es + 1);
             memset(s->out_alloc[r], 0xa5, no * es + 1);
             s->out[r] = s->out_alloc[r];
             s->in[r] = s->out_alloc[r] + (size_t)r * c->count * es;
-        } else if (c->coll == WEFT_COLL_REDUCESCATTER) {
+        } else if (c->coll == WEFT_COLL_REDUCESCATTER || c->coll == WEFT_COLL_SCATTER) {
             s->in_alloc[r] = malloc(ni * es + 1);
             s->in[r] = s->in_alloc[r];
             s->out[r] = s->in_alloc[r] + (size_t)r * c->count * es;
@@ -288,36 +321,39 @@ static int sim_setup(struct sim *s, struct weft_redop *op)
 {
     const struct cfg *c = s->c;
     int n = c->n, nch = c->nch;
-    for (int ch = 0; ch < nch; ch++) {
-        for (int r = 0; r < n; r++) {
-            struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, n, r, c->root, ch, nch,
-                                        s->chunk};
-            uint64_t max = weft_sched_max_steps(&a);
-            struct weft_step *st = malloc((size_t)(max + 1) * sizeof(*st));
-            uint64_t ns = weft_sched_build(&a, st, max);
-            s->steps[ch * n + r] = st;
-            if (ns == UINT64_MAX) {
-                FAIL("rank %d ch %d: weft_sched_build failed", r, ch);
-                return -1;
-            }
-            for (uint64_t i = 0; i < ns; i++) {
-                if (st[i].send_peer >= 0)
-                    sim_link(s, ch, r, st[i].send_peer);
-                if (st[i].recv_peer >= 0)
-                    sim_link(s, ch, st[i].recv_peer, r);
-            }
-            struct weft_lane *l = &s->lanes[ch * n + r];
-            memset(l, 0, sizeof(*l));
-            l->steps = st;
-            l->nsteps = ns;
-            l->peers = &s->peers[((size_t)ch * n + r) * n];
-            l->nranks = n;
-            l->input = s->in[r];
-            l->output = s->out[r];
-            l->elem_size = s->es;
-            l->op = op;
-            weft_lane_init(l);
+    for (int li = 0; li < nch * s->nsub * n; li++) {
+        int r = li % n, sub = li / n % s->nsub, ch = li / n / s->nsub;
+        struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, n, r, c->root, ch, nch,
+                                    s->chunk};
+        if (c->coll == WEFT_COLL_SEND) { /* lane 0 sends to r+d, lane 1 receives from r-d */
+            a.coll = sub == 0 ? WEFT_COLL_SEND : WEFT_COLL_RECV;
+            a.root = mod(sub == 0 ? r + c->root : r - c->root, n);
         }
+        uint64_t max = weft_sched_max_steps(&a);
+        struct weft_step *st = malloc((size_t)(max + 1) * sizeof(*st));
+        uint64_t ns = weft_sched_build(&a, st, max);
+        s->steps[li] = st;
+        if (ns == UINT64_MAX) {
+            FAIL("rank %d ch %d %s: weft_sched_build failed", r, ch, weft_coll_name(a.coll));
+            return -1;
+        }
+        for (uint64_t i = 0; i < ns; i++) {
+            if (st[i].send_peer >= 0)
+                sim_link(s, ch, r, st[i].send_peer);
+            if (st[i].recv_peer >= 0)
+                sim_link(s, ch, st[i].recv_peer, r);
+        }
+        struct weft_lane *l = &s->lanes[li];
+        memset(l, 0, sizeof(*l));
+        l->steps = st;
+        l->nsteps = ns;
+        l->peers = &s->peers[((size_t)ch * n + r) * n];
+        l->nranks = n;
+        l->input = s->in[r];
+        l->output = s->out[r];
+        l->elem_size = s->es;
+        l->op = op;
+        weft_lane_init(l);
     }
     return 0;
 }
@@ -325,7 +361,7 @@ static int sim_setup(struct sim *s, struct weft_redop *op)
 /* Round-robin until every lane is done. Returns 0, or -1 on a deadlock or a size mismatch. */
 static int sim_run(struct sim *s, const char *name)
 {
-    int nl = s->c->n * s->c->nch, n = s->c->n;
+    int nl = s->c->n * s->c->nch * s->nsub, n = s->c->n;
     int *bpeer = calloc((size_t)nl, sizeof(int)), *bsend = calloc((size_t)nl, sizeof(int));
     int res = 0;
     for (;;) {
@@ -336,9 +372,9 @@ static int sim_run(struct sim *s, const char *name)
                 continue;
             int rc = weft_lane_progress(l, &bpeer[i], &bsend[i]);
             if (rc < 0) {
-                FAIL("%s: rank %d ch %d step %llu: peer %d posted %u bytes, want %u", name, i % n,
-                     i / n, (unsigned long long)l->cur, l->error_peer, l->error_got_bytes,
-                     l->error_want_bytes);
+                FAIL("%s: rank %d ch %d lane %d step %llu: peer %d posted %u bytes, want %u",
+                     name, i % n, i / n / s->nsub, i / n % s->nsub, (unsigned long long)l->cur,
+                     l->error_peer, l->error_got_bytes, l->error_want_bytes);
                 res = -1;
                 goto out;
             }
@@ -353,11 +389,12 @@ static int sim_run(struct sim *s, const char *name)
             for (int i = 0; i < nl && len < (int)sizeof(buf) - 64; i++) {
                 struct weft_lane *l = &s->lanes[i];
                 if (!weft_lane_done(l))
-                    len += snprintf(buf + len, sizeof(buf) - len, " r%d/c%d@%llu:%s%d", i % n,
-                                    i / n, (unsigned long long)l->cur,
+                    len += snprintf(buf + len, sizeof(buf) - len, " r%d/c%d/%d@%llu:%s%d", i % n,
+                                    i / n / s->nsub, i / n % s->nsub, (unsigned long long)l->cur,
                                     bsend[i] ? "credit<-" : "data<-", bpeer[i]);
             }
-            FAIL("%s: deadlock; stuck lanes (rank/channel@step:waits-for<-peer):%s", name, buf);
+            FAIL("%s: deadlock; stuck lanes (rank/channel/lane@step:waits-for<-peer):%s", name,
+                 buf);
             res = -1;
             goto out;
         }
@@ -379,7 +416,7 @@ static void sim_free(struct sim *s)
         free(s->links[i]->slots);
         free(s->links[i]);
     }
-    for (int i = 0; i < c->nch * n; i++)
+    for (int i = 0; i < c->nch * s->nsub * n; i++)
         free(s->steps[i]);
     for (int r = 0; r < n; r++) {
         free(s->in_alloc[r]);
@@ -406,6 +443,21 @@ static int expect_elem(const struct cfg *c, const char *name, const char *what, 
         FAIL("%s: rank %d %s[%llu] = %g, want %g", name, r, what, (unsigned long long)i, got, want);
     *reported = 1;
     return 0;
+}
+
+/* Whether rank r's bytes [from, to) of buf still hold the 0xa5 fill. */
+static int untouched(const struct cfg *c, const char *name, int r, const void *buf, size_t from,
+                     size_t to, int *reported)
+{
+    for (size_t b = from; b < to; b++)
+        if (((const uint8_t *)buf)[b] != 0xa5) {
+            if (!*reported)
+                FAIL("%s: rank %d output byte %zu written", name, r, b);
+            *reported = 1;
+            return 0;
+        }
+    (void)c;
+    return 1;
 }
 
 static void sim_check(struct sim *s, const char *name)
@@ -456,17 +508,54 @@ static void sim_check(struct sim *s, const char *name)
         for (int r = 0; r < n && c->inplace; r++)
             for (uint64_t i = 0; i < count && r != c->root; i++)
                 expect_elem(c, name, "in-place buffer", r, s->out[r], i, gen(c->dc, n, r, i), &bad);
-        for (int r = 0; r < n && !c->inplace; r++) {
+        for (int r = 0; r < n && !c->inplace; r++)
+            if (r != c->root)
+                untouched(c, name, r, s->out[r], 0, count * s->es, &bad);
+        break;
+    case WEFT_COLL_ALLTOALL:
+        for (int r = 0; r < n; r++)
+            for (int b = 0; b < n; b++)
+                for (uint64_t i = 0; i < count; i++)
+                    expect_elem(c, name, "out", r, s->out[r], (uint64_t)b * count + i,
+                                gen(c->dc, n, b, (uint64_t)r * count + i), &bad);
+        break;
+    case WEFT_COLL_GATHER:
+        for (int b = 0; b < n; b++)
+            for (uint64_t i = 0; i < count; i++)
+                expect_elem(c, name, "out", c->root, s->out[c->root], (uint64_t)b * count + i,
+                            gen(c->dc, n, b, i), &bad);
+        /* Non-root outputs are not NCCL's to touch (in place, block r is the rank's input). */
+        for (int r = 0; r < n; r++) {
             if (r == c->root)
                 continue;
-            for (size_t b = 0; b < count * s->es; b++)
-                if ((uint8_t)((char *)s->out[r])[b] != 0xa5) {
-                    if (!bad)
-                        FAIL("%s: non-root rank %d output byte %zu written", name, r, b);
-                    bad = 1;
-                    break;
-                }
+            size_t blk = count * s->es;
+            untouched(c, name, r, s->out[r], 0, (size_t)r * blk, &bad);
+            untouched(c, name, r, s->out[r], (size_t)(r + 1) * blk, (size_t)n * blk, &bad);
+            for (uint64_t i = 0; i < count; i++)
+                if (c->inplace)
+                    expect_elem(c, name, "in-place buffer", r, s->out[r], (uint64_t)r * count + i,
+                                gen(c->dc, n, r, i), &bad);
+            if (!c->inplace)
+                untouched(c, name, r, s->out[r], (size_t)r * blk, (size_t)(r + 1) * blk, &bad);
         }
+        break;
+    case WEFT_COLL_SCATTER:
+        for (int r = 0; r < n; r++)
+            for (uint64_t i = 0; i < count; i++)
+                expect_elem(c, name, "out", r, s->out[r], i,
+                            gen(c->dc, n, c->root, (uint64_t)r * count + i), &bad);
+        /* In place, the rest of every input (all of the root's) stays as it was. */
+        for (int r = 0; r < n && c->inplace; r++)
+            for (int b = 0; b < n; b++)
+                for (uint64_t i = 0; i < count && (b != r || r == c->root); i++)
+                    expect_elem(c, name, "in-place buffer", r, s->in[r], (uint64_t)b * count + i,
+                                gen(c->dc, n, r, (uint64_t)b * count + i), &bad);
+        break;
+    case WEFT_COLL_SEND:
+        for (int r = 0; r < n; r++)
+            for (uint64_t i = 0; i < count; i++)
+                expect_elem(c, name, "out", r, s->out[r], i, gen(c->dc, n, mod(r - c->root, n), i),
+                            &bad);
         break;
     }
     /* Out-of-place inputs stay as they were. */
@@ -480,8 +569,8 @@ static void sim_check(struct sim *s, const char *name)
     /* Bytes: lanes == schedule == formula. */
     for (int r = 0; r < n; r++) {
         uint64_t lane_bytes = 0, sched_bytes = 0;
-        for (int ch = 0; ch < c->nch; ch++) {
-            const struct weft_lane *l = &s->lanes[ch * n + r];
+        for (int li = r; li < c->nch * s->nsub * n; li += n) {
+            const struct weft_lane *l = &s->lanes[li];
             lane_bytes += l->bytes_sent;
             sched_bytes += weft_sched_bytes_sent(l->steps, l->nsteps, s->es);
         }
@@ -500,20 +589,25 @@ static void sim_check(struct sim *s, const char *name)
 static void run_one(const struct cfg *c)
 {
     char name[200];
-    snprintf(name, sizeof(name), "%s %s n %d count %llu %s nch %d root %d",
-             weft_coll_name(c->coll), c->dc->name, c->n, (unsigned long long)c->count,
-             c->inplace ? "in-place" : "out-of-place", c->nch, c->root);
+    snprintf(name, sizeof(name), "%s %s n %d count %llu %s nch %d %s %d",
+             c->coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(c->coll), c->dc->name, c->n,
+             (unsigned long long)c->count, c->inplace ? "in-place" : "out-of-place", c->nch,
+             c->coll == WEFT_COLL_SEND ? "distance" : "root", c->root);
     struct sim s;
     memset(&s, 0, sizeof(s));
     int n = c->n, nch = c->nch;
     s.c = c;
     s.es = weft_dtype_size(c->dc->dtype);
     s.slot_bytes = c->count > 4096 ? 1024 : 256;
-    s.chunk = 2 * s.slot_bytes / s.es;
+    s.nsub = cfg_sub(c);
+    if (c->coll >= WEFT_COLL_ALLTOALL)
+        s.chunk = WEFT_STEPS / 2 * s.slot_bytes / s.es - 1;
+    else
+        s.chunk = 2 * s.slot_bytes / s.es;
     s.links = calloc((size_t)nch * n * n, sizeof(*s.links));
     s.peers = calloc((size_t)nch * n * n, sizeof(*s.peers));
-    s.steps = calloc((size_t)nch * n, sizeof(*s.steps));
-    s.lanes = calloc((size_t)nch * n, sizeof(*s.lanes));
+    s.steps = calloc((size_t)nch * s.nsub * n, sizeof(*s.steps));
+    s.lanes = calloc((size_t)nch * s.nsub * n, sizeof(*s.lanes));
     s.in_alloc = calloc((size_t)n, sizeof(char *));
     s.out_alloc = calloc((size_t)n, sizeof(char *));
     s.in = calloc((size_t)n, sizeof(void *));
@@ -550,7 +644,12 @@ static void sweep(int coll, int big)
     const struct dcase *cases = red ? red_cases : copy_cases;
     size_t ncases = red ? sizeof(red_cases) / sizeof(red_cases[0])
                         : sizeof(copy_cases) / sizeof(copy_cases[0]);
-    int per_rank = coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_REDUCESCATTER;
+    int per_rank = coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_REDUCESCATTER ||
+                   coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_GATHER ||
+                   coll == WEFT_COLL_SCATTER;
+    /* No in-place form for all-to-all and send/recv; sendrecv runs distances 1 and 0. */
+    int ninplace = coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_SEND ? 1 : 2;
+    int ndist = coll == WEFT_COLL_SEND ? 2 : 1;
     const int *ns = !big ? nranks : per_rank ? big_nranks_ag : big_nranks;
     size_t nns = big ? 3 : sizeof(nranks) / sizeof(int);
     const uint64_t *cs = big ? big_counts : counts;
@@ -560,35 +659,48 @@ static void sweep(int coll, int big)
     for (size_t ni = 0; ni < nns; ni++)
         for (size_t ci = 0; ci < ncs; ci++)
             for (size_t di = 0; di < ncases; di++)
-                for (int inplace = 0; inplace < 2; inplace++)
-                    for (int nch = 1; nch <= 2; nch++) {
-                        /* The large count: one type per collective and rank count is enough. */
-                        if (big && di != (ni + (size_t)inplace) % ncases)
-                            continue;
-                        int n = ns[ni];
-                        struct cfg c = {coll, n, 0, nch, inplace, cs[ci], &cases[di]};
-                        c.root = (int)((cs[ci] + di + (size_t)nch * 5 + (size_t)inplace) %
-                                       (uint64_t)n);
-                        run_one(&c);
-                        runs++;
-                    }
-    printf("%s%s: %lu runs\n", weft_coll_name(coll), big ? " (1 MiB + 3)" : "", runs);
+                for (int inplace = 0; inplace < ninplace; inplace++)
+                    for (int nch = 1; nch <= 2; nch++)
+                        for (int dist = 1; dist > 1 - ndist; dist--) {
+                            /* The large count: one type per collective and rank count is enough. */
+                            if (big && di != (ni + (size_t)inplace) % ncases)
+                                continue;
+                            int n = ns[ni];
+                            struct cfg c = {coll, n, 0, nch, inplace, cs[ci], &cases[di]};
+                            c.root = (int)((cs[ci] + di + (size_t)nch * 5 + (size_t)inplace) %
+                                           (uint64_t)n);
+                            if (coll == WEFT_COLL_SEND)
+                                c.root = dist % n;
+                            run_one(&c);
+                            runs++;
+                        }
+    printf("%s%s: %lu runs\n", coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll),
+           big ? " (1 MiB + 3)" : "", runs);
 }
 
 int main(int argc, char **argv)
 {
-    static const char *names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
-                                  "reduce"};
+    static const struct {
+        const char *name;
+        int coll;
+    } tests[] = {
+        {"allreduce", WEFT_COLL_ALLREDUCE}, {"allgather", WEFT_COLL_ALLGATHER},
+        {"reducescatter", WEFT_COLL_REDUCESCATTER}, {"broadcast", WEFT_COLL_BROADCAST},
+        {"reduce", WEFT_COLL_REDUCE}, {"alltoall", WEFT_COLL_ALLTOALL},
+        {"gather", WEFT_COLL_GATHER}, {"scatter", WEFT_COLL_SCATTER},
+        {"sendrecv", WEFT_COLL_SEND},
+    };
     const char *which = argc > 1 ? argv[1] : "all";
     int ran = 0;
-    for (int coll = 0; coll < 5; coll++) {
-        if (strcmp(which, "all") == 0 || strcmp(which, names[coll]) == 0) {
-            sweep(coll, 0);
+    for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
+        const char *tn = tests[t].name;
+        if (strcmp(which, "all") == 0 || strcmp(which, tn) == 0) {
+            sweep(tests[t].coll, 0);
             ran = 1;
         }
         if (strcmp(which, "all") == 0 || strcmp(which, "big") == 0 ||
-            (strncmp(which, "big-", 4) == 0 && strcmp(which + 4, names[coll]) == 0)) {
-            sweep(coll, 1);
+            (strncmp(which, "big-", 4) == 0 && strcmp(which + 4, tn) == 0)) {
+            sweep(tests[t].coll, 1);
             ran = 1;
         }
     }

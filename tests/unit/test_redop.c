@@ -713,7 +713,8 @@ static void test_premul_sum(void)
             uint64_t w = ref_premul_sum(dtype, load_bits(dtype, a, i), load_bits(dtype, b, i), s,
                                         &an);
             uint64_t g = load_bits(dtype, d, i);
-            CHECK(bits_match(dtype, g, w, an), "%s premulsum [%zu] scalar 0x%llx: got 0x%llx want 0x%llx",
+            CHECK(bits_match(dtype, g, w, an),
+                  "%s premulsum [%zu] scalar 0x%llx: got 0x%llx want 0x%llx",
                   weft_dtype_name(dtype), i, (unsigned long long)s, (unsigned long long)g,
                   (unsigned long long)w);
         }
@@ -736,7 +737,8 @@ static void test_premul_sum(void)
                 uint64_t w = ref_binary(dtype, kind, load_bits(dtype, a, i), p, &an2);
                 uint64_t g = load_bits(dtype, d, i);
                 /* max/min of fp32/fp64 keep the NaN the premul made */
-                CHECK(bits_match(dtype, g, w, an || an2), "%s premul %s [%zu]: got 0x%llx want 0x%llx",
+                CHECK(bits_match(dtype, g, w, an || an2),
+                      "%s premul %s [%zu]: got 0x%llx want 0x%llx",
                       weft_dtype_name(dtype), kind_names[kind], i, (unsigned long long)g,
                       (unsigned long long)w);
             }
@@ -778,9 +780,13 @@ static void test_avg(void)
                 /* (T)(1/n), through float for the small formats */
                 int fi = fmt_of(dtype);
                 double inv = (double)(float)(1.0 / nr);
-                uint64_t want = dtype == WEFT_FLOAT64   ? f64_bits(1.0 / nr)
-                                : dtype == WEFT_FLOAT32 ? f32_bits(inv)
-                                                        : fmt_round(&g_fmt[fi], inv, fi >= FMT_E4M3);
+                uint64_t want;
+                if (dtype == WEFT_FLOAT64)
+                    want = f64_bits(1.0 / nr);
+                else if (dtype == WEFT_FLOAT32)
+                    want = f32_bits(inv);
+                else
+                    want = fmt_round(&g_fmt[fi], inv, fi >= FMT_E4M3);
                 CHECK(s == want,
                       "%s avg scalar for %d ranks: 0x%llx", weft_dtype_name(dtype), nr,
                       (unsigned long long)s);
@@ -805,13 +811,45 @@ static void test_avg(void)
                         w = ref_premul_sum(dtype, w, load_bits(dtype, in[r], i), s, &an2);
                 }
                 uint64_t g = load_bits(dtype, acc, i);
-                CHECK(bits_match(dtype, g, w, 0), "%s avg over %d ranks [%zu]: got 0x%llx want 0x%llx",
+                CHECK(bits_match(dtype, g, w, 0),
+                      "%s avg over %d ranks [%zu]: got 0x%llx want 0x%llx",
                       weft_dtype_name(dtype), nr, i, (unsigned long long)g, (unsigned long long)w);
             }
             for (int r = 0; r < nr; r++)
                 free(in[r]);
             free(acc);
         }
+    }
+}
+
+/* postdiv on floating types (not what NCCL's avg uses, but defined): x / divisor, one rounding */
+static void test_postdiv_float(void)
+{
+    for (int dtype = WEFT_FLOAT16; dtype < WEFT_NUM_DTYPES; dtype++) {
+        size_t es = esize(dtype), n = 4096;
+        char *x = malloc(n * es), *d = malloc(n * es);
+        for (size_t i = 0; i < n; i++)
+            store_bits(dtype, x, i, es <= 2 && i < (1u << (8 * es)) ? i : random_elem(dtype));
+        for (uint64_t div = 2; div <= 7; div++) {
+            struct weft_redop op;
+            make_op(&op, dtype, WEFT_RED_SUM);
+            op.postdiv = 1;
+            op.divisor = div;
+            weft_reduce(&op, d, NULL, x, n, WEFT_REDUCE_POST);
+            for (size_t i = 0; i < n; i++) {
+                uint64_t w = ref_div(dtype, load_bits(dtype, x, i), div);
+                uint64_t g = load_bits(dtype, d, i);
+                /* fp32/fp64 keep the input NaN's payload */
+                int any_nan =
+                    (dtype == WEFT_FLOAT32 || dtype == WEFT_FLOAT64) && isnan(fval(dtype, w));
+                CHECK(bits_match(dtype, g, w, any_nan),
+                      "%s postdiv %llu [%zu]: got 0x%llx want 0x%llx",
+                      weft_dtype_name(dtype), (unsigned long long)div, i, (unsigned long long)g,
+                      (unsigned long long)w);
+            }
+        }
+        free(x);
+        free(d);
     }
 }
 
@@ -1031,7 +1069,7 @@ int main(void)
     static const int isas[] = {WEFT_REDUCE_ISA_GENERIC, WEFT_REDUCE_ISA_AVX2};
     for (size_t k = 0; k < sizeof(isas) / sizeof(isas[0]); k++) {
         if (weft_reduce_set_isa(isas[k]) != 0) {
-            printf("isa %d: not supported by this CPU, skipped\n", isas[k]);
+            printf("isa %d: not available in this build or on this CPU, skipped\n", isas[k]);
             continue;
         }
         unsigned long failed_before = g_fail;
@@ -1040,6 +1078,7 @@ int main(void)
         test_premul_all_fp8();
         test_premul_sum();
         test_avg();
+        test_postdiv_float();
         test_int_specifics();
         test_float_specifics();
         test_alias_align();

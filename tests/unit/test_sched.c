@@ -1,14 +1,19 @@
 /*
- * Schedules (src/algo/sched.h), checked structurally for every ring collective:
+ * Schedules (src/algo/sched.h), checked structurally for every collective:
  *   - every step: count in [1, chunk], op/buffer/peer fields consistent, offsets inside buffers;
  *   - weft_sched_max_steps equals the number of steps built (it is exact), a short list is refused;
  *   - bytes sent per rank equal the algorithm's formula exactly;
  *   - per channel, the k-th send from a to b has the count of the k-th receive at b from a, and
- *     every send is received;
- *   - every output element is written exactly once (reduce: by the root only) and every input
- *     element read the expected number of times (once; twice for all-gather and the broadcast
- *     root: SEND and COPY).
- * Usage: test_sched [misc|allreduce|allgather|reducescatter|broadcast|reduce] (default: all).
+ *     every send is received; for the collectives without forwarding (all-to-all, gather,
+ *     scatter, send/recv) it also carries the same elements of the block (a's input block b for
+ *     all-to-all and scatter, landing in b's output block a for all-to-all and gather);
+ *   - every output element is written exactly once (reduce: by the root only; gather: the root
+ *     only) and every input element read the expected number of times (once; twice for all-gather
+ *     and the broadcast root: SEND and COPY; never for a scatter's non-root input).
+ * Send/recv runs as "sendrecv": every rank r builds the SEND schedule to r+d and the RECV schedule
+ * from r-d (d = 0 is a self-send), which together behave like one collective.
+ * Usage: test_sched [misc|allreduce|allgather|reducescatter|broadcast|reduce|alltoall|gather|
+ * scatter|sendrecv] (default: all).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,7 +46,8 @@ static const uint64_t counts[] = {0, 1, 7, 1023, 1048576 + 3};
 static const uint64_t chunks[] = {1, 2, 3, 5, 64, 1000, 65536, 1u << 20, UINT64_MAX / 3,
                                   UINT64_MAX};
 /* Skip a chunk size when all ranks together would build more steps than this (keeps each
- * collective's sweep well under a second); the largest chunks always run. */
+ * collective's sweep well under a second; all-to-all, whose step lists grow with n^2, a quarter);
+ * the largest chunks always run. */
 #define STEP_BUDGET 10000
 
 static int op_sends(int op)
@@ -73,15 +79,27 @@ static int mod(int a, int n)
     return ((a % n) + n) % n;
 }
 
+/* Buffers holding n blocks of count elements. */
+static int in_blocks(int coll)
+{
+    return coll == WEFT_COLL_REDUCESCATTER || coll == WEFT_COLL_ALLTOALL ||
+           coll == WEFT_COLL_SCATTER;
+}
+
+static int out_blocks(int coll)
+{
+    return coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_GATHER;
+}
+
 /* Buffer sizes in elements for one rank. */
 static uint64_t in_size(int coll, uint64_t count, int n)
 {
-    return coll == WEFT_COLL_REDUCESCATTER ? count * (uint64_t)n : count;
+    return in_blocks(coll) ? count * (uint64_t)n : count;
 }
 
 static uint64_t out_size(int coll, uint64_t count, int n)
 {
-    return coll == WEFT_COLL_ALLGATHER ? count * (uint64_t)n : count;
+    return out_blocks(coll) ? count * (uint64_t)n : count;
 }
 
 /*
@@ -92,11 +110,16 @@ static uint64_t out_size(int coll, uint64_t count, int n)
  *     chunk but r+1 in the all-gather half: sum over pieces of 2P - s(r) - s(r+1);
  *   allgather, reducescatter: (n-1) * count;
  *   broadcast: count, except 0 for the last rank of the chain (root-1);
- *   reduce: count, except 0 for the root.
+ *   reduce: count, except 0 for the root;
+ *   alltoall: (n-1) * count (the own block is copied);
+ *   gather: count, except 0 for the root; scatter: (n-1) * count at the root, 0 elsewhere;
+ *   sendrecv: count, also for n == 1 (a self-send goes through the loopback connection).
  */
 static uint64_t expected_elems(int coll, uint64_t count, int n, int r, int root, int nch,
                                uint64_t chunk)
 {
+    if (coll == WEFT_COLL_SEND)
+        return count;
     if (n == 1)
         return 0;
     switch (coll) {
@@ -122,7 +145,12 @@ static uint64_t expected_elems(int coll, uint64_t count, int n, int r, int root,
     case WEFT_COLL_BROADCAST:
         return r == mod(root - 1, n) ? 0 : count;
     case WEFT_COLL_REDUCE:
+    case WEFT_COLL_GATHER:
         return r == root ? 0 : count;
+    case WEFT_COLL_ALLTOALL:
+        return (uint64_t)(n - 1) * count;
+    case WEFT_COLL_SCATTER:
+        return r == root ? (uint64_t)(n - 1) * count : 0;
     default:
         return 0;
     }
@@ -136,6 +164,8 @@ static int expected_reads(int coll, int n, int r, int root)
         return n > 1 ? 2 : 1; /* SEND and COPY */
     case WEFT_COLL_BROADCAST:
         return r != root ? 0 : n > 1 ? 2 : 1;
+    case WEFT_COLL_SCATTER:
+        return r == root;
     default:
         return 1;
     }
@@ -143,13 +173,65 @@ static int expected_reads(int coll, int n, int r, int root)
 
 static int expected_writes(int coll, int r, int root)
 {
-    return coll == WEFT_COLL_REDUCE && r != root ? 0 : 1;
+    return (coll == WEFT_COLL_REDUCE || coll == WEFT_COLL_GATHER) && r != root ? 0 : 1;
 }
 
+/* For sendrecv (coll WEFT_COLL_SEND), root is the distance d: rank r sends to r+d. */
 struct cfg {
     int coll, n, root, nch;
     uint64_t count, chunk;
 };
+
+/* The schedules rank r runs on channel ch: one, or for sendrecv its SEND and its RECV. Returns how
+ * many were written to a[0..2). */
+static int cfg_args(const struct cfg *c, int r, int ch, struct weft_sched_args *a)
+{
+    struct weft_sched_args base = {c->coll, WEFT_ALGO_RING, c->count, c->n, r, c->root, ch,
+                                   c->nch, c->chunk};
+    a[0] = base;
+    if (c->coll != WEFT_COLL_SEND)
+        return 1;
+    a[0].root = mod(r + c->root, c->n);
+    a[1] = base;
+    a[1].coll = WEFT_COLL_RECV;
+    a[1].root = mod(r - c->root, c->n);
+    return 2;
+}
+
+/* Whether step s of rank r uses the peers (and only the ops) its collective allows. */
+static int peers_ok(const struct cfg *c, int r, const struct weft_step *s)
+{
+    int n = c->n, sp = s->send_peer, rp = s->recv_peer;
+    int sends = op_sends(s->op), recvs = op_recvs(s->op);
+    if (!sends && sp != -1)
+        return 0;
+    if (!recvs && rp != -1)
+        return 0;
+    if (c->coll < WEFT_COLL_ALLTOALL) /* rings and chains: next and prev only */
+        return (!sends || (sp == mod(r + 1, n) && n > 1)) &&
+               (!recvs || (rp == mod(r - 1, n) && n > 1));
+    /* The rest use plain SEND, RECV and COPY. */
+    if (s->op != WEFT_STEP_SEND && s->op != WEFT_STEP_RECV && s->op != WEFT_STEP_COPY)
+        return 0;
+    switch (c->coll) {
+    case WEFT_COLL_ALLTOALL:
+        return (!sends || (sp >= 0 && sp < n && sp != r)) &&
+               (!recvs || (rp >= 0 && rp < n && rp != r));
+    case WEFT_COLL_GATHER:
+        if (r != c->root)
+            return s->op == WEFT_STEP_SEND && sp == c->root;
+        return s->op != WEFT_STEP_SEND && (!recvs || (rp >= 0 && rp < n && rp != r));
+    case WEFT_COLL_SCATTER:
+        if (r != c->root)
+            return s->op == WEFT_STEP_RECV && rp == c->root;
+        return s->op != WEFT_STEP_RECV && (!sends || (sp >= 0 && sp < n && sp != r));
+    case WEFT_COLL_SEND:
+        return s->op == WEFT_STEP_SEND ? sp == mod(r + c->root, n)
+                                       : s->op == WEFT_STEP_RECV && rp == mod(r - c->root, n);
+    default:
+        return 0;
+    }
+}
 
 static void cfg_str(const struct cfg *c, char *buf, size_t len)
 {
@@ -165,9 +247,9 @@ static void check_step(const struct cfg *c, int r, uint64_t i, const struct weft
     int ok = 1;
     if (s->count < 1 || s->count > c->chunk || s->op > WEFT_STEP_COPY || (s->flags & ~1u))
         ok = 0;
-    if (op_sends(s->op) ? s->send_peer != mod(r + 1, n) || n == 1 : s->send_peer != -1)
+    if (!peers_ok(c, r, s))
         ok = 0;
-    if (op_recvs(s->op) ? s->recv_peer != mod(r - 1, n) || n == 1 : s->recv_peer != -1)
+    if (c->coll >= WEFT_COLL_ALLTOALL && s->flags != 0) /* no reduction, nothing is FINAL */
         ok = 0;
     if (op_reads(s->op)) {
         uint64_t sz = s->src == WEFT_BUF_INPUT ? isz : s->src == WEFT_BUF_OUTPUT ? osz : 0;
@@ -189,6 +271,18 @@ static void check_step(const struct cfg *c, int r, uint64_t i, const struct weft
              s->recv_peer, s->flags);
     else
         npass++;
+}
+
+/* Element of the block that a send to b reads, and that a receive from a writes: equal for a
+ * matched pair when the collective forwards nothing. */
+static uint64_t send_elem(const struct cfg *c, int b, const struct weft_step *s)
+{
+    return s->src_off - (in_blocks(c->coll) ? (uint64_t)b * c->count : 0);
+}
+
+static uint64_t recv_elem(const struct cfg *c, int a, const struct weft_step *s)
+{
+    return s->dst_off - (out_blocks(c->coll) ? (uint64_t)a * c->count : 0);
 }
 
 /* Per channel: the k-th send a->b has the count of the k-th receive at b from a; none is left. */
@@ -217,6 +311,13 @@ static void check_matching(const struct cfg *c, int ch, struct weft_step **steps
                 FAIL("%s ch %d: %d->%d message %llu: sent %llu, received %llu", name, ch, a, b,
                      (unsigned long long)matched[a * n + b], (unsigned long long)steps[a][*k].count,
                      (unsigned long long)s->count);
+                ok = 0;
+            } else if (c->coll >= WEFT_COLL_ALLTOALL &&
+                       send_elem(c, b, &steps[a][*k]) != recv_elem(c, a, s)) {
+                FAIL("%s ch %d: %d->%d message %llu: sends block element %llu, lands at %llu",
+                     name, ch, a, b, (unsigned long long)matched[a * n + b],
+                     (unsigned long long)send_elem(c, b, &steps[a][*k]),
+                     (unsigned long long)recv_elem(c, a, s));
                 ok = 0;
             }
             (*k)++;
@@ -351,22 +452,30 @@ static void run_cfg(const struct cfg *c)
 
     for (int ch = 0; ch < c->nch; ch++) {
         for (int r = 0; r < n; r++) {
-            struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, n, r, c->root, ch,
-                                        c->nch, c->chunk};
-            uint64_t max = weft_sched_max_steps(&a);
-            steps[r] = malloc((size_t)(max + 1) * sizeof(struct weft_step));
-            uint64_t got = weft_sched_build(&a, steps[r], max + 1);
-            if (got == UINT64_MAX || got != max) {
-                FAIL("%s ch %d rank %d: built %llu steps, max_steps %llu", name, ch, r,
-                     (unsigned long long)got, (unsigned long long)max);
-                ns[r] = 0;
-                continue;
+            struct weft_sched_args a[2];
+            int na = cfg_args(c, r, ch, a);
+            uint64_t maxs[2] = {0, 0};
+            for (int j = 0; j < na; j++)
+                maxs[j] = weft_sched_max_steps(&a[j]);
+            steps[r] = malloc((size_t)(maxs[0] + maxs[1] + 1) * sizeof(struct weft_step));
+            ns[r] = 0;
+            /* sendrecv: the RECV schedule's steps follow the SEND schedule's. */
+            for (int j = 0; j < na; j++) {
+                struct weft_step *st = steps[r] + ns[r];
+                uint64_t got = weft_sched_build(&a[j], st, maxs[j] + 1);
+                if (got == UINT64_MAX || got != maxs[j]) {
+                    FAIL("%s ch %d rank %d %s: built %llu steps, max_steps %llu", name, ch, r,
+                         weft_coll_name(a[j].coll), (unsigned long long)got,
+                         (unsigned long long)maxs[j]);
+                    break;
+                }
+                npass++;
+                if (got > 0 && r == 0 && ch == 0)
+                    EXPECT(weft_sched_build(&a[j], st, got - 1) == UINT64_MAX,
+                           "%s: short list accepted", name);
+                ns[r] += got;
             }
-            npass++;
-            ns[r] = got;
-            if (got > 0 && r == 0 && ch == 0)
-                EXPECT(weft_sched_build(&a, steps[r], got - 1) == UINT64_MAX,
-                       "%s: short list accepted", name);
+            uint64_t got = ns[r];
             elems[r] += weft_sched_bytes_sent(steps[r], got, 1);
             EXPECT(weft_sched_bytes_sent(steps[r], got, 4) ==
                        4 * weft_sched_bytes_sent(steps[r], got, 1),
@@ -411,9 +520,10 @@ static uint64_t total_steps(const struct cfg *c)
     uint64_t t = 0;
     for (int ch = 0; ch < c->nch; ch++)
         for (int r = 0; r < c->n; r++) {
-            struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, c->n, r, c->root, ch,
-                                        c->nch, c->chunk};
-            t += weft_sched_max_steps(&a);
+            struct weft_sched_args a[2];
+            int na = cfg_args(c, r, ch, a);
+            for (int j = 0; j < na; j++)
+                t += weft_sched_max_steps(&a[j]);
         }
     return t;
 }
@@ -422,9 +532,15 @@ static void sweep(int coll)
 {
     static const int nchs[] = {1, 2, 3};
     unsigned long cfgs = 0, skipped = 0;
+    uint64_t budget = coll == WEFT_COLL_ALLTOALL ? STEP_BUDGET / 4 : STEP_BUDGET;
     for (int n = 1; n <= 64; n++) {
+        /* Roots; for sendrecv the distance d (0: self-send). */
         int roots[3] = {0, n / 2, n - 1};
-        int nroots = coll == WEFT_COLL_BROADCAST || coll == WEFT_COLL_REDUCE ? 3 : 1;
+        int nroots = coll == WEFT_COLL_BROADCAST || coll == WEFT_COLL_REDUCE ||
+                             coll == WEFT_COLL_GATHER || coll == WEFT_COLL_SCATTER ||
+                             coll == WEFT_COLL_SEND
+                         ? 3
+                         : 1;
         for (int ri = 0; ri < nroots; ri++) {
             if (ri > 0 && roots[ri] == roots[ri - 1])
                 continue;
@@ -432,7 +548,7 @@ static void sweep(int coll)
                 for (size_t hi = 0; hi < sizeof(nchs) / sizeof(nchs[0]); hi++)
                     for (size_t ki = 0; ki < sizeof(chunks) / sizeof(chunks[0]); ki++) {
                         struct cfg c = {coll, n, roots[ri], nchs[hi], counts[ci], chunks[ki]};
-                        if (chunks[ki] < (1u << 20) && total_steps(&c) > STEP_BUDGET) {
+                        if (chunks[ki] < (1u << 20) && total_steps(&c) > budget) {
                             skipped++;
                             continue;
                         }
@@ -441,8 +557,8 @@ static void sweep(int coll)
                     }
         }
     }
-    printf("%s: %lu configurations (%lu over the step budget skipped)\n", weft_coll_name(coll),
-           cfgs, skipped);
+    printf("%s: %lu configurations (%lu over the step budget skipped)\n",
+           coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll), cfgs, skipped);
 }
 
 static void misc(void)
@@ -476,7 +592,8 @@ static void misc(void)
     for (int algo = 0; algo < WEFT_ALGO_COUNT; algo++)
         for (int coll = 0; coll < WEFT_COLL_COUNT; coll++) {
             struct weft_sched_args a = {coll, algo, 100, 4, 1, 0, 0, 1, 64};
-            int supported = algo == WEFT_ALGO_RING && coll <= WEFT_COLL_REDUCE;
+            int supported = algo == WEFT_ALGO_RING ||
+                            (algo == WEFT_ALGO_DIRECT && coll >= WEFT_COLL_ALLTOALL);
             uint64_t got = weft_sched_build(&a, st, 64);
             EXPECT(supported ? got != UINT64_MAX && got > 0 : got == UINT64_MAX,
                    "%s/%s: build returned %llu", weft_algo_name(algo), weft_coll_name(coll),
@@ -492,6 +609,11 @@ static void misc(void)
         {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 0},
         {WEFT_COLL_BROADCAST, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64},
         {WEFT_COLL_REDUCE, WEFT_ALGO_RING, 100, 4, 0, -1, 0, 1, 64},
+        {WEFT_COLL_GATHER, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64},
+        {WEFT_COLL_SCATTER, WEFT_ALGO_DIRECT, 100, 4, 0, -1, 0, 1, 64},
+        {WEFT_COLL_SEND, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64},
+        {WEFT_COLL_RECV, WEFT_ALGO_DIRECT, 100, 4, 0, -1, 0, 1, 64},
+        {WEFT_COLL_ALLTOALL, WEFT_ALGO_TREE, 100, 4, 0, 0, 0, 1, 64},
         {-1, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 64},
         {WEFT_COLL_ALLREDUCE, WEFT_ALGO_COUNT, 100, 4, 0, 0, 0, 1, 64},
     };
@@ -531,21 +653,54 @@ static void misc(void)
                (unsigned long long)o);
     }
     EXPECT(st[3].flags == WEFT_STEP_FINAL && st[0].flags == 0, "allreduce FINAL flag");
+
+    /* RING and DIRECT name the same schedule for the collectives that have one. */
+    for (int coll = WEFT_COLL_ALLTOALL; coll < WEFT_COLL_COUNT; coll++)
+        for (int r = 0; r < 5; r++) {
+            struct weft_step st2[64];
+            struct weft_sched_args ring = {coll, WEFT_ALGO_RING, 13, 5, r, 2, 1, 2, 3};
+            struct weft_sched_args direct = ring;
+            direct.algo = WEFT_ALGO_DIRECT;
+            uint64_t n1 = weft_sched_build(&ring, st, 64), n2 = weft_sched_build(&direct, st2, 64);
+            EXPECT(n1 == n2 && n1 != UINT64_MAX && memcmp(st, st2, n1 * sizeof(*st)) == 0,
+                   "%s rank %d: RING and DIRECT differ", weft_coll_name(coll), r);
+        }
+
+    /* The exact order for a 3-rank all-to-all, rank 1, blocks of 2 elements, one piece. */
+    struct weft_sched_args b = {WEFT_COLL_ALLTOALL, WEFT_ALGO_DIRECT, 2, 3, 1, 0, 0, 1, 2};
+    static const struct weft_step want_a2a[] = {
+        {WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, 0, 2, 2, 2},
+        {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 2, -1, 0, 4, 0, 2},
+        {WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0, 0, 2},
+        {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 0, -1, 0, 0, 0, 2},
+        {WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 2, 0, 0, 4, 2},
+    };
+    got = weft_sched_build(&b, st, 64);
+    EXPECT(got == 5 && memcmp(st, want_a2a, sizeof(want_a2a)) == 0,
+           "alltoall n 3 rank 1: %llu steps, or not in pairwise order", (unsigned long long)got);
 }
 
 int main(int argc, char **argv)
 {
-    static const char *names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
-                                  "reduce"};
+    static const struct {
+        const char *name;
+        int coll;
+    } tests[] = {
+        {"allreduce", WEFT_COLL_ALLREDUCE}, {"allgather", WEFT_COLL_ALLGATHER},
+        {"reducescatter", WEFT_COLL_REDUCESCATTER}, {"broadcast", WEFT_COLL_BROADCAST},
+        {"reduce", WEFT_COLL_REDUCE}, {"alltoall", WEFT_COLL_ALLTOALL},
+        {"gather", WEFT_COLL_GATHER}, {"scatter", WEFT_COLL_SCATTER},
+        {"sendrecv", WEFT_COLL_SEND},
+    };
     const char *which = argc > 1 ? argv[1] : NULL;
     int ran = 0;
     if (which == NULL || strcmp(which, "misc") == 0) {
         misc();
         ran = 1;
     }
-    for (int coll = 0; coll < 5; coll++) {
-        if (which == NULL || strcmp(which, names[coll]) == 0) {
-            sweep(coll);
+    for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
+        if (which == NULL || strcmp(which, tests[t].name) == 0) {
+            sweep(tests[t].coll);
             ran = 1;
         }
     }

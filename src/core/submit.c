@@ -1,0 +1,149 @@
+/* Issuing work: tickets per communicator, then inline or onto a host stream. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/group.h"
+#include "exec/stream.h"
+
+struct weft_part {
+    struct ncclComm *comm;
+    uint64_t ticket;
+};
+
+/* What one thread (the caller or a stream's worker) runs: tasks of one or more communicators. */
+struct weft_batch {
+    struct weft_job job;
+    int ntasks;
+    int nparts;
+    struct weft_task *tasks;
+    struct weft_part *parts;
+};
+
+static ncclResult_t weft_batch_run(struct weft_batch *b)
+{
+    ncclResult_t res = ncclSuccess;
+    for (int i = 0; i < b->nparts; i++)
+        __atomic_fetch_add(&b->parts[i].comm->busy, 1, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < b->nparts; i++)
+        WEFT_CHECK_IGNORE(weft_comm_ticket_wait(b->parts[i].comm, b->parts[i].ticket), res);
+    if (res == ncclSuccess)
+        res = weft_exec_tasks(b->tasks, b->ntasks);
+    for (int i = 0; i < b->nparts; i++) {
+        if (WEFT_IS_ERROR(res))
+            weft_comm_set_error(b->parts[i].comm, res);
+        weft_comm_ticket_done(b->parts[i].comm);
+        __atomic_fetch_sub(&b->parts[i].comm->busy, 1, __ATOMIC_SEQ_CST);
+    }
+    return res;
+}
+
+static ncclResult_t weft_batch_job_run(struct weft_job *job)
+{
+    return weft_batch_run((struct weft_batch *)job);
+}
+
+static void weft_batch_job_free(struct weft_job *job)
+{
+    free(job);
+}
+
+/* Where a communicator's work of this submission runs: NULL = the calling thread. */
+static struct weft_stream *weft_target(const struct weft_task *first)
+{
+    struct weft_stream *s = weft_stream_lookup(first->stream);
+    if (s != NULL)
+        return s;
+    return first->comm->blocking ? NULL : first->comm->async_stream;
+}
+
+ncclResult_t weft_submit(struct weft_task *tasks, int ntasks)
+{
+    ncclResult_t res = ncclSuccess;
+    struct weft_part *parts = calloc((size_t)ntasks, sizeof(*parts));
+    struct weft_stream **targets = calloc((size_t)ntasks, sizeof(*targets));
+    int *part_of = calloc((size_t)ntasks, sizeof(int));
+    if (parts == NULL || targets == NULL || part_of == NULL) {
+        WEFT_WARN("out of memory issuing %d operations", ntasks);
+        res = ncclSystemError;
+        goto out;
+    }
+    /* One part per communicator, in order of first appearance; tickets taken now, in order. */
+    int nparts = 0;
+    for (int t = 0; t < ntasks; t++) {
+        int p = 0;
+        while (p < nparts && parts[p].comm != tasks[t].comm)
+            p++;
+        if (p == nparts) {
+            parts[p].comm = tasks[t].comm;
+            parts[p].ticket = weft_comm_ticket_take(tasks[t].comm);
+            targets[p] = weft_target(&tasks[t]);
+            nparts++;
+        }
+        part_of[t] = p;
+    }
+    int in_progress = 0, has_inline = 0;
+    /* Streams first, so their work overlaps whatever runs inline. */
+    for (int p = 0; p < nparts; p++) {
+        struct weft_stream *target = targets[p];
+        if (target == NULL) {
+            has_inline = 1;
+            continue;
+        }
+        int first = 1;
+        for (int q = 0; q < p; q++)
+            first &= targets[q] != target;
+        if (!first)
+            continue;
+        int nt = 0, np = 0;
+        for (int t = 0; t < ntasks; t++)
+            nt += targets[part_of[t]] == target;
+        for (int q = p; q < nparts; q++)
+            np += targets[q] == target;
+        struct weft_batch *b = calloc(1, sizeof(*b) + (size_t)nt * sizeof(struct weft_task) +
+                                             (size_t)np * sizeof(struct weft_part));
+        if (b == NULL) {
+            WEFT_WARN("out of memory queueing %d operations on a stream", nt);
+            res = ncclSystemError;
+            goto out;
+        }
+        b->tasks = (struct weft_task *)(b + 1);
+        b->parts = (struct weft_part *)(b->tasks + nt);
+        for (int t = 0; t < ntasks; t++)
+            if (targets[part_of[t]] == target)
+                b->tasks[b->ntasks++] = tasks[t];
+        for (int q = p; q < nparts; q++) {
+            if (targets[q] == target) {
+                b->parts[b->nparts++] = parts[q];
+                in_progress |= !parts[q].comm->blocking && target == parts[q].comm->async_stream;
+            }
+        }
+        b->job.run = weft_batch_job_run;
+        b->job.free_fn = weft_batch_job_free;
+        weft_stream_enqueue(target, &b->job);
+    }
+    if (has_inline) {
+        struct weft_batch b = {.tasks = tasks};
+        struct weft_part *inline_parts = parts; /* compacted in place: inline parts only */
+        int np = 0;
+        for (int p = 0; p < nparts; p++)
+            if (targets[p] == NULL)
+                inline_parts[np++] = parts[p];
+        int nt = 0;
+        for (int t = 0; t < ntasks; t++)
+            if (targets[part_of[t]] == NULL)
+                tasks[nt++] = tasks[t];
+        b.ntasks = nt;
+        b.parts = inline_parts;
+        b.nparts = np;
+        res = weft_batch_run(&b);
+    }
+    if (res == ncclSuccess && in_progress)
+        res = ncclInProgress;
+out:
+    free(parts);
+    free(targets);
+    free(part_of);
+    return res;
+}
