@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "core/mem.h"
 #include "core/redop_build.h"
 
 WEFT_API(ncclResult_t, ncclGroupStart, void)
@@ -20,9 +21,7 @@ WEFT_API(ncclResult_t, ncclGroupEnd, void)
 
 WEFT_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo)
 {
-    (void)simInfo;
-    WEFT_WARN("ncclGroupSimulateEnd is not supported by this version of Weft yet");
-    return ncclInvalidUsage;
+    return weft_group_simulate_end(simInfo);
 }
 
 WEFT_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,
@@ -38,54 +37,34 @@ WEFT_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm)
     return weft_redop_destroy(comm, op);
 }
 
-/* Host memory: page-aligned so that registered buffers can later be shared with local peers. */
 WEFT_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
 {
-    if (ptr == NULL) {
-        WEFT_WARN("ncclMemAlloc: ptr is NULL");
-        return ncclInvalidArgument;
-    }
-    if (size == 0) {
-        *ptr = NULL;
-        return ncclSuccess;
-    }
-    void *p = NULL;
-    int err = posix_memalign(&p, 4096, size);
-    if (err != 0) {
-        WEFT_WARN("ncclMemAlloc: cannot allocate %zu bytes: %s", size, strerror(err));
-        return ncclSystemError;
-    }
-    *ptr = p;
-    return ncclSuccess;
+    return weft_mem_alloc(ptr, size);
 }
 
 WEFT_API(ncclResult_t, ncclMemFree, void *ptr)
 {
-    free(ptr);
-    return ncclSuccess;
+    return weft_mem_free(ptr);
 }
 
-/* Registration is an optional optimisation in NCCL; on host memory it is a no-op for now. */
 WEFT_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size,
          void **handle)
 {
-    (void)buff, (void)size;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommRegister"));
-    if (handle == NULL) {
-        WEFT_WARN("ncclCommRegister: handle is NULL");
-        return ncclInvalidArgument;
-    }
-    *handle = NULL;
-    return ncclSuccess;
+    return weft_mem_register(comm, buff, size, handle);
 }
 
 WEFT_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
 {
-    (void)handle;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommDeregister"));
-    return ncclSuccess;
+    return weft_mem_deregister(comm, handle);
 }
 
+/*
+ * Windows exist for NCCL's symmetric-memory GPU kernels. On host memory there is no window to
+ * create: like NCCL with registration disabled, the call succeeds with a NULL window, and every
+ * collective works on the buffer unregistered.
+ */
 WEFT_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size,
          ncclWindow_t *win, int winFlags)
 {

@@ -15,6 +15,8 @@
 
 WEFT_PARAM(HostNChannels, "WEFT_HOST_NCHANNELS", 1,
            "channels per collective on host memory (1..16); host ranks run one thread each");
+WEFT_PARAM(CommBlocking, "NCCL_COMM_BLOCKING", -1,
+           "1 or 0 overrides config.blocking of every communicator (-1: use the config)");
 WEFT_PARAM_STR(HostId, "NCCL_HOSTID", NULL,
                "host identity override: ranks with equal ids share memory");
 
@@ -95,9 +97,8 @@ static ncclResult_t weft_config_parse(const ncclConfig_t *user, ncclConfig_t *ou
         memcpy(out, user, n);
         out->size = sizeof(*out);
     }
-    const char *env_blocking = weft_param_lookup("NCCL_COMM_BLOCKING");
-    if (env_blocking != NULL)
-        out->blocking = atoi(env_blocking);
+    if (weft_param_CommBlocking() >= 0)
+        out->blocking = (int)weft_param_CommBlocking();
     if (out->blocking == NCCL_CONFIG_UNDEF_INT)
         out->blocking = 1;
     if (out->blocking != 0 && out->blocking != 1) {

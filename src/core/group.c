@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/cost.h"
+#include "algo/sched.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
@@ -218,6 +220,49 @@ static ncclResult_t weft_group_fail(struct weft_group *g, ncclResult_t res)
 {
     if (g->error == ncclSuccess)
         g->error = res;
+    return res;
+}
+
+ncclResult_t weft_group_simulate_end(ncclSimInfo_t *info)
+{
+    struct weft_group *g = &weft_group_state;
+    if (info == NULL) {
+        WEFT_WARN("ncclGroupSimulateEnd: simInfo is NULL");
+        return ncclInvalidArgument;
+    }
+    if (info->magic != 0x74685283) {
+        WEFT_WARN("ncclGroupSimulateEnd: simInfo was not initialized with "
+                  "NCCL_SIM_INFO_INITIALIZER");
+        return ncclInvalidArgument;
+    }
+    if (g->depth == 0) {
+        WEFT_WARN("ncclGroupSimulateEnd: not inside a group (missing ncclGroupStart)");
+        return ncclInvalidUsage;
+    }
+    if (--g->depth > 0)
+        return ncclSuccess;
+    /* Predict, then drop the group: nothing runs. Communicators work in parallel, a
+     * communicator's operations one after the other. */
+    ncclResult_t res = g->error;
+    double worst = 0;
+    for (int t = 0; t < g->ntasks && res == ncclSuccess; t++) {
+        double sum = 0;
+        int seen_before = 0;
+        for (int u = 0; u < t; u++)
+            seen_before |= g->tasks[u].comm == g->tasks[t].comm;
+        if (seen_before)
+            continue;
+        for (int u = t; u < g->ntasks; u++) {
+            const struct weft_task *k = &g->tasks[u];
+            if (k->comm == g->tasks[t].comm)
+                sum += weft_cost_us(k->coll, WEFT_ALGO_RING, k->count * weft_dtype_size(k->dtype),
+                                    k->comm->nranks);
+        }
+        worst = sum > worst ? sum : worst;
+    }
+    if (res == ncclSuccess)
+        info->estimatedTime = (float)worst;
+    weft_group_reset(g);
     return res;
 }
 

@@ -41,6 +41,8 @@ ncclResult_t weft_group_record(ncclResult_t res);
 int weft_group_depth(void);
 ncclResult_t weft_group_start(void);
 ncclResult_t weft_group_end(void);
+/* Like the outermost ncclGroupEnd, but only predicts the group's time; nothing runs. */
+ncclResult_t weft_group_simulate_end(ncclSimInfo_t *info);
 
 /*
  * Issues tasks: each communicator's tasks take one ticket and go, together, to the stream of the

@@ -36,6 +36,7 @@ struct shared_state {
     int failed;
     int ready;       /* phase 2: survivors that finished their last parent operation */
     int victim_dead; /* phase 2: set by the driver once it reaped the killed rank */
+    int leaving[2];  /* per phase: ranks done with every operation */
 };
 
 static int g_rank, g_nranks;
@@ -64,6 +65,20 @@ static int check(ncclResult_t res, const char *what)
         return 0;
     }
     return 1;
+}
+
+/*
+ * Waits (10 s at most) until `expected` ranks are done before this one exits. A rank that exits
+ * right after its last collective can make a peer still finishing that collective report it
+ * dead (the executor checks peer pids while it waits), which is not what this test is about.
+ */
+static void harness_leave(int phase, int expected)
+{
+    __atomic_fetch_add(&g_shared->leaving[phase], 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 10000 && __atomic_load_n(&g_shared->leaving[phase], __ATOMIC_ACQUIRE) <
+                                     expected;
+         i++)
+        usleep(1000);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -322,6 +337,30 @@ static int phase1(ncclUniqueId id)
         check_comm(ties, members, m, index_of(members, m, me), "split equal keys");
     }
 
+    /* A non-blocking child: ncclInProgress (or ncclSuccess) at once, then ready when polled. */
+    ncclConfig_t nbcfg = NCCL_CONFIG_INITIALIZER;
+    nbcfg.blocking = 0;
+    ncclComm_t nbc = NULL;
+    ncclResult_t nbres = ncclCommSplit(parent, me % 2, -me, &nbc, &nbcfg);
+    expect((nbres == ncclSuccess || nbres == ncclInProgress) && nbc != NULL,
+           "non-blocking split returns success or in-progress", nbres, ncclInProgress);
+    if (nbc != NULL) {
+        ncclResult_t state = ncclInProgress;
+        for (int i = 0; i < 20000 && state == ncclInProgress; i++) {
+            if (ncclCommGetAsyncError(nbc, &state) != ncclSuccess)
+                break;
+            if (state == ncclInProgress)
+                usleep(1000);
+        }
+        expect(state == ncclSuccess, "non-blocking split completes", state, ncclSuccess);
+        int cnt = -1, rk = -1;
+        ncclCommCount(nbc, &cnt);
+        ncclCommUserRank(nbc, &rk);
+        expect(cnt == m2, "non-blocking split: ncclCommCount", cnt, m2);
+        expect(rk == me2, "non-blocking split: ncclCommUserRank", rk, me2);
+        check(ncclCommDestroy(nbc), "ncclCommDestroy non-blocking child");
+    }
+
     /* NCCL_SPLIT_NOCOLOR on ranks 1, 4, 7: they take part and get NULL. */
     ncclComm_t some = (ncclComm_t)(uintptr_t)0x1234;
     int color = me % 3 == 1 ? NCCL_SPLIT_NOCOLOR : me % 2;
@@ -401,6 +440,7 @@ static int phase1(ncclUniqueId id)
         if (kids[k] != NULL && kids[k] != (ncclComm_t)(uintptr_t)0x1234)
             check(ncclCommDestroy(kids[k]), "ncclCommDestroy child");
     check_parent(parent, "parent after children destroyed");
+    harness_leave(0, n);
     if (!check(ncclCommFinalize(parent), "ncclCommFinalize") ||
         !check(ncclCommDestroy(parent), "ncclCommDestroy"))
         return 1;
@@ -434,6 +474,7 @@ static int phase2(ncclUniqueId id)
     if (check(ncclCommShrink(parent, ex, 1, &shrunk, NULL, NCCL_SHRINK_ABORT),
               "shrink after SIGKILL")) {
         check_comm(shrunk, members, m, me, "shrink after SIGKILL");
+        harness_leave(1, n - 1);
         check(ncclCommDestroy(shrunk), "ncclCommDestroy shrunk (kill phase)");
     }
     check(ncclCommAbort(parent), "ncclCommAbort parent with a dead rank");

@@ -235,8 +235,10 @@ static int peers_ok(const struct cfg *c, int r, const struct weft_step *s)
 
 static void cfg_str(const struct cfg *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s n %d root %d count %llu nch %d chunk %llu", weft_coll_name(c->coll),
-             c->n, c->root, (unsigned long long)c->count, c->nch, (unsigned long long)c->chunk);
+    int sr = c->coll == WEFT_COLL_SEND;
+    snprintf(buf, len, "%s n %d %s %d count %llu nch %d chunk %llu",
+             sr ? "SendRecv" : weft_coll_name(c->coll), c->n, sr ? "distance" : "root", c->root,
+             (unsigned long long)c->count, c->nch, (unsigned long long)c->chunk);
 }
 
 static void check_step(const struct cfg *c, int r, uint64_t i, const struct weft_step *s,

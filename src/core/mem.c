@@ -1,0 +1,157 @@
+/* memfd-backed ncclMemAlloc, its registry, and registration handles. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/mem.h"
+
+struct weft_mem_block {
+    struct weft_mem_block *next;
+    char *ptr;
+    size_t size; /* mapped bytes, page multiple */
+    int fd;
+};
+
+static pthread_mutex_t weft_mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct weft_mem_block *weft_mem_blocks;
+
+ncclResult_t weft_mem_alloc(void **ptr_p, size_t size)
+{
+    if (ptr_p == NULL) {
+        WEFT_WARN("ncclMemAlloc: ptr is NULL");
+        return ncclInvalidArgument;
+    }
+    if (size == 0) {
+        *ptr_p = NULL;
+        return ncclSuccess;
+    }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = (size + page - 1) / page * page;
+    if (bytes < size) {
+        WEFT_WARN("ncclMemAlloc: size %zu is too large", size);
+        return ncclInvalidArgument;
+    }
+    struct weft_mem_block *b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        WEFT_WARN("ncclMemAlloc: out of memory");
+        return ncclSystemError;
+    }
+    b->fd = memfd_create("weft-memalloc", MFD_CLOEXEC);
+    if (b->fd < 0 || ftruncate(b->fd, (off_t)bytes) != 0) {
+        WEFT_WARN("ncclMemAlloc: cannot create %zu bytes of shareable memory: %s", bytes,
+                  strerror(errno));
+        if (b->fd >= 0)
+            close(b->fd);
+        free(b);
+        return ncclSystemError;
+    }
+    b->ptr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+    if (b->ptr == MAP_FAILED) {
+        WEFT_WARN("ncclMemAlloc: mmap of %zu bytes failed: %s", bytes, strerror(errno));
+        close(b->fd);
+        free(b);
+        return ncclSystemError;
+    }
+    b->size = bytes;
+    pthread_mutex_lock(&weft_mem_lock);
+    b->next = weft_mem_blocks;
+    weft_mem_blocks = b;
+    pthread_mutex_unlock(&weft_mem_lock);
+    *ptr_p = b->ptr;
+    return ncclSuccess;
+}
+
+ncclResult_t weft_mem_free(void *ptr)
+{
+    if (ptr == NULL)
+        return ncclSuccess;
+    pthread_mutex_lock(&weft_mem_lock);
+    struct weft_mem_block **it = &weft_mem_blocks;
+    while (*it != NULL && (*it)->ptr != ptr)
+        it = &(*it)->next;
+    struct weft_mem_block *b = *it;
+    if (b != NULL)
+        *it = b->next;
+    pthread_mutex_unlock(&weft_mem_lock);
+    if (b == NULL) {
+        WEFT_WARN("ncclMemFree: %p was not returned by ncclMemAlloc", ptr);
+        return ncclInvalidArgument;
+    }
+    munmap(b->ptr, b->size);
+    close(b->fd);
+    free(b);
+    return ncclSuccess;
+}
+
+int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p)
+{
+    int fd = -1;
+    const char *p = ptr;
+    pthread_mutex_lock(&weft_mem_lock);
+    for (struct weft_mem_block *b = weft_mem_blocks; b != NULL; b = b->next) {
+        if (p >= b->ptr && size <= b->size && (size_t)(p - b->ptr) <= b->size - size) {
+            fd = b->fd;
+            *offset_p = (size_t)(p - b->ptr);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&weft_mem_lock);
+    return fd;
+}
+
+#define WEFT_REG_MAGIC 0x7765667472656731ull /* "weftreg1" */
+
+struct weft_reg {
+    uint64_t magic;
+    struct ncclComm *comm;
+    void *buff;
+    size_t size;
+    int fd; /* memfd when the buffer lies in an ncclMemAlloc allocation, else -1 */
+    size_t offset;
+};
+
+ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, void **handle_p)
+{
+    if (handle_p == NULL) {
+        WEFT_WARN("ncclCommRegister: handle is NULL");
+        return ncclInvalidArgument;
+    }
+    if (buff == NULL && size > 0) {
+        WEFT_WARN("ncclCommRegister: buff is NULL with size %zu", size);
+        return ncclInvalidArgument;
+    }
+    struct weft_reg *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        WEFT_WARN("ncclCommRegister: out of memory");
+        return ncclSystemError;
+    }
+    r->magic = WEFT_REG_MAGIC;
+    r->comm = comm;
+    r->buff = buff;
+    r->size = size;
+    r->fd = size > 0 ? weft_mem_lookup(buff, size, &r->offset) : -1;
+    WEFT_INFO(WEFT_LOG_REG, "rank %d: registered %p (%zu bytes, %s)", comm->rank, buff, size,
+              r->fd >= 0 ? "shareable" : "private");
+    *handle_p = r;
+    return ncclSuccess;
+}
+
+ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle)
+{
+    if (handle == NULL)
+        return ncclSuccess;
+    struct weft_reg *r = handle;
+    if (r->magic != WEFT_REG_MAGIC || r->comm != comm) {
+        WEFT_WARN("ncclCommDeregister: %p is not a registration handle of this communicator",
+                  handle);
+        return ncclInvalidArgument;
+    }
+    r->magic = 0;
+    free(r);
+    return ncclSuccess;
+}

@@ -1,0 +1,26 @@
+/*
+ * Host memory for ncclMemAlloc and buffer registration.
+ *
+ * ncclMemAlloc hands out page-aligned memory backed by a memfd, so that local peers can map the
+ * very same pages (through the fd, e.g. pidfd_getfd or /proc/<pid>/fd) and move data with one
+ * copy instead of two. A registry maps each allocation to its fd. ncclCommRegister records a
+ * buffer (and the fd when the buffer lies in an ncclMemAlloc allocation) in a handle.
+ */
+#ifndef WEFT_CORE_MEM_H
+#define WEFT_CORE_MEM_H
+
+#include <stddef.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+
+ncclResult_t weft_mem_alloc(void **ptr_p, size_t size);
+ncclResult_t weft_mem_free(void *ptr);
+/* The memfd and offset behind ptr if it lies in an ncclMemAlloc allocation; -1 otherwise. */
+int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p);
+
+ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, void **handle_p);
+ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle);
+
+#endif
