@@ -54,6 +54,16 @@
  *     blocked too, it waits at a RECV before that SEND, at a position strictly before (P, k) (at
  *     (P, k) itself its SEND is done). A wait chain strictly decreases in (P, k), so it is finite
  *     and ends at a rank that can move: some rank always progresses.
+ * DIRECT ALLREDUCE (one-shot, for small messages: one message latency instead of 2(n-1)), per
+ * piece of chunk elements at e:
+ *     SEND input[e] -> r, r+1, ..., r+n-1 (itself included, through the loopback connection);
+ *     RECV output[e] <- 0; RECV_REDUCE_COPY output <- p (src OUTPUT) for p = 1 .. n-1, the last
+ *     FINAL. Every rank adds the contributions in rank order, so all ranks get the same bits; the
+ *     rank's own input goes through the loopback so that in place works (output is written before
+ *     the rank's own turn). The reduction is "received OP accumulated", which equals
+ *     "accumulated OP received" bit for bit since every NCCL operator is commutative.
+ *   n == 1: COPY FINAL. Bytes sent: n * count (n-1 to peers plus the loopback). No deadlock for
+ *   the reason pairwise all-to-all has none: per piece every connection carries one message.
  * DIRECT GATHER (output at the root holds n blocks): non-root: SEND input[e] -> root per piece;
  *     root: COPY input[e] -> output[root*count+e] per piece, then for each p != root in rank order,
  *     each piece, RECV output[p*count+e] <- p. Bytes sent: count, 0 for the root.
@@ -311,6 +321,29 @@ static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out 
     }
 }
 
+static void direct_allreduce(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (n == 1) {
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, -1, -1,
+                       e, e, c);
+            continue;
+        }
+        for (int k = 0; k < n; k++)
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, sched_mod(r + k, n),
+                       -1, e, 0, c);
+        sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, e, c);
+        for (int p = 1; p < n; p++)
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, WEFT_BUF_OUTPUT,
+                       p == n - 1 ? WEFT_STEP_FINAL : 0, -1, p, e, e, c);
+    }
+}
+
 static void direct_gather(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank, root = a->root;
@@ -389,6 +422,8 @@ static uint64_t sched_count(const struct weft_sched_args *a)
 
     switch (a->coll) {
     case WEFT_COLL_ALLREDUCE:
+        if (a->algo == WEFT_ALGO_DIRECT)
+            return pieces * (n == 1 ? 1 : 2 * n);
         return ring_allreduce_count(a, len);
     case WEFT_COLL_ALLGATHER:
         return pieces * (n == 1 ? 1 : n + 1);
@@ -451,8 +486,8 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
         default:
             return sched_gen_pairwise(coll);
         }
-    case WEFT_ALGO_DIRECT: /* one-shot all-reduce etc.: later */
-        return sched_gen_pairwise(coll);
+    case WEFT_ALGO_DIRECT:
+        return coll == WEFT_COLL_ALLREDUCE ? direct_allreduce : sched_gen_pairwise(coll);
     case WEFT_ALGO_TREE: /* double binary tree: later */
     default:
         return NULL;

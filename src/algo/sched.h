@@ -60,7 +60,7 @@ enum weft_coll {
 enum weft_algo {
     WEFT_ALGO_RING = 0, /* rings for all-reduce/all-gather/reduce-scatter, chains for bcast/reduce */
     WEFT_ALGO_TREE,     /* later: double binary tree */
-    WEFT_ALGO_DIRECT,   /* pairwise all-to-all, gather, scatter; later: one-shot inside a host */
+    WEFT_ALGO_DIRECT,   /* one-shot all-reduce; pairwise all-to-all, gather, scatter */
     WEFT_ALGO_COUNT,
 };
 

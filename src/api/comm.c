@@ -149,13 +149,13 @@ struct weft_finalize_job {
 static ncclResult_t weft_finalize_run(struct weft_job *job)
 {
     struct weft_finalize_job *f = (struct weft_finalize_job *)job;
-    ncclResult_t res = weft_comm_ticket_wait(f->comm, f->ticket);
-    weft_comm_ticket_done(f->comm);
-    return res;
+    return weft_comm_ticket_wait(f->comm, f->ticket);
 }
 
-static void weft_finalize_free(struct weft_job *job)
+static void weft_finalize_finish(struct weft_job *job, ncclResult_t res)
 {
+    (void)res;
+    weft_comm_ticket_done(((struct weft_finalize_job *)job)->comm);
     free(job);
 }
 
@@ -175,13 +175,13 @@ WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
     f->comm = comm;
     f->ticket = weft_comm_ticket_take(comm);
     f->job.run = weft_finalize_run;
-    f->job.free_fn = weft_finalize_free;
+    f->job.finish = weft_finalize_finish;
     if (!comm->blocking) {
         weft_stream_enqueue(comm->async_stream, &f->job);
         return ncclInProgress;
     }
     ncclResult_t res = weft_finalize_run(&f->job);
-    free(f);
+    weft_finalize_finish(&f->job, res);
     return res;
 }
 

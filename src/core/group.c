@@ -64,14 +64,14 @@ struct weft_init_async {
 static ncclResult_t weft_init_async_run(struct weft_job *job)
 {
     struct weft_init_async *a = (struct weft_init_async *)job;
-    ncclResult_t res = weft_comm_setup(a->comm, &a->id);
-    weft_comm_set_error(a->comm, res);
-    weft_comm_ticket_done(a->comm);
-    return res;
+    return weft_comm_setup(a->comm, &a->id);
 }
 
-static void weft_init_async_free(struct weft_job *job)
+static void weft_init_async_finish(struct weft_job *job, ncclResult_t res)
 {
+    struct weft_init_async *a = (struct weft_init_async *)job;
+    weft_comm_set_error(a->comm, res);
+    weft_comm_ticket_done(a->comm);
     free(job);
 }
 
@@ -94,7 +94,7 @@ static ncclResult_t weft_init_nonblocking(struct ncclComm *comm, const ncclUniqu
     a->comm = comm;
     a->id = *id;
     a->job.run = weft_init_async_run;
-    a->job.free_fn = weft_init_async_free;
+    a->job.finish = weft_init_async_finish;
     weft_comm_ticket_take(comm);
     weft_stream_enqueue(comm->async_stream, &a->job);
     return ncclInProgress;

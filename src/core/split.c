@@ -32,6 +32,21 @@ static void weft_split_busy(struct ncclComm *comm, int delta)
     __atomic_fetch_add(&comm->busy, delta, __ATOMIC_SEQ_CST);
 }
 
+/*
+ * A non-blocking parent must be idle (NCCL: using a communicator whose previous operation has not
+ * returned ncclSuccess is an invalid argument); its init may still be using the bootstrap.
+ */
+static ncclResult_t weft_split_parent_ready(struct ncclComm *comm, const char *api)
+{
+    if (weft_comm_async_state(comm) == ncclInProgress || comm->bootstrap == NULL) {
+        WEFT_WARN("%s: comm %p still has an operation in progress (poll ncclCommGetAsyncError "
+                  "until it returns ncclSuccess first)",
+                  api, (void *)comm);
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
 /* Makes a child's unique id; refuses one whose magic the parent already uses (NCCL_COMM_ID). */
 static ncclResult_t weft_split_make_id(const struct ncclComm *comm, ncclUniqueId *id)
 {
@@ -98,7 +113,7 @@ static int weft_split_members(const struct weft_split_entry *tab, int n, int col
  *      (sends would open a TCP connection from each first member to each member of its color),
  *      it costs one 128-byte block per rank, and every rank sees every id, so a failed or
  *      colliding id is seen by the whole color at once instead of leaving it to time out;
- *   3. members of each color run weft_comm_init with their color's id.
+ *   3. members of each color init the child with their color's id (weft_split_init_child).
  */
 ncclResult_t weft_comm_split(struct ncclComm *comm, int color, int key, const ncclConfig_t *config,
                              struct ncclComm **newcomm_p)
@@ -113,6 +128,7 @@ ncclResult_t weft_comm_split(struct ncclComm *comm, int color, int key, const nc
                   NCCL_SPLIT_NOCOLOR);
         return ncclInvalidArgument;
     }
+    WEFT_CHECK(weft_split_parent_ready(comm, "ncclCommSplit"));
     tab = calloc((size_t)n, sizeof(*tab));
     ids = calloc((size_t)n, sizeof(*ids));
     members = calloc((size_t)n, sizeof(*members));
@@ -207,8 +223,8 @@ static ncclResult_t weft_shrink_check(const struct ncclComm *comm, const int *ex
         return ncclInvalidArgument;
     }
     if (nexclude <= 0 || exclude == NULL) {
-        WEFT_WARN("ncclCommShrink: excludeRanksList %p with excludeRanksCount %d: at least one rank "
-                  "must be excluded",
+        WEFT_WARN("ncclCommShrink: excludeRanksList %p with excludeRanksCount %d: at least one "
+                  "rank must be excluded",
                   (const void *)exclude, nexclude);
         return ncclInvalidArgument;
     }
@@ -289,8 +305,8 @@ static ncclResult_t weft_shrink_recv_id(struct ncclComm *comm, int root,
 
 /*
  * Schedule (survivors only): the lowest survivor makes the child's unique id and sends it to each
- * other survivor, one tagged message each; then every survivor runs weft_comm_init. Only
- * survivors exchange messages, so dead excluded ranks are never waited for.
+ * other survivor, one tagged message each; then every survivor inits the child. Only survivors
+ * exchange messages, so dead excluded ranks are never waited for.
  */
 ncclResult_t weft_comm_shrink(struct ncclComm *comm, const int *exclude, int nexclude,
                               const ncclConfig_t *config, int flags, struct ncclComm **newcomm_p)
@@ -300,6 +316,7 @@ ncclResult_t weft_comm_shrink(struct ncclComm *comm, const int *exclude, int nex
     uint8_t *excluded;
     WEFT_CALLOC(excluded, n);
     WEFT_CHECK_GOTO(weft_shrink_check(comm, exclude, nexclude, flags, excluded), res, out_free);
+    WEFT_CHECK_GOTO(weft_split_parent_ready(comm, "ncclCommShrink"), res, out_free);
 
     int root = -1, newrank = 0, nsurvivors = 0;
     for (int r = 0; r < n; r++) {

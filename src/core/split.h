@@ -1,9 +1,17 @@
 /*
  * Communicators made from a communicator: ncclCommSplit (by color and key) and ncclCommShrink
  * (the parent less some excluded ranks). A child is a communicator of its own: a fresh unique id,
- * its own bootstrap, its own transport connections and abort flag, created with weft_comm_init.
+ * its own bootstrap, its own transport connections and abort flag.
  * The parent's bootstrap only carries the agreement on who joins which child and the child's
  * unique id; the parent stays usable afterwards and is freed independently of its children.
+ *
+ * The child is initialised like ncclCommInitRankConfig's: inside ncclGroupStart/End its init
+ * runs at the outermost ncclGroupEnd, and a non-blocking config (blocking 0, which a NULL config
+ * inherits from a non-blocking parent) returns ncclInProgress with *newcomm set at once. The
+ * agreement over the parent's bootstrap always runs at call time, in the calling thread: one
+ * thread that holds several ranks of the parent cannot split them inside one group (the first
+ * call waits for the others until the bootstrap deadline). A non-blocking parent with an
+ * operation (its init included) still in progress is refused with ncclInvalidArgument.
  *
  * Resources are never shared with the parent on the host path: config.splitShare and
  * config.shrinkShare are accepted (and inherited) but change nothing, because a host child's
@@ -34,14 +42,16 @@ struct ncclComm;
 
 /*
  * ncclCommSplit. Collective over every rank of comm; blocks the calling thread until the child
- * is initialised (child bootstrap deadline: WEFT_BOOTSTRAP_TIMEOUT). color must be >= 0 or
- * NCCL_SPLIT_NOCOLOR (the rank takes part and gets *newcomm_p = NULL); other colors are rejected
- * before any communication with ncclInvalidArgument, so ranks that all pass a bad color all fail
- * at once. Ranks of one color form a child ordered by (key, parent rank). config NULL: the
- * parent's resolved config; otherwise the caller's, parsed and checked by weft_comm_init.
- * *newcomm_p is written only on success. Errors of a color's first rank (which makes the unique
- * id) reach every rank of that color through the second all-gather, so they fail together
- * instead of waiting for a rendezvous that never comes.
+ * is initialised (but see groups and non-blocking configs above; every wait ends at the
+ * bootstrap deadline, WEFT_BOOTSTRAP_TIMEOUT). color must be >= 0 or NCCL_SPLIT_NOCOLOR (the
+ * rank takes part and gets *newcomm_p = NULL); other colors are rejected before any
+ * communication with ncclInvalidArgument, so ranks that all pass a bad color all fail at once.
+ * Ranks of one color form a child ordered by (key, parent rank). config NULL: the parent's
+ * resolved config; otherwise the caller's, parsed and checked by the child's init, so a bad
+ * config fails on every member after the exchange (the id's root thread then waits out its
+ * deadline unused). *newcomm_p is written only on success. Errors of a color's first rank
+ * (which makes the unique id) reach every rank of that color through the second all-gather, so
+ * they fail together instead of waiting for a rendezvous that never comes.
  */
 ncclResult_t weft_comm_split(struct ncclComm *comm, int color, int key, const ncclConfig_t *config,
                              struct ncclComm **newcomm_p);
@@ -54,14 +64,16 @@ ncclResult_t weft_comm_split(struct ncclComm *comm, int color, int key, const nc
  * Survivors keep the parent's order with the gaps closed. The lowest survivor makes the unique
  * id and sends it, with a fingerprint of the exclude set, to each survivor (tag
  * WEFT_SPLIT_TAG_SHRINK_ID); survivors whose exclude set differs fail with ncclInvalidUsage.
- * Blocks until the child is initialised; *newcomm_p is written only on success.
+ * Blocks like split; *newcomm_p is written only on success.
  *
- * NCCL_SHRINK_ABORT means "abort the parent's outstanding work first". Host operations run to
- * completion in the calling thread before they return, so when the owner of comm calls shrink
- * nothing of the parent is outstanding, and the flag needs no action. The parent's abort flag is
- * deliberately not raised: the parent's bootstrap, which carries the unique id, checks that very
- * flag and would fail. The parent stays usable among live ranks; after a failure the caller
- * should ncclCommAbort it (that only frees local resources, whatever state the peers are in).
+ * NCCL_SHRINK_ABORT means "abort the parent's outstanding work first". Host collectives issued
+ * without a stream run to completion in the calling thread before they return, so when the owner
+ * of comm calls shrink nothing of the parent is outstanding and the flag needs no action. (Once
+ * parent work can still be queued on a host stream when shrink is called, ABORT has to raise that
+ * work's abort and wait for it to drain first.) The parent's abort flag itself is deliberately
+ * not raised: the parent's bootstrap, which carries the unique id, polls that very flag and would
+ * fail. The parent stays usable among live ranks; after a failure the caller should
+ * ncclCommAbort it, which only frees local resources, whatever state the peers are in.
  */
 ncclResult_t weft_comm_shrink(struct ncclComm *comm, const int *exclude, int nexclude,
                               const ncclConfig_t *config, int flags, struct ncclComm **newcomm_p);

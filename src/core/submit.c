@@ -21,6 +21,7 @@ struct weft_batch {
     struct weft_part *parts;
 };
 
+/* Waits for every part's turn, then runs all tasks together. */
 static ncclResult_t weft_batch_run(struct weft_batch *b)
 {
     ncclResult_t res = ncclSuccess;
@@ -30,13 +31,18 @@ static ncclResult_t weft_batch_run(struct weft_batch *b)
         WEFT_CHECK_IGNORE(weft_comm_ticket_wait(b->parts[i].comm, b->parts[i].ticket), res);
     if (res == ncclSuccess)
         res = weft_exec_tasks(b->tasks, b->ntasks);
+    return res;
+}
+
+/* Records errors and passes each communicator's turn on. */
+static void weft_batch_finish(struct weft_batch *b, ncclResult_t res)
+{
     for (int i = 0; i < b->nparts; i++) {
         if (WEFT_IS_ERROR(res))
             weft_comm_set_error(b->parts[i].comm, res);
         weft_comm_ticket_done(b->parts[i].comm);
         __atomic_fetch_sub(&b->parts[i].comm->busy, 1, __ATOMIC_SEQ_CST);
     }
-    return res;
 }
 
 static ncclResult_t weft_batch_job_run(struct weft_job *job)
@@ -44,8 +50,9 @@ static ncclResult_t weft_batch_job_run(struct weft_job *job)
     return weft_batch_run((struct weft_batch *)job);
 }
 
-static void weft_batch_job_free(struct weft_job *job)
+static void weft_batch_job_finish(struct weft_job *job, ncclResult_t res)
 {
+    weft_batch_finish((struct weft_batch *)job, res);
     free(job);
 }
 
@@ -61,9 +68,16 @@ static struct weft_stream *weft_target(const struct weft_task *first)
 ncclResult_t weft_submit(struct weft_task *tasks, int ntasks)
 {
     ncclResult_t res = ncclSuccess;
-    struct weft_part *parts = calloc((size_t)ntasks, sizeof(*parts));
-    struct weft_stream **targets = calloc((size_t)ntasks, sizeof(*targets));
-    int *part_of = calloc((size_t)ntasks, sizeof(int));
+    /* Small submissions (the common case: one operation) use the stack. */
+    enum { SMALL = 16 };
+    struct weft_part parts_small[SMALL];
+    struct weft_stream *targets_small[SMALL];
+    int part_of_small[SMALL];
+    int small = ntasks <= SMALL;
+    struct weft_part *parts = small ? parts_small : calloc((size_t)ntasks, sizeof(*parts));
+    struct weft_stream **targets =
+        small ? targets_small : calloc((size_t)ntasks, sizeof(*targets));
+    int *part_of = small ? part_of_small : calloc((size_t)ntasks, sizeof(int));
     if (parts == NULL || targets == NULL || part_of == NULL) {
         WEFT_WARN("out of memory issuing %d operations", ntasks);
         res = ncclSystemError;
@@ -120,7 +134,7 @@ ncclResult_t weft_submit(struct weft_task *tasks, int ntasks)
             }
         }
         b->job.run = weft_batch_job_run;
-        b->job.free_fn = weft_batch_job_free;
+        b->job.finish = weft_batch_job_finish;
         weft_stream_enqueue(target, &b->job);
     }
     if (has_inline) {
@@ -138,12 +152,15 @@ ncclResult_t weft_submit(struct weft_task *tasks, int ntasks)
         b.parts = inline_parts;
         b.nparts = np;
         res = weft_batch_run(&b);
+        weft_batch_finish(&b, res);
     }
     if (res == ncclSuccess && in_progress)
         res = ncclInProgress;
 out:
-    free(parts);
-    free(targets);
-    free(part_of);
+    if (!small) {
+        free(parts);
+        free(targets);
+        free(part_of);
+    }
     return res;
 }

@@ -18,10 +18,12 @@
 #include <string.h>
 
 #include "algo/sched.h"
+#include "algo/tuner.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/param.h"
+#include "exec/arena.h"
 #include "exec/lane.h"
 #include "exec/wait.h"
 
@@ -51,12 +53,6 @@ struct weft_exec_lane {
     int key_dir;  /* point-to-point: 0 send, 1 receive */
 };
 
-static void weft_exec_free(struct weft_exec_lane *lanes, int nlanes)
-{
-    for (int i = 0; i < nlanes; i++)
-        free(lanes[i].steps);
-    free(lanes);
-}
 
 static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
                                     struct weft_exec_lane **lanes_p, int *nlanes_p)
@@ -64,7 +60,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
     int total = 0;
     for (int t = 0; t < ntasks; t++)
         total += weft_task_is_p2p(&tasks[t]) ? 1 : tasks[t].comm->nchannels;
-    struct weft_exec_lane *lanes = calloc((size_t)total, sizeof(*lanes));
+    struct weft_exec_lane *lanes = weft_arena_alloc((size_t)total * sizeof(*lanes));
     if (lanes == NULL) {
         WEFT_WARN("out of memory building %d lanes", total);
         return ncclSystemError;
@@ -81,28 +77,26 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
             struct weft_exec_lane *el = &lanes[n];
             struct weft_sched_args args = {
                 .coll = task->coll,
-                .algo = WEFT_ALGO_RING,
+                .algo = weft_tune_algo(task->coll, task->count * es, comm->nranks),
                 .count = task->count,
                 .nranks = comm->nranks,
                 .rank = comm->rank,
                 .root = task->root,
                 .channel = c,
                 .nchannels = nch,
-                .chunk = (comm->slot_bytes * (WEFT_STEPS / 2)) / es,
+                .chunk = (weft_slot_payload(comm->slot_bytes) * (WEFT_STEPS / 2)) / es,
             };
             uint64_t max = weft_sched_max_steps(&args);
-            el->steps = max > 0 ? malloc(max * sizeof(struct weft_step)) : NULL;
+            el->steps = max > 0 ? weft_arena_alloc(max * sizeof(struct weft_step)) : NULL;
             if (max > 0 && el->steps == NULL) {
                 WEFT_WARN("out of memory for %llu steps of %s", (unsigned long long)max,
                           task->api);
-                weft_exec_free(lanes, n + 1);
                 return ncclSystemError;
             }
             uint64_t nsteps = weft_sched_build(&args, el->steps, max);
             if (nsteps == UINT64_MAX) {
                 WEFT_WARN("%s: no schedule for %s with %d ranks", task->api,
                           weft_coll_name(task->coll), comm->nranks);
-                weft_exec_free(lanes, n + 1);
                 return ncclInternalError;
             }
             el->lane.steps = el->steps;
@@ -271,7 +265,12 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
         now = weft_time_ns();
         if (now - last_check > 100000000ull) {
             last_check = now;
-            WEFT_CHECK(weft_exec_check_stuck(lanes, nlanes, &block, now - idle_since));
+            ncclResult_t res = weft_exec_check_stuck(lanes, nlanes, &block, now - idle_since);
+            /* A peer may post its last data and exit between our round and the check: look
+             * once more before calling it dead. */
+            if (res != ncclSuccess && weft_exec_round(lanes, nlanes, &ndone, &block) != 0)
+                continue;
+            WEFT_CHECK(res);
         }
     }
 }
@@ -301,11 +300,9 @@ static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct w
                                    int *nout_p, struct weft_fused **fused_p, int *nfused_p)
 {
     size_t limit = (size_t)weft_param_FuseBytes();
-    struct weft_task *out = calloc((size_t)ntasks, sizeof(*out));
-    struct weft_fused *fused = calloc((size_t)ntasks, sizeof(*fused));
+    struct weft_task *out = weft_arena_alloc((size_t)ntasks * sizeof(*out));
+    struct weft_fused *fused = weft_arena_alloc((size_t)ntasks * sizeof(*fused));
     if (out == NULL || fused == NULL) {
-        free(out);
-        free(fused);
         WEFT_WARN("out of memory planning %d operations", ntasks);
         return ncclSystemError;
     }
@@ -319,13 +316,9 @@ static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct w
                 total += tasks[t + run++].count * es;
         out[nout] = tasks[t];
         if (run > 1) {
-            char *stage = malloc(total);
+            char *stage = weft_arena_alloc(total);
             if (stage == NULL) {
                 WEFT_WARN("out of memory fusing %d all-reduces (%zu bytes)", run, total);
-                for (int f = 0; f < nfused; f++)
-                    free(fused[f].stage);
-                free(out);
-                free(fused);
                 return ncclSystemError;
             }
             size_t off = 0;
@@ -348,20 +341,18 @@ static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct w
     return ncclSuccess;
 }
 
-static void weft_exec_unfuse(struct weft_task *tasks, struct weft_fused *fused, int nfused,
-                             int copy_out)
+static void weft_exec_unfuse(const struct weft_task *tasks, const struct weft_fused *fused,
+                             int nfused, int copy_out)
 {
     for (int f = 0; f < nfused; f++) {
         size_t off = 0;
         for (int k = 0; copy_out && k < fused[f].count; k++) {
-            struct weft_task *t = &tasks[fused[f].first + k];
+            const struct weft_task *t = &tasks[fused[f].first + k];
             size_t bytes = t->count * weft_dtype_size(t->dtype);
             memcpy(t->recvbuf, fused[f].stage + off, bytes);
             off += bytes;
         }
-        free(fused[f].stage);
     }
-    free(fused);
 }
 
 ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
@@ -369,13 +360,13 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     struct weft_task *tasks;
     struct weft_fused *fused;
     int ntasks, nfused;
-    WEFT_CHECK(weft_exec_fuse(orig_tasks, norig, &tasks, &ntasks, &fused, &nfused));
     struct weft_exec_lane *lanes;
     int nlanes;
-    ncclResult_t res = weft_exec_build(tasks, ntasks, &lanes, &nlanes);
+    ncclResult_t res = weft_exec_fuse(orig_tasks, norig, &tasks, &ntasks, &fused, &nfused);
+    if (res == ncclSuccess)
+        res = weft_exec_build(tasks, ntasks, &lanes, &nlanes);
     if (res != ncclSuccess) {
-        weft_exec_unfuse(orig_tasks, fused, nfused, 0);
-        free(tasks);
+        weft_arena_reset();
         return res;
     }
     for (int t = 0; t < ntasks; t++)
@@ -386,8 +377,7 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
             weft_comm_set_error(tasks[t].comm, res);
         __atomic_fetch_sub(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
     }
-    weft_exec_free(lanes, nlanes);
     weft_exec_unfuse(orig_tasks, fused, nfused, res == ncclSuccess);
-    free(tasks);
+    weft_arena_reset();
     return res;
 }

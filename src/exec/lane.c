@@ -79,45 +79,51 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
         struct weft_conn *rc = step_recvs(s->op) ? lane->peers[s->recv_peer].recv : NULL;
         struct weft_conn *sc = step_sends(s->op) ? lane->peers[s->send_peer].send : NULL;
         size_t slot_bytes = rc != NULL ? rc->slot_bytes : sc->slot_bytes;
-        uint64_t n = slot_bytes / es;
+        uint64_t n = weft_slot_payload(slot_bytes) / es;
         if (n > s->count - lane->cur_done)
             n = s->count - lane->cur_done;
         uint32_t nbytes = (uint32_t)(n * es);
 
         /* Wait for data and credit without blocking. */
-        if (rc != NULL && __atomic_load_n(&rc->ctrl->tail, __ATOMIC_ACQUIRE) <= rc->step) {
-            if (blocked_peer_p != NULL) {
-                *blocked_peer_p = s->recv_peer;
-                *blocked_send_p = 0;
+        struct weft_slot_header *in_hdr = NULL;
+        if (rc != NULL) {
+            in_hdr = (struct weft_slot_header *)(rc->slots +
+                                                 (size_t)(rc->step % WEFT_STEPS) * rc->slot_bytes);
+            if (__atomic_load_n(&in_hdr->seq, __ATOMIC_ACQUIRE) != rc->step + 1) {
+                if (blocked_peer_p != NULL) {
+                    *blocked_peer_p = s->recv_peer;
+                    *blocked_send_p = 0;
+                }
+                break;
             }
-            break;
         }
-        if (sc != NULL &&
-            __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE) + WEFT_STEPS <= sc->step) {
-            if (blocked_peer_p != NULL) {
-                *blocked_peer_p = s->send_peer;
-                *blocked_send_p = 1;
+        if (sc != NULL && sc->head_seen + WEFT_STEPS <= sc->step) {
+            sc->head_seen = __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE);
+            if (sc->head_seen + WEFT_STEPS <= sc->step) {
+                if (blocked_peer_p != NULL) {
+                    *blocked_peer_p = s->send_peer;
+                    *blocked_send_p = 1;
+                }
+                break;
             }
-            break;
         }
 
         const char *in = NULL;
         if (rc != NULL) {
-            unsigned slot = (unsigned)(rc->step % WEFT_STEPS);
-            uint32_t got = rc->ctrl->bytes[slot];
-            if (got != nbytes) {
+            if (in_hdr->bytes != nbytes) {
                 lane->error_peer = s->recv_peer;
-                lane->error_got_bytes = got;
+                lane->error_got_bytes = in_hdr->bytes;
                 lane->error_want_bytes = nbytes;
                 return -1;
             }
-            in = rc->slots + (size_t)slot * rc->slot_bytes;
+            in = (const char *)in_hdr + WEFT_SLOT_HEADER;
         }
         char *out = NULL;
-        unsigned out_slot = 0;
+        struct weft_slot_header *out_hdr = NULL;
         if (sc != NULL) {
-            out_slot = (unsigned)(sc->step % WEFT_STEPS);
-            out = sc->slots + (size_t)out_slot * sc->slot_bytes;
+            out_hdr = (struct weft_slot_header *)(sc->slots +
+                                                  (size_t)(sc->step % WEFT_STEPS) * sc->slot_bytes);
+            out = (char *)out_hdr + WEFT_SLOT_HEADER;
         }
         const char *src = lane_src(lane, s) + lane->cur_done * es;
         char *dst = lane_dst(lane, s) + lane->cur_done * es;
@@ -149,8 +155,8 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
 
         /* Publish: the data before the counter (release), then wake whoever polls it. */
         if (sc != NULL) {
-            sc->ctrl->bytes[out_slot] = nbytes;
-            __atomic_store_n(&sc->ctrl->tail, sc->step + 1, __ATOMIC_RELEASE);
+            out_hdr->bytes = nbytes;
+            __atomic_store_n(&out_hdr->seq, sc->step + 1, __ATOMIC_RELEASE);
             sc->step++;
             weft_doorbell_ring(sc->peer_bell);
             lane->bytes_sent += nbytes;

@@ -3,19 +3,20 @@
  * or threads over shm/socket connections) and the simulator (any number of virtual ranks driven
  * round-robin by one thread over in-memory connections).
  *
- * A connection is a FIFO of WEFT_STEPS slots with two monotone 64-bit counters, NCCL-style:
- * `tail` (steps the sender has posted) and `head` (steps the receiver has freed). Both live in
- * struct weft_fifo_ctrl, in memory both ends can address (shared memory for shm, local memory for
- * the simulator; a proxy thread bridges it for the socket transport). The sender may fill slot
- * s % WEFT_STEPS once head + WEFT_STEPS > s; the receiver may read it once tail > s. Each side
- * publishes with a release store, reads the other's counter with an acquire load, and then rings
- * the other side's doorbell (see exec/wait.h) so a sleeping peer wakes up.
+ * A connection is a FIFO of WEFT_STEPS slots in memory both ends can address (shared memory for
+ * shm, local memory for the simulator; a proxy thread bridges it for the socket transport).
+ * Step s of a connection uses slot s % WEFT_STEPS. Each slot begins with a header that the sender
+ * writes last, with a release store of `seq = s + 1`: the flag travels with the data, so a small
+ * message costs the receiver one cache line (header and payload share the slot's first line).
+ * The receiver returns slots by publishing `head` (steps freed) in the control block; the sender
+ * re-reads it only when its cached copy says the FIFO is full. After publishing, each side rings
+ * the other's doorbell (see exec/wait.h) so a sleeping peer wakes up.
  *
  * A lane runs one ordered list of steps (one channel of a collective, or one peer direction of
  * point-to-point work). weft_lane_progress never blocks: it does as much as the connections allow
  * now and returns; the caller decides how to wait. Each step is moved in slices of at most one
- * slot; a slice of a recv-reduce-send step reduces straight from the incoming slot into the
- * outgoing slot (no staging copy).
+ * slot's payload; a slice of a recv-reduce-send step reduces straight from the incoming slot into
+ * the outgoing slot (no staging copy).
  */
 #ifndef WEFT_EXEC_LANE_H
 #define WEFT_EXEC_LANE_H
@@ -28,15 +29,25 @@
 
 #define WEFT_STEPS 8
 #define WEFT_CACHELINE 128
+#define WEFT_SLOT_HEADER 16
 
-/* Lives in memory both ends map. Each counter sits on its own line to avoid false sharing. */
+/* The first bytes of every slot. */
+struct weft_slot_header {
+    uint64_t seq;   /* step + 1 once the slot holds that step's data; written last (release) */
+    uint32_t bytes; /* payload bytes of the slice */
+    uint32_t pad;
+};
+
+/* Payload bytes one slot carries. */
+static inline size_t weft_slot_payload(size_t slot_bytes)
+{
+    return slot_bytes - WEFT_SLOT_HEADER;
+}
+
+/* Lives in memory both ends map (the receiver's); written by the receiver only. */
 struct weft_fifo_ctrl {
-    uint64_t tail; /* written by the sender only */
+    uint64_t head; /* steps the receiver has freed */
     char pad0[WEFT_CACHELINE - sizeof(uint64_t)];
-    uint64_t head; /* written by the receiver only */
-    char pad1[WEFT_CACHELINE - sizeof(uint64_t)];
-    uint32_t bytes[WEFT_STEPS]; /* bytes in each slot, written by the sender before tail */
-    char pad2[WEFT_CACHELINE - WEFT_STEPS * sizeof(uint32_t)];
 };
 
 struct weft_doorbell;
@@ -44,10 +55,11 @@ struct weft_doorbell;
 /* One end of one connection (each side has its own struct; they share ctrl and slots). */
 struct weft_conn {
     struct weft_fifo_ctrl *ctrl;
-    char *slots;                    /* WEFT_STEPS * slot_bytes, in the receiver's memory */
-    size_t slot_bytes;              /* multiple of 64 */
+    char *slots;                    /* WEFT_STEPS * slot_bytes, zeroed, in the receiver's memory */
+    size_t slot_bytes;              /* multiple of 64, header included */
     uint64_t step;                  /* next step this end posts (send) or frees (recv) */
     struct weft_doorbell *peer_bell; /* rung after posting; NULL: nobody to wake */
+    uint64_t head_seen;             /* sender: last value of ctrl->head it read */
 };
 
 /* The connections a lane may use, indexed by peer rank. */

@@ -68,12 +68,14 @@ static void *weft_stream_main(void *arg)
             s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
         ncclResult_t res = job->run(job);
-        job->free_fn(job);
         pthread_mutex_lock(&s->lock);
         if (WEFT_IS_ERROR(res) && s->error == ncclSuccess)
             s->error = res;
         s->completed++;
         pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        job->finish(job, res);
+        pthread_mutex_lock(&s->lock);
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;

@@ -22,11 +22,15 @@
 struct weft_job;
 typedef ncclResult_t (*weft_job_fn_t)(struct weft_job *job);
 
-/* A unit of work on a stream. The stream frees it (free_fn) after running it. */
+/*
+ * A unit of work on a stream. The worker calls run(), counts the job as done (so synchronize and
+ * query see it), and only then finish(), which releases what the job holds (communicator tickets,
+ * memory): whoever waits on those next already sees the stream's work as complete.
+ */
 struct weft_job {
     struct weft_job *next;
     weft_job_fn_t run;
-    void (*free_fn)(struct weft_job *job);
+    void (*finish)(struct weft_job *job, ncclResult_t res);
 };
 
 struct weft_stream {

@@ -2,7 +2,7 @@
  * Doorbells: how a rank sleeps until a peer posts, without busy-waiting forever.
  *
  * Every rank owns one doorbell in memory its peers map. After a peer publishes a counter the rank
- * polls (tail of a FIFO into the rank, head of a FIFO out of it), the peer calls
+ * polls (a slot header of a FIFO into the rank, the head of a FIFO out of it), the peer calls
  * weft_doorbell_ring(). Ringing costs one fence and one load unless the owner is asleep; only
  * then does it bump `seq` and FUTEX_WAKE. The owner announces itself in `sleepers` (a full
  * barrier), re-checks its connections, and only then sleeps on `seq` with a timeout: a post that

@@ -358,6 +358,24 @@ static int phase1(ncclUniqueId id)
         ncclCommUserRank(nbc, &rk);
         expect(cnt == m2, "non-blocking split: ncclCommCount", cnt, m2);
         expect(rk == me2, "non-blocking split: ncclCommUserRank", rk, me2);
+        /* Its own split inherits blocking 0: one child of everything, same order. */
+        ncclComm_t nbc2 = NULL;
+        nbres = ncclCommSplit(nbc, 0, rk, &nbc2, NULL);
+        expect((nbres == ncclSuccess || nbres == ncclInProgress) && nbc2 != NULL,
+               "split of a non-blocking comm", nbres, ncclInProgress);
+        state = ncclInProgress;
+        for (int i = 0; nbc2 != NULL && i < 20000 && state == ncclInProgress; i++) {
+            if (ncclCommGetAsyncError(nbc2, &state) != ncclSuccess)
+                break;
+            if (state == ncclInProgress)
+                usleep(1000);
+        }
+        expect(state == ncclSuccess, "split of a non-blocking comm completes", state, ncclSuccess);
+        if (nbc2 != NULL) {
+            ncclCommUserRank(nbc2, &rk);
+            expect(rk == me2, "split of a non-blocking comm: ncclCommUserRank", rk, me2);
+            check(ncclCommDestroy(nbc2), "ncclCommDestroy non-blocking grandchild");
+        }
         check(ncclCommDestroy(nbc), "ncclCommDestroy non-blocking child");
     }
 

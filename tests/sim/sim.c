@@ -21,8 +21,16 @@
  * from r-d, progressed independently, for d = 1 and d = 0 (a self-send over the loopback
  * connection from a rank to itself). All-to-all and send/recv have no in-place form.
  *
- * Usage: sim <allreduce|allgather|reducescatter|broadcast|reduce|alltoall|gather|scatter|sendrecv|
- * big|big-NAME> (big: 1 MiB + 3 elements for every collective at a few rank counts).
+ * All-reduce runs with algorithm RING ("allreduce") and DIRECT ("allreduce-direct", one-shot: every
+ * rank sends its input to every rank, itself included over a loopback connection, and adds the n
+ * contributions in rank order); direct uses the all-to-all chunk (its FIFOs must hold two
+ * chunks too). Every rank's all-reduce output must be bitwise equal to rank 0's. Direct also runs
+ * "float sum rounding": float inputs whose sums round, so that the result depends on the order of
+ * the additions; it must equal, bit for bit, the float sum in rank order on every rank.
+ *
+ * Usage: sim <allreduce|allreduce-direct|allgather|reducescatter|broadcast|reduce|alltoall|gather|
+ * scatter|sendrecv|big|big-NAME> (big: 1 MiB + 3 elements for every collective at a few rank
+ * counts).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -46,34 +54,45 @@ static unsigned long npass, nfail;
     } while (0)
 
 /* Data type and operator of one run. avg: 1 = integer avg (sum, then divide the final result),
- * 2 = float avg (premultiply every input by 1/n, then sum). */
+ * 2 = float avg (premultiply every input by 1/n, then sum). rounding: float sum of inputs whose
+ * sums round (the result is the float sum in rank order; direct all-reduce only). */
 struct dcase {
     const char *name;
     int dtype;
     int kind;
     int avg;
+    int rounding;
 };
 
 static const struct dcase red_cases[] = {
-    {"int32 sum", WEFT_INT32, WEFT_RED_SUM, 0},    {"float sum", WEFT_FLOAT32, WEFT_RED_SUM, 0},
-    {"int8 max", WEFT_INT8, WEFT_RED_MAX, 0},      {"double prod", WEFT_FLOAT64, WEFT_RED_PROD, 0},
-    {"uint8 min", WEFT_UINT8, WEFT_RED_MIN, 0},    {"int32 avg", WEFT_INT32, WEFT_RED_SUM, 1},
-    {"float avg", WEFT_FLOAT32, WEFT_RED_SUM, 2},
+    {"int32 sum", WEFT_INT32, WEFT_RED_SUM, 0, 0},
+    {"float sum", WEFT_FLOAT32, WEFT_RED_SUM, 0, 0},
+    {"int8 max", WEFT_INT8, WEFT_RED_MAX, 0, 0},
+    {"double prod", WEFT_FLOAT64, WEFT_RED_PROD, 0, 0},
+    {"uint8 min", WEFT_UINT8, WEFT_RED_MIN, 0, 0},
+    {"int32 avg", WEFT_INT32, WEFT_RED_SUM, 1, 0},
+    {"float avg", WEFT_FLOAT32, WEFT_RED_SUM, 2, 0},
+    {"float sum rounding", WEFT_FLOAT32, WEFT_RED_SUM, 0, 1}, /* last: direct all-reduce only */
 };
 
 /* Collectives without a reduction only move bytes: a few element sizes, values unique per rank. */
 static const struct dcase copy_cases[] = {
-    {"int8", WEFT_INT8, -1, 0},
-    {"int32", WEFT_INT32, -1, 0},
-    {"double", WEFT_FLOAT64, -1, 0},
+    {"int8", WEFT_INT8, -1, 0, 0},
+    {"int32", WEFT_INT32, -1, 0, 0},
+    {"double", WEFT_FLOAT64, -1, 0, 0},
 };
 
 /* For sendrecv (coll WEFT_COLL_SEND), root is the distance d: rank r sends to r+d. */
 struct cfg {
-    int coll, n, root, nch, inplace;
+    int coll, algo, n, root, nch, inplace;
     uint64_t count;
     const struct dcase *dc;
 };
+
+static int cfg_direct_allreduce(const struct cfg *c)
+{
+    return c->coll == WEFT_COLL_ALLREDUCE && c->algo == WEFT_ALGO_DIRECT;
+}
 
 static int mod(int a, int n)
 {
@@ -138,6 +157,8 @@ static double gen(const struct dcase *dc, int n, int r, uint64_t i)
             return (double)(int8_t)((u * 37 + i * 11 + (i >> 8)) & 0xff);
         return (double)(u * 1000003 + i) * (dc->dtype == WEFT_FLOAT64 ? 0.5 : 1);
     }
+    if (dc->rounding) /* +-(0 .. 1000) * 2^-(0 .. 23): exact in float, sums round */
+        return (double)((int)((h >> 4) % 2001) - 1000) / (double)(1 << ((h >> 15) % 24));
     switch (dc->kind) {
     case WEFT_RED_PROD:
         return (h >> 7) % 3 == 0 ? -1.0 : 1.0;
@@ -161,6 +182,14 @@ static double gen(const struct dcase *dc, int n, int r, uint64_t i)
 static double fold(const struct dcase *dc, int n, const double *vals)
 {
     double acc = 0;
+    if (dc->rounding) { /* float additions in rank order */
+        float f = (float)vals[0];
+        for (int q = 1; q < n; q++) {
+            float x = (float)vals[q];
+            f = x + f;
+        }
+        return f;
+    }
     if (dc->avg == 2) {
         float s = (float)(1.0 / n);
         for (int q = 0; q < n; q++)
@@ -197,6 +226,8 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
         return c->count;
     if (n == 1)
         return 0;
+    if (cfg_direct_allreduce(c)) /* to every rank, itself included */
+        return (uint64_t)n * c->count;
     switch (c->coll) {
     case WEFT_COLL_ALLREDUCE: {
         uint64_t total = 0;
@@ -260,7 +291,8 @@ static struct link *sim_link(struct sim *s, int ch, int a, int b)
     l->ctrl = aligned_alloc(WEFT_CACHELINE, sizeof(struct weft_fifo_ctrl));
     memset(l->ctrl, 0, sizeof(*l->ctrl));
     l->slots = aligned_alloc(64, WEFT_STEPS * s->slot_bytes);
-    struct weft_conn conn = {l->ctrl, l->slots, s->slot_bytes, 0, NULL};
+    memset(l->slots, 0, WEFT_STEPS * s->slot_bytes); /* slot headers must start at seq 0 */
+    struct weft_conn conn = {l->ctrl, l->slots, s->slot_bytes, 0, NULL, 0};
     l->send = conn;
     l->recv = conn;
     s->peers[((size_t)ch * n + a) * n + b].send = &l->send;
@@ -323,8 +355,7 @@ static int sim_setup(struct sim *s, struct weft_redop *op)
     int n = c->n, nch = c->nch;
     for (int li = 0; li < nch * s->nsub * n; li++) {
         int r = li % n, sub = li / n % s->nsub, ch = li / n / s->nsub;
-        struct weft_sched_args a = {c->coll, WEFT_ALGO_RING, c->count, n, r, c->root, ch, nch,
-                                    s->chunk};
+        struct weft_sched_args a = {c->coll, c->algo, c->count, n, r, c->root, ch, nch, s->chunk};
         if (c->coll == WEFT_COLL_SEND) { /* lane 0 sends to r+d, lane 1 receives from r-d */
             a.coll = sub == 0 ? WEFT_COLL_SEND : WEFT_COLL_RECV;
             a.root = mod(sub == 0 ? r + c->root : r - c->root, n);
@@ -440,7 +471,8 @@ static int expect_elem(const struct cfg *c, const char *name, const char *what, 
     if (got == want || (got != got && want != want))
         return 1;
     if (!*reported)
-        FAIL("%s: rank %d %s[%llu] = %g, want %g", name, r, what, (unsigned long long)i, got, want);
+        FAIL("%s: rank %d %s[%llu] = %.17g, want %.17g", name, r, what, (unsigned long long)i, got,
+             want);
     *reported = 1;
     return 0;
 }
@@ -477,6 +509,12 @@ static void sim_check(struct sim *s, const char *name)
             for (int r = 0; r < n; r++)
                 expect_elem(c, name, "out", r, s->out[r], i, want, &bad);
         }
+        /* Every rank holds the same bits (NCCL's guarantee, whatever the inputs). */
+        for (int r = 1; r < n && !bad; r++)
+            if (memcmp(s->out[r], s->out[0], count * s->es) != 0) {
+                FAIL("%s: rank %d output differs from rank 0's", name, r);
+                bad = 1;
+            }
         break;
     case WEFT_COLL_ALLGATHER:
         for (int r = 0; r < n; r++)
@@ -589,7 +627,8 @@ static void sim_check(struct sim *s, const char *name)
 static void run_one(const struct cfg *c)
 {
     char name[200];
-    snprintf(name, sizeof(name), "%s %s n %d count %llu %s nch %d %s %d",
+    snprintf(name, sizeof(name), "%s/%s %s n %d count %llu %s nch %d %s %d",
+             weft_algo_name(c->algo),
              c->coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(c->coll), c->dc->name, c->n,
              (unsigned long long)c->count, c->inplace ? "in-place" : "out-of-place", c->nch,
              c->coll == WEFT_COLL_SEND ? "distance" : "root", c->root);
@@ -600,10 +639,10 @@ static void run_one(const struct cfg *c)
     s.es = weft_dtype_size(c->dc->dtype);
     s.slot_bytes = c->count > 4096 ? 1024 : 256;
     s.nsub = cfg_sub(c);
-    if (c->coll >= WEFT_COLL_ALLTOALL)
-        s.chunk = WEFT_STEPS / 2 * s.slot_bytes / s.es - 1;
+    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct_allreduce(c))
+        s.chunk = WEFT_STEPS / 2 * weft_slot_payload(s.slot_bytes) / s.es - 1;
     else
-        s.chunk = 2 * s.slot_bytes / s.es;
+        s.chunk = 2 * weft_slot_payload(s.slot_bytes) / s.es;
     s.links = calloc((size_t)nch * n * n, sizeof(*s.links));
     s.peers = calloc((size_t)nch * n * n, sizeof(*s.peers));
     s.steps = calloc((size_t)nch * s.nsub * n, sizeof(*s.steps));
@@ -631,7 +670,7 @@ static void run_one(const struct cfg *c)
     sim_free(&s);
 }
 
-static void sweep(int coll, int big)
+static void sweep(int coll, int algo, int big)
 {
     static const int nranks[] = {1, 2, 3, 4, 5, 7, 8, 16, 33, 64};
     /* The large count at a few rank counts; all-gather and reduce-scatter buffers grow with n. */
@@ -644,6 +683,8 @@ static void sweep(int coll, int big)
     const struct dcase *cases = red ? red_cases : copy_cases;
     size_t ncases = red ? sizeof(red_cases) / sizeof(red_cases[0])
                         : sizeof(copy_cases) / sizeof(copy_cases[0]);
+    if (red && !(coll == WEFT_COLL_ALLREDUCE && algo == WEFT_ALGO_DIRECT))
+        ncases--; /* "float sum rounding" needs the rank order */
     int per_rank = coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_REDUCESCATTER ||
                    coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_GATHER ||
                    coll == WEFT_COLL_SCATTER;
@@ -666,7 +707,8 @@ static void sweep(int coll, int big)
                             if (big && di != (ni + (size_t)inplace) % ncases)
                                 continue;
                             int n = ns[ni];
-                            struct cfg c = {coll, n, 0, nch, inplace, cs[ci], &cases[di]};
+                            struct cfg c = {coll, algo, n, 0, nch, inplace, cs[ci],
+                                            &cases[di]};
                             c.root = (int)((cs[ci] + di + (size_t)nch * 5 + (size_t)inplace) %
                                            (uint64_t)n);
                             if (coll == WEFT_COLL_SEND)
@@ -674,33 +716,40 @@ static void sweep(int coll, int big)
                             run_one(&c);
                             runs++;
                         }
-    printf("%s%s: %lu runs\n", coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll),
-           big ? " (1 MiB + 3)" : "", runs);
+    printf("%s/%s%s: %lu runs\n", weft_algo_name(algo),
+           coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll), big ? " (1 MiB + 3)" : "",
+           runs);
 }
 
 int main(int argc, char **argv)
 {
+    /* RING and DIRECT share the schedules of all-to-all, gather, scatter and send/recv. */
     static const struct {
         const char *name;
-        int coll;
+        int coll, algo;
     } tests[] = {
-        {"allreduce", WEFT_COLL_ALLREDUCE}, {"allgather", WEFT_COLL_ALLGATHER},
-        {"reducescatter", WEFT_COLL_REDUCESCATTER}, {"broadcast", WEFT_COLL_BROADCAST},
-        {"reduce", WEFT_COLL_REDUCE}, {"alltoall", WEFT_COLL_ALLTOALL},
-        {"gather", WEFT_COLL_GATHER}, {"scatter", WEFT_COLL_SCATTER},
-        {"sendrecv", WEFT_COLL_SEND},
+        {"allreduce", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING},
+        {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT},
+        {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
+        {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},
+        {"broadcast", WEFT_COLL_BROADCAST, WEFT_ALGO_RING},
+        {"reduce", WEFT_COLL_REDUCE, WEFT_ALGO_RING},
+        {"alltoall", WEFT_COLL_ALLTOALL, WEFT_ALGO_RING},
+        {"gather", WEFT_COLL_GATHER, WEFT_ALGO_RING},
+        {"scatter", WEFT_COLL_SCATTER, WEFT_ALGO_RING},
+        {"sendrecv", WEFT_COLL_SEND, WEFT_ALGO_RING},
     };
     const char *which = argc > 1 ? argv[1] : "all";
     int ran = 0;
     for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
         const char *tn = tests[t].name;
         if (strcmp(which, "all") == 0 || strcmp(which, tn) == 0) {
-            sweep(tests[t].coll, 0);
+            sweep(tests[t].coll, tests[t].algo, 0);
             ran = 1;
         }
         if (strcmp(which, "all") == 0 || strcmp(which, "big") == 0 ||
             (strncmp(which, "big-", 4) == 0 && strcmp(which + 4, tn) == 0)) {
-            sweep(tests[t].coll, 1);
+            sweep(tests[t].coll, tests[t].algo, 1);
             ran = 1;
         }
     }

@@ -9,16 +9,24 @@
  *     all-to-all and scatter, landing in b's output block a for all-to-all and gather);
  *   - every output element is written exactly once (reduce: by the root only; gather: the root
  *     only) and every input element read the expected number of times (once; twice for all-gather
- *     and the broadcast root: SEND and COPY; never for a scatter's non-root input).
+ *     and the broadcast root: SEND and COPY; never for a scatter's non-root input); only the
+ *     direct all-reduce reads its output;
+ *   - direct (one-shot) all-reduce, besides: every rank is a valid peer (itself through the
+ *     loopback), messages carry the element they land on, output and input are each covered n
+ *     times, and per piece the steps are n SENDs (one to every rank), RECV from 0, then
+ *     RECV_REDUCE_COPY from 1 .. n-1 in rank order with FINAL on the last one only.
  * Send/recv runs as "sendrecv": every rank r builds the SEND schedule to r+d and the RECV schedule
  * from r-d (d = 0 is a self-send), which together behave like one collective.
- * Usage: test_sched [misc|allreduce|allgather|reducescatter|broadcast|reduce|alltoall|gather|
- * scatter|sendrecv] (default: all).
+ * Usage: test_sched [misc|allreduce|allreduce-ring|allreduce-direct|allgather|reducescatter|
+ * broadcast|reduce|alltoall|gather|scatter|sendrecv] (default: all; allreduce: ring and direct).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "algo/sched.h"
 
@@ -46,8 +54,8 @@ static const uint64_t counts[] = {0, 1, 7, 1023, 1048576 + 3};
 static const uint64_t chunks[] = {1, 2, 3, 5, 64, 1000, 65536, 1u << 20, UINT64_MAX / 3,
                                   UINT64_MAX};
 /* Skip a chunk size when all ranks together would build more steps than this (keeps each
- * collective's sweep well under a second; all-to-all, whose step lists grow with n^2, a quarter);
- * the largest chunks always run. */
+ * collective's sweep well under a second; all-to-all and direct all-reduce, whose step lists grow
+ * with n^2, a quarter); the largest chunks always run. */
 #define STEP_BUDGET 10000
 
 static int op_sends(int op)
@@ -102,8 +110,14 @@ static uint64_t out_size(int coll, uint64_t count, int n)
     return out_blocks(coll) ? count * (uint64_t)n : count;
 }
 
+static int is_direct_allreduce(int coll, int algo)
+{
+    return coll == WEFT_COLL_ALLREDUCE && algo == WEFT_ALGO_DIRECT;
+}
+
 /*
  * Elements rank r sends, from first principles:
+ *   direct allreduce: n * count (every piece goes to every rank, itself included);
  *   allreduce: per channel range of len elements, pieces of P = n*chunk elements (one piece of len
  *     when chunk > len/n), the last one smaller; each piece is split into n chunks of
  *     P/n + (c < P%n) elements; rank r sends every chunk but r in the reduce-scatter half and every
@@ -115,13 +129,15 @@ static uint64_t out_size(int coll, uint64_t count, int n)
  *   gather: count, except 0 for the root; scatter: (n-1) * count at the root, 0 elsewhere;
  *   sendrecv: count, also for n == 1 (a self-send goes through the loopback connection).
  */
-static uint64_t expected_elems(int coll, uint64_t count, int n, int r, int root, int nch,
-                               uint64_t chunk)
+static uint64_t expected_elems(int coll, int algo, uint64_t count, int n, int r, int root,
+                               int nch, uint64_t chunk)
 {
     if (coll == WEFT_COLL_SEND)
         return count;
     if (n == 1)
         return 0;
+    if (is_direct_allreduce(coll, algo))
+        return (uint64_t)n * count;
     switch (coll) {
     case WEFT_COLL_ALLREDUCE: {
         uint64_t total = 0;
@@ -157,8 +173,10 @@ static uint64_t expected_elems(int coll, uint64_t count, int n, int r, int root,
 }
 
 /* Times each input element is read by rank r (small counts check). */
-static int expected_reads(int coll, int n, int r, int root)
+static int expected_reads(int coll, int algo, int n, int r, int root)
 {
+    if (is_direct_allreduce(coll, algo))
+        return n; /* n SENDs; n == 1: one COPY */
     switch (coll) {
     case WEFT_COLL_ALLGATHER:
         return n > 1 ? 2 : 1; /* SEND and COPY */
@@ -171,23 +189,37 @@ static int expected_reads(int coll, int n, int r, int root)
     }
 }
 
-static int expected_writes(int coll, int r, int root)
+static int expected_writes(int coll, int algo, int n, int r, int root)
 {
+    if (is_direct_allreduce(coll, algo))
+        return n; /* RECV, then n-1 RECV_REDUCE_COPY; n == 1: one COPY */
     return (coll == WEFT_COLL_REDUCE || coll == WEFT_COLL_GATHER) && r != root ? 0 : 1;
+}
+
+/* Times rank r reads each output element: the direct all-reduce accumulates in its output. */
+static int expected_out_reads(int coll, int algo, int n)
+{
+    return is_direct_allreduce(coll, algo) ? n - 1 : 0;
 }
 
 /* For sendrecv (coll WEFT_COLL_SEND), root is the distance d: rank r sends to r+d. */
 struct cfg {
-    int coll, n, root, nch;
+    int coll, algo, n, root, nch;
     uint64_t count, chunk;
 };
+
+/* Messages carry the same elements of the block at both ends (nothing is forwarded). */
+static int cfg_unforwarded(const struct cfg *c)
+{
+    return c->coll >= WEFT_COLL_ALLTOALL || is_direct_allreduce(c->coll, c->algo);
+}
 
 /* The schedules rank r runs on channel ch: one, or for sendrecv its SEND and its RECV. Returns how
  * many were written to a[0..2). */
 static int cfg_args(const struct cfg *c, int r, int ch, struct weft_sched_args *a)
 {
-    struct weft_sched_args base = {c->coll, WEFT_ALGO_RING, c->count, c->n, r, c->root, ch,
-                                   c->nch, c->chunk};
+    struct weft_sched_args base = {c->coll, c->algo, c->count, c->n, r, c->root, ch, c->nch,
+                                   c->chunk};
     a[0] = base;
     if (c->coll != WEFT_COLL_SEND)
         return 1;
@@ -207,6 +239,14 @@ static int peers_ok(const struct cfg *c, int r, const struct weft_step *s)
         return 0;
     if (!recvs && rp != -1)
         return 0;
+    if (is_direct_allreduce(c->coll, c->algo)) { /* any rank, itself included; n == 1: COPY */
+        if (n == 1)
+            return s->op == WEFT_STEP_COPY;
+        if (s->op != WEFT_STEP_SEND && s->op != WEFT_STEP_RECV &&
+            s->op != WEFT_STEP_RECV_REDUCE_COPY)
+            return 0;
+        return (!sends || (sp >= 0 && sp < n)) && (!recvs || (rp >= 0 && rp < n));
+    }
     if (c->coll < WEFT_COLL_ALLTOALL) /* rings and chains: next and prev only */
         return (!sends || (sp == mod(r + 1, n) && n > 1)) &&
                (!recvs || (rp == mod(r - 1, n) && n > 1));
@@ -236,9 +276,10 @@ static int peers_ok(const struct cfg *c, int r, const struct weft_step *s)
 static void cfg_str(const struct cfg *c, char *buf, size_t len)
 {
     int sr = c->coll == WEFT_COLL_SEND;
-    snprintf(buf, len, "%s n %d %s %d count %llu nch %d chunk %llu",
-             sr ? "SendRecv" : weft_coll_name(c->coll), c->n, sr ? "distance" : "root", c->root,
-             (unsigned long long)c->count, c->nch, (unsigned long long)c->chunk);
+    snprintf(buf, len, "%s/%s n %d %s %d count %llu nch %d chunk %llu",
+             weft_algo_name(c->algo), sr ? "SendRecv" : weft_coll_name(c->coll), c->n,
+             sr ? "distance" : "root", c->root, (unsigned long long)c->count, c->nch,
+             (unsigned long long)c->chunk);
 }
 
 static void check_step(const struct cfg *c, int r, uint64_t i, const struct weft_step *s,
@@ -287,61 +328,88 @@ static uint64_t recv_elem(const struct cfg *c, int a, const struct weft_step *s)
     return s->dst_off - (out_blocks(c->coll) ? (uint64_t)a * c->count : 0);
 }
 
-/* Per channel: the k-th send a->b has the count of the k-th receive at b from a; none is left. */
+/* Per channel: the k-th send a->b has the count of the k-th receive at b from a; none is left.
+ * Sends are first grouped by pair, in order: idx[first[a*n+b] ..) are a's steps that send to b. */
 static void check_matching(const struct cfg *c, int ch, struct weft_step **steps, uint64_t *ns,
                            const char *name)
 {
     int n = c->n;
-    uint64_t *cur = calloc((size_t)n * n, sizeof(*cur));
-    uint64_t *matched = calloc((size_t)n * n, sizeof(*matched));
-    uint64_t *sent = calloc((size_t)n * n, sizeof(*sent));
+    size_t np = (size_t)n * n;
+    uint64_t *first = calloc(np + 1, sizeof(*first));
+    uint64_t *matched = calloc(np, sizeof(*matched));
+    uint64_t *sent = calloc(np, sizeof(*sent));
+    uint64_t *idx = NULL;
     int ok = 1;
+    for (int a = 0; a < n && ok; a++)
+        for (uint64_t i = 0; i < ns[a] && ok; i++) {
+            const struct weft_step *s = &steps[a][i];
+            if (op_sends(s->op) && (s->send_peer < 0 || s->send_peer >= n)) {
+                FAIL("%s ch %d: rank %d step %llu sends to %d", name, ch, a, (unsigned long long)i,
+                     s->send_peer);
+                ok = 0;
+            } else if (op_recvs(s->op) && (s->recv_peer < 0 || s->recv_peer >= n)) {
+                FAIL("%s ch %d: rank %d step %llu receives from %d", name, ch, a,
+                     (unsigned long long)i, s->recv_peer);
+                ok = 0;
+            } else if (op_sends(s->op)) {
+                sent[(size_t)a * n + s->send_peer]++;
+            }
+        }
+    for (size_t p = 0; p < np && ok; p++)
+        first[p + 1] = first[p] + sent[p];
+    if (ok) {
+        uint64_t *fill = calloc(np, sizeof(*fill));
+        idx = malloc((first[np] + 1) * sizeof(*idx));
+        for (int a = 0; a < n; a++)
+            for (uint64_t i = 0; i < ns[a]; i++)
+                if (op_sends(steps[a][i].op)) {
+                    size_t p = (size_t)a * n + steps[a][i].send_peer;
+                    idx[first[p] + fill[p]++] = i;
+                }
+        free(fill);
+    }
     for (int b = 0; b < n && ok; b++) {
         for (uint64_t i = 0; i < ns[b] && ok; i++) {
             const struct weft_step *s = &steps[b][i];
             if (!op_recvs(s->op))
                 continue;
             int a = s->recv_peer;
-            uint64_t *k = &cur[a * n + b];
-            while (*k < ns[a] && !(op_sends(steps[a][*k].op) && steps[a][*k].send_peer == b))
-                (*k)++;
-            if (*k == ns[a]) {
+            size_t p = (size_t)a * n + b;
+            if (matched[p] == sent[p]) {
                 FAIL("%s ch %d: rank %d step %llu receives from %d, which sends no more", name, ch,
                      b, (unsigned long long)i, a);
                 ok = 0;
-            } else if (steps[a][*k].count != s->count) {
+                break;
+            }
+            const struct weft_step *t = &steps[a][idx[first[p] + matched[p]]];
+            if (t->count != s->count) {
                 FAIL("%s ch %d: %d->%d message %llu: sent %llu, received %llu", name, ch, a, b,
-                     (unsigned long long)matched[a * n + b], (unsigned long long)steps[a][*k].count,
+                     (unsigned long long)matched[p], (unsigned long long)t->count,
                      (unsigned long long)s->count);
                 ok = 0;
-            } else if (c->coll >= WEFT_COLL_ALLTOALL &&
-                       send_elem(c, b, &steps[a][*k]) != recv_elem(c, a, s)) {
+            } else if (cfg_unforwarded(c) && send_elem(c, b, t) != recv_elem(c, a, s)) {
                 FAIL("%s ch %d: %d->%d message %llu: sends block element %llu, lands at %llu",
-                     name, ch, a, b, (unsigned long long)matched[a * n + b],
-                     (unsigned long long)send_elem(c, b, &steps[a][*k]),
+                     name, ch, a, b, (unsigned long long)matched[p],
+                     (unsigned long long)send_elem(c, b, t),
                      (unsigned long long)recv_elem(c, a, s));
                 ok = 0;
             }
-            (*k)++;
-            matched[a * n + b]++;
+            matched[p]++;
         }
     }
-    for (int a = 0; a < n && ok; a++)
-        for (uint64_t i = 0; i < ns[a]; i++)
-            if (op_sends(steps[a][i].op))
-                sent[a * n + steps[a][i].send_peer]++;
-    for (int p = 0; p < n * n && ok; p++) {
+    for (size_t p = 0; p < np && ok; p++) {
         if (sent[p] != matched[p]) {
-            FAIL("%s ch %d: %d->%d sends %llu messages, %llu received", name, ch, p / n, p % n,
-                 (unsigned long long)sent[p], (unsigned long long)matched[p]);
+            FAIL("%s ch %d: %d->%d sends %llu messages, %llu received", name, ch, (int)(p / n),
+                 (int)(p % n), (unsigned long long)sent[p], (unsigned long long)matched[p]);
             ok = 0;
         }
     }
     if (ok)
         npass++;
-    free(cur);
+    free(first);
     free(matched);
     free(sent);
+    free(idx);
 }
 
 /* Intervals a rank reads or writes, as +1/-1 events, to check how often each element is covered. */
@@ -369,8 +437,9 @@ static int event_cmp(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
-/* Sorts the events by position: LSD radix sort on 4 x 8 bits when positions fit in 32 bits (much
- * faster than qsort here), insertion sort for a few, qsort for huge positions. */
+/* Sorts the events by position: LSD radix sort on the bytes below the largest position when
+ * positions fit in 32 bits (much faster than qsort here; a byte no position differs in is
+ * skipped), insertion sort for a few, qsort for huge positions. */
 static void cover_sort(struct cover *cv)
 {
     uint64_t maxpos = 0;
@@ -392,10 +461,12 @@ static void cover_sort(struct cover *cv)
     }
     struct event *tmp = malloc(cv->n * sizeof(*tmp)), *from = cv->ev, *to = tmp;
     size_t hist[256];
-    for (int shift = 0; shift < 32; shift += 8) {
+    for (int shift = 0; shift < 32 && (maxpos >> shift) != 0; shift += 8) {
         memset(hist, 0, sizeof(hist));
         for (size_t i = 0; i < cv->n; i++)
             hist[(from[i].pos >> shift) & 0xff]++;
+        if (hist[(from[0].pos >> shift) & 0xff] == cv->n)
+            continue; /* one digit: this pass would not move anything */
         size_t sum = 0;
         for (size_t d = 0; d < 256; d++) {
             size_t h = hist[d];
@@ -408,7 +479,9 @@ static void cover_sort(struct cover *cv)
         from = to;
         to = t;
     }
-    free(tmp); /* an even number of passes: the sorted data is back in cv->ev */
+    if (from != cv->ev)
+        memcpy(cv->ev, from, cv->n * sizeof(*from));
+    free(tmp);
 }
 
 /* Every element of [0, size) is covered exactly `want` times, nothing outside it. */
@@ -441,6 +514,79 @@ static void cover_check(struct cover *cv, uint64_t size, int want, const char *w
     npass++;
 }
 
+/* Direct all-reduce, rank r on channel ch, piece by piece (chunk elements at e, in order through
+ * the channel's range): n SENDs of input[e], one to every rank; RECV output[e] <- 0; then
+ * RECV_REDUCE_COPY output[e] <- p (src output[e]) for p = 1 .. n-1 in rank order, which is what
+ * makes every rank add in the same order; FINAL on the piece's last step only. n == 1: one COPY
+ * FINAL. So the list holds exactly pieces * 2n steps (pieces for n == 1). */
+static void check_direct_pieces(const struct cfg *c, int r, int ch, const struct weft_step *st,
+                                uint64_t ns, const char *name)
+{
+    int n = c->n;
+    uint64_t off, len, i = 0, per = n == 1 ? 1 : 2 * (uint64_t)n;
+    weft_sched_range(c->count, ch, c->nch, &off, &len);
+    unsigned char *seen = malloc((size_t)n);
+    const char *why = NULL;
+    for (uint64_t po = 0; po < len && why == NULL; po += c->chunk) {
+        uint64_t cnt = len - po < c->chunk ? len - po : c->chunk, e = off + po;
+        if (ns - i < per) {
+            why = "list ends inside a piece";
+            break;
+        }
+        if (n == 1) {
+            const struct weft_step *s = &st[i];
+            if (s->op != WEFT_STEP_COPY || s->src != WEFT_BUF_INPUT || s->dst != WEFT_BUF_OUTPUT ||
+                s->src_off != e || s->dst_off != e || s->count != cnt ||
+                s->flags != WEFT_STEP_FINAL)
+                why = "not COPY FINAL input[e] -> output[e]";
+            else
+                i++;
+            continue;
+        }
+        memset(seen, 0, (size_t)n);
+        for (int k = 0; k < n; k++, i++) { /* on a failure, i stays at the step */
+            const struct weft_step *s = &st[i];
+            if (s->op != WEFT_STEP_SEND || s->src != WEFT_BUF_INPUT || s->src_off != e ||
+                s->count != cnt || s->flags != 0)
+                why = "not a SEND of input[e]";
+            else if (s->send_peer < 0 || s->send_peer >= n || seen[s->send_peer])
+                why = "SEND peer out of range or repeated within the piece";
+            else
+                seen[s->send_peer] = 1;
+            if (why != NULL)
+                break;
+        }
+        for (int p = 0; p < n && why == NULL; p++, i++) {
+            const struct weft_step *s = &st[i];
+            int op = p == 0 ? WEFT_STEP_RECV : WEFT_STEP_RECV_REDUCE_COPY;
+            if (s->op != op || s->dst != WEFT_BUF_OUTPUT || s->dst_off != e || s->count != cnt)
+                why = "not RECV, then RECV_REDUCE_COPY, into output[e]";
+            else if (p > 0 && (s->src != WEFT_BUF_OUTPUT || s->src_off != e))
+                why = "RECV_REDUCE_COPY does not accumulate in output[e]";
+            else if (s->recv_peer != p)
+                why = "receives not in rank order";
+            else if (s->flags != (p == n - 1 ? WEFT_STEP_FINAL : 0))
+                why = "FINAL not exactly on the piece's last step";
+            if (why != NULL)
+                break;
+        }
+    }
+    if (why == NULL && i != ns)
+        why = "steps after the last piece";
+    if (why != NULL) {
+        const struct weft_step *s = i < ns ? &st[i] : NULL;
+        FAIL("%s ch %d rank %d step %llu of %llu: %s (op %d src %d+%llu dst %d+%llu count %llu "
+             "peers %d/%d flags %d)",
+             name, ch, r, (unsigned long long)i, (unsigned long long)ns, why, s ? s->op : -1,
+             s ? s->src : -1, s ? (unsigned long long)s->src_off : 0ull, s ? s->dst : -1,
+             s ? (unsigned long long)s->dst_off : 0ull, s ? (unsigned long long)s->count : 0ull,
+             s ? s->send_peer : -1, s ? s->recv_peer : -1, s ? s->flags : -1);
+    } else {
+        npass++;
+    }
+    free(seen);
+}
+
 static void run_cfg(const struct cfg *c)
 {
     char name[160];
@@ -451,6 +597,7 @@ static void run_cfg(const struct cfg *c)
     uint64_t *elems = calloc((size_t)n, sizeof(*elems));
     uint64_t isz = in_size(c->coll, c->count, n), osz = out_size(c->coll, c->count, n);
     struct cover *rdv = calloc((size_t)n, sizeof(*rdv)), *wrv = calloc((size_t)n, sizeof(*wrv));
+    struct cover *rdo = calloc((size_t)n, sizeof(*rdo)); /* reads of the output */
 
     for (int ch = 0; ch < c->nch; ch++) {
         for (int r = 0; r < n; r++) {
@@ -487,9 +634,13 @@ static void run_cfg(const struct cfg *c)
                 check_step(c, r, i, s, name);
                 if (op_reads(s->op) && s->src == WEFT_BUF_INPUT)
                     cover_add(&rdv[r], s->src_off, s->count);
+                if (op_reads(s->op) && s->src == WEFT_BUF_OUTPUT)
+                    cover_add(&rdo[r], s->src_off, s->count);
                 if (op_writes(s->op))
                     cover_add(&wrv[r], s->dst_off, s->count);
             }
+            if (is_direct_allreduce(c->coll, c->algo))
+                check_direct_pieces(c, r, ch, steps[r], got, name);
         }
         check_matching(c, ch, steps, ns, name);
         for (int r = 0; r < n; r++) {
@@ -498,18 +649,23 @@ static void run_cfg(const struct cfg *c)
         }
     }
     for (int r = 0; r < n; r++) {
-        uint64_t want = expected_elems(c->coll, c->count, n, r, c->root, c->nch, c->chunk);
+        uint64_t want =
+            expected_elems(c->coll, c->algo, c->count, n, r, c->root, c->nch, c->chunk);
         EXPECT(elems[r] == want, "%s rank %d: sends %llu elements, formula %llu", name, r,
                (unsigned long long)elems[r], (unsigned long long)want);
         char what[200];
         snprintf(what, sizeof(what), "%s rank %d: input", name, r);
-        cover_check(&rdv[r], isz, expected_reads(c->coll, n, r, c->root), what);
+        cover_check(&rdv[r], isz, expected_reads(c->coll, c->algo, n, r, c->root), what);
         snprintf(what, sizeof(what), "%s rank %d: output", name, r);
-        cover_check(&wrv[r], osz, expected_writes(c->coll, r, c->root), what);
+        cover_check(&wrv[r], osz, expected_writes(c->coll, c->algo, n, r, c->root), what);
+        snprintf(what, sizeof(what), "%s rank %d: output read", name, r);
+        cover_check(&rdo[r], osz, expected_out_reads(c->coll, c->algo, n), what);
         free(rdv[r].ev);
         free(wrv[r].ev);
+        free(rdo[r].ev);
     }
     free(rdv);
+    free(rdo);
     free(wrv);
     free(steps);
     free(ns);
@@ -530,11 +686,13 @@ static uint64_t total_steps(const struct cfg *c)
     return t;
 }
 
-static void sweep(int coll)
+static void sweep(int coll, int algo)
 {
     static const int nchs[] = {1, 2, 3};
     unsigned long cfgs = 0, skipped = 0;
-    uint64_t budget = coll == WEFT_COLL_ALLTOALL ? STEP_BUDGET / 4 : STEP_BUDGET;
+    uint64_t budget = coll == WEFT_COLL_ALLTOALL || is_direct_allreduce(coll, algo)
+                          ? STEP_BUDGET / 4
+                          : STEP_BUDGET;
     for (int n = 1; n <= 64; n++) {
         /* Roots; for sendrecv the distance d (0: self-send). */
         int roots[3] = {0, n / 2, n - 1};
@@ -549,7 +707,8 @@ static void sweep(int coll)
             for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
                 for (size_t hi = 0; hi < sizeof(nchs) / sizeof(nchs[0]); hi++)
                     for (size_t ki = 0; ki < sizeof(chunks) / sizeof(chunks[0]); ki++) {
-                        struct cfg c = {coll, n, roots[ri], nchs[hi], counts[ci], chunks[ki]};
+                        struct cfg c = {coll, algo, n, roots[ri], nchs[hi], counts[ci],
+                                        chunks[ki]};
                         if (chunks[ki] < (1u << 20) && total_steps(&c) > budget) {
                             skipped++;
                             continue;
@@ -559,8 +718,9 @@ static void sweep(int coll)
                     }
         }
     }
-    printf("%s: %lu configurations (%lu over the step budget skipped)\n",
-           coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll), cfgs, skipped);
+    printf("%s/%s: %lu configurations (%lu over the step budget skipped)\n",
+           weft_algo_name(algo), coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll), cfgs,
+           skipped);
 }
 
 static void misc(void)
@@ -595,7 +755,8 @@ static void misc(void)
         for (int coll = 0; coll < WEFT_COLL_COUNT; coll++) {
             struct weft_sched_args a = {coll, algo, 100, 4, 1, 0, 0, 1, 64};
             int supported = algo == WEFT_ALGO_RING ||
-                            (algo == WEFT_ALGO_DIRECT && coll >= WEFT_COLL_ALLTOALL);
+                            (algo == WEFT_ALGO_DIRECT &&
+                             (coll == WEFT_COLL_ALLREDUCE || coll >= WEFT_COLL_ALLTOALL));
             uint64_t got = weft_sched_build(&a, st, 64);
             EXPECT(supported ? got != UINT64_MAX && got > 0 : got == UINT64_MAX,
                    "%s/%s: build returned %llu", weft_algo_name(algo), weft_coll_name(coll),
@@ -680,29 +841,74 @@ static void misc(void)
     got = weft_sched_build(&b, st, 64);
     EXPECT(got == 5 && memcmp(st, want_a2a, sizeof(want_a2a)) == 0,
            "alltoall n 3 rank 1: %llu steps, or not in pairwise order", (unsigned long long)got);
+
+    /* The exact order for a 3-rank direct all-reduce, rank 1, two pieces of 2 elements. */
+    struct weft_sched_args d = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT, 4, 3, 1, 0, 0, 1, 2};
+    struct weft_step want_ar[12];
+    for (int p = 0; p < 2; p++) {
+        struct weft_step *w = &want_ar[6 * p];
+        uint64_t e = 2 * (uint64_t)p;
+        for (int k = 0; k < 3; k++) /* itself first, then 2, 0 */
+            w[k] = (struct weft_step){WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, (1 + k) % 3,
+                                      -1, 0, e, 0, 2};
+        w[3] = (struct weft_step){WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0,
+                                  e, 2};
+        w[4] = (struct weft_step){WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, WEFT_BUF_OUTPUT, 0,
+                                  -1, 1, 0, e, e, 2};
+        w[5] = (struct weft_step){WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, WEFT_BUF_OUTPUT,
+                                  WEFT_STEP_FINAL, -1, 2, 0, e, e, 2};
+    }
+    memset(st, 0xff, sizeof(st));
+    got = weft_sched_build(&d, st, 64);
+    EXPECT(got == 12 && weft_sched_max_steps(&d) == 12 &&
+               memcmp(st, want_ar, sizeof(want_ar)) == 0,
+           "direct allreduce n 3 rank 1: %llu steps, or not in the documented order",
+           (unsigned long long)got);
+    /* One rank: a COPY FINAL per piece. */
+    d.nranks = 1;
+    d.rank = 0;
+    got = weft_sched_build(&d, st, 64);
+    EXPECT(got == 2 && st[0].op == WEFT_STEP_COPY && st[0].flags == WEFT_STEP_FINAL &&
+               st[1].src_off == 2 && st[1].dst_off == 2 && st[1].count == 2,
+           "direct allreduce n 1: %llu steps", (unsigned long long)got);
 }
 
 int main(int argc, char **argv)
 {
+    /* "allreduce" runs both allreduce-ring and allreduce-direct (a name selects the entries it
+     * equals or that it prefixes up to a '-'). RING and DIRECT share the other schedules. */
     static const struct {
         const char *name;
-        int coll;
+        int coll, algo;
     } tests[] = {
-        {"allreduce", WEFT_COLL_ALLREDUCE}, {"allgather", WEFT_COLL_ALLGATHER},
-        {"reducescatter", WEFT_COLL_REDUCESCATTER}, {"broadcast", WEFT_COLL_BROADCAST},
-        {"reduce", WEFT_COLL_REDUCE}, {"alltoall", WEFT_COLL_ALLTOALL},
-        {"gather", WEFT_COLL_GATHER}, {"scatter", WEFT_COLL_SCATTER},
-        {"sendrecv", WEFT_COLL_SEND},
+        {"allreduce-ring", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING},
+        {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT},
+        {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
+        {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},
+        {"broadcast", WEFT_COLL_BROADCAST, WEFT_ALGO_RING},
+        {"reduce", WEFT_COLL_REDUCE, WEFT_ALGO_RING},
+        {"alltoall", WEFT_COLL_ALLTOALL, WEFT_ALGO_RING},
+        {"gather", WEFT_COLL_GATHER, WEFT_ALGO_RING},
+        {"scatter", WEFT_COLL_SCATTER, WEFT_ALGO_RING},
+        {"sendrecv", WEFT_COLL_SEND, WEFT_ALGO_RING},
     };
     const char *which = argc > 1 ? argv[1] : NULL;
     int ran = 0;
+#ifdef __GLIBC__
+    /* A sweep mallocs and frees gigabytes in small blocks; by default glibc hands the heap top
+     * back to the kernel after every configuration and faults it in again (a third of the run). */
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
     if (which == NULL || strcmp(which, "misc") == 0) {
         misc();
         ran = 1;
     }
     for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
-        if (which == NULL || strcmp(which, tests[t].name) == 0) {
-            sweep(tests[t].coll);
+        const char *tn = tests[t].name;
+        size_t wl = which != NULL ? strlen(which) : 0;
+        if (which == NULL || strcmp(which, tn) == 0 ||
+            (strncmp(which, tn, wl) == 0 && tn[wl] == '-')) {
+            sweep(tests[t].coll, tests[t].algo);
             ran = 1;
         }
     }

@@ -117,7 +117,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask)
     int nranks = comm->nranks, me = comm->rank;
     int nch = comm->nchannels + 1;
     size_t slot = (size_t)weft_param_ShmSlotBytes();
-    if (slot < 4096 || slot % 64 != 0 || slot > (1u << 30)) {
+    if (slot < 4096 || slot % 64 != 0 || slot > (1u << 30)) { /* header included */
         WEFT_WARN("WEFT_SHM_SLOT_BYTES %zu must be a multiple of 64 between 4096 and 1 GiB", slot);
         return ncclInvalidArgument;
     }
