@@ -1,4 +1,5 @@
 /* Communicator lifecycle: init (bootstrap, peer exchange, transports), finalize, free. */
+#include <sched.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -207,6 +208,16 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
         }
         mask[p] = 1;
     }
+    /* More local ranks than usable cores: waits must give the core away (exec/host.c). */
+    int local = 0;
+    for (int p = 0; p < nranks; p++)
+        local += comm->peer_info[p].host_hash == me->host_hash;
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                              : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    comm->oversubscribed = local > ncpu;
+    WEFT_INFO(WEFT_LOG_INIT, "rank %d: %d local ranks on %d cores%s", comm->rank, local, ncpu,
+              comm->oversubscribed ? " (oversubscribed: waits yield at once)" : "");
     ncclResult_t res = tl->setup(comm, mask);
     free(mask);
     if (res != ncclSuccess)

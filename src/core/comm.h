@@ -70,6 +70,7 @@ struct ncclComm {
     uint64_t op_seq;                  /* operations issued, for error messages */
     int busy;                         /* threads currently executing on this comm */
     int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
+    int oversubscribed;               /* more ranks on this host than cores we may run on */
 
     /*
      * Issue order: every piece of work takes a ticket (issued++) in the issuing thread and runs

@@ -31,10 +31,11 @@ WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
            "seconds an operation may wait for a peer without any progress before it fails");
 WEFT_PARAM(FuseBytes, "WEFT_FUSE_BYTES", 65536,
            "all-reduces of a group up to this size are packed into one (0 disables)");
-WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", 200,
-           "idle polling rounds before a waiting rank starts yielding its core");
-WEFT_PARAM(YieldCount, "WEFT_YIELD_COUNT", 20,
-           "sched_yield rounds before a waiting rank sleeps on its doorbell");
+WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", -1,
+           "idle polling rounds before a waiting rank starts yielding its core (-1: 1000, or 0 "
+           "when the host runs more ranks than it has cores)");
+WEFT_PARAM(YieldCount, "WEFT_YIELD_COUNT", -1,
+           "sched_yield rounds before a waiting rank sleeps on its doorbell (-1: 1000)");
 
 static int weft_task_is_p2p(const struct weft_task *task)
 {
@@ -214,9 +215,23 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
     return ncclSuccess;
 }
 
+/*
+ * How long to poll before giving the core away. With a core per rank, polling answers a peer in
+ * a fraction of a microsecond. With more ranks than cores, the peer we wait for may need our core
+ * to run at all: then yield at once (sched_yield hands the core to a runnable rank; when none is
+ * runnable it returns in well under a microsecond), and sleep only after a long idle stretch.
+ */
+static void weft_exec_wait_policy(const struct ncclComm *comm, int64_t *spins_p, int64_t *yields_p)
+{
+    int64_t spins = weft_param_SpinCount(), yields = weft_param_YieldCount();
+    *spins_p = spins >= 0 ? spins : comm->oversubscribed ? 0 : 1000;
+    *yields_p = yields >= 0 ? yields : 1000;
+}
+
 static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
 {
-    const int64_t spins = weft_param_SpinCount(), yields = weft_param_YieldCount();
+    int64_t spins, yields;
+    weft_exec_wait_policy(lanes[0].task->comm, &spins, &yields);
     int64_t idle = 0;
     uint64_t idle_since = 0, last_check = 0;
     for (;;) {
