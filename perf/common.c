@@ -613,6 +613,8 @@ struct perf_args {
 
 struct perf_state {
     const struct perf_coll *coll;
+    perf_run_fn run;
+    const char *prog; /* program name, for the header, footer and messages */
     const struct perf_backend *be;
     struct perf_args a;
     struct perf_ctx ctx;
@@ -658,9 +660,8 @@ static void perf_fail(const struct perf_state *st, const char *file, int line, n
     const char *base = strrchr(file, '/');
     const char *last = st->be->last_error();
 
-    printf("%s: Test %s failure %s:%d '%s / %s'\n", st->host,
-           strcmp(st->be->name, "nccl") == 0 ? "NCCL" : st->be->name, base ? base + 1 : file,
-           line, st->be->error_string(res), last ? last : "");
+    printf("%s: Test %s failure %s:%d '%s / %s'\n", st->host, st->be->name,
+           base ? base + 1 : file, line, st->be->error_string(res), last ? last : "");
     fflush(stdout);
     exit(1);
 }
@@ -816,7 +817,7 @@ static void run_op(struct perf_state *st, const struct perf_op *op, size_t iter)
     char *send, *recv;
 
     call_buffers(st, op, iter, &send, &recv);
-    PERF_CHECK(st, st->coll->run(&st->ctx, op, send, recv));
+    PERF_CHECK(st, st->run(&st->ctx, op, send, recv));
 }
 
 static int64_t count_wrong(struct perf_state *st, const struct perf_op *op, const char *got,
@@ -839,7 +840,7 @@ static int64_t count_wrong(struct perf_state *st, const struct perf_op *op, cons
             fprintf(stderr,
                     "[rank %d] %s %s %s count %zu%s: element %zu is 0x%0*" PRIx64
                     " (%.17g), expected 0x%0*" PRIx64 " (%.17g)\n",
-                    st->ctx.rank, st->coll->name, op->type->name, perf_op_name(op->op), op->c.count,
+                    st->ctx.rank, st->prog, op->type->name, perf_op_name(op->op), op->c.count,
                     op->in_place ? " in-place" : "", i, (int)(2 * ts), gb,
                     perf_load_double(op->type, got, i), (int)(2 * ts), wb,
                     perf_load_double(op->type, want, i));
@@ -864,7 +865,7 @@ static int64_t check_once(struct perf_state *st, const struct perf_op *op, uint6
     call_buffers(st, op, 0, &send, &recv);
     st->coll->init_data(&st->ctx, op, seed, send);
     watchdog_arm(st);
-    PERF_CHECK(st, st->coll->run(&st->ctx, op, send, recv));
+    PERF_CHECK(st, st->run(&st->ctx, op, send, recv));
     watchdog_disarm(st);
 
     if (!(st->exp_valid && st->exp_seed == seed && st->exp_type == op->type &&
@@ -930,7 +931,7 @@ static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
     res->algbw = sec > 0 ? op->c.alg_bytes / 1e9 / sec : 0;
     res->busbw = res->algbw * st->coll->bus_factor(st->ctx.nranks);
     res->wrong = -1;
-    if (a->check) {
+    if (a->check && !(op->in_place && (st->coll->flags & PERF_COLL_INPLACE_UNCHECKED))) {
         res->wrong = 0;
         for (int c = 0; c < a->check; c++) {
             res->wrong = check_once(st, op, seed + (uint64_t)c);
@@ -956,12 +957,11 @@ static void json_line(struct perf_state *st, const struct perf_op *op, const str
     FILE *f = st->json;
     size_t ts = op->type->size;
     size_t bytes = (op->c.send_count > op->c.recv_count ? op->c.send_count : op->c.recv_count) * ts;
-    size_t nlen = strlen(st->coll->name);
 
-    if (nlen > 5 && strcmp(st->coll->name + nlen - 5, "_perf") == 0)
-        nlen -= 5;
-    fprintf(f, "{\"collective\":\"%.*s\",\"nranks\":%d,\"bytes\":%zu,\"count\":%zu", (int)nlen,
-            st->coll->name, st->ctx.nranks, bytes, op->c.count);
+    /* The fields and their order are documented in common.h: keep them stable. */
+    fprintf(f, "{\"library\":\"%s\",\"collective\":\"%s\",\"nranks\":%d,\"bytes\":%zu,"
+               "\"count\":%zu",
+            st->ctx.library, st->coll->name, st->ctx.nranks, bytes, op->c.count);
     fprintf(f, ",\"type\":\"%s\",\"op\":\"%s\",\"root\":%d,\"inplace\":%s", op->type->name,
             perf_op_name(op->op), op->root, op->in_place ? "true" : "false");
     json_number(f, "time_us", r->time_us, "%.3f");
@@ -1436,7 +1436,8 @@ static int usage_exit(int is_main, int rc)
     return rc;
 }
 
-int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct perf_backend *be)
+int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run,
+             const struct perf_backend *be)
 {
     struct perf_state *st = calloc(1, sizeof(*st));
     const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
@@ -1451,6 +1452,8 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct p
         return 1;
     setlinebuf(stdout);
     st->coll = coll;
+    st->run = run;
+    st->prog = prog;
     st->be = be;
     /* Only the main rank reports usage errors and prints the table. */
     st->is_main = be->early_rank() == 0;
@@ -1464,25 +1467,27 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct p
 
     PERF_CHECK(st, be->init(&st->ctx, version_line, sizeof(version_line)));
     st->is_main = st->ctx.rank == 0;
+    /* Checks that need the rank count; every rank takes the same branch, so all leave cleanly. */
     if ((coll->flags & PERF_COLL_ROOTED) && st->a.root >= st->ctx.nranks) {
         if (st->is_main)
             fprintf(stderr, "%s: invalid root %d for %d ranks\n", prog, st->a.root,
                     st->ctx.nranks);
-        return usage_exit(st->is_main, 2);
+        rc = 2;
+    } else if ((coll->flags & PERF_COLL_POW2) && (st->ctx.nranks & (st->ctx.nranks - 1)) != 0) {
+        if (st->is_main)
+            fprintf(stderr, "%s: %s needs a power-of-two number of ranks, got %d\n", prog,
+                    coll->name, st->ctx.nranks);
+        rc = 2;
+    }
+    if (rc != 0) {
+        PERF_CHECK(st, be->fini(&st->ctx));
+        return usage_exit(st->is_main, rc);
     }
 
-    if (st->is_main && st->a.json_path) {
-        st->json = fopen(st->a.json_path, "w");
-        if (st->json == NULL)
-            printf("# skipping json output; %s not accessible: %s\n", st->a.json_path,
-                   strerror(errno));
-        else
-            printf("# Writing JSON lines to %s\n", st->a.json_path);
-    }
     if (st->is_main) {
         const struct perf_args *a = &st->a;
         printf("%s\n", version_line);
-        printf("# Collective test starting: %s\n", coll->name);
+        printf("# Collective test starting: %s\n", prog);
         printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
                "iters: %d agg iters: %d validation: %d graph: %d unalign: %d\n",
                1, 1, a->min_bytes, a->max_bytes,
@@ -1493,6 +1498,14 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct p
             printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
         if (a->blocking > 1)
             printf("# Blocking Enabled: wait for completion after each collective (no barrier) \n");
+        if (a->json_path) {
+            st->json = fopen(a->json_path, "w");
+            if (st->json == NULL)
+                printf("# skipping json output; %s not accessible: %s\n", a->json_path,
+                       strerror(errno));
+            else
+                printf("# Writing JSON lines to %s\n", a->json_path);
+        }
         printf("#\n");
     }
     print_devices(st);
@@ -1552,7 +1565,7 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct p
         printf("# %-20s : %g %s\n", "Avg bus bandwidth", avg_bw,
                min_bw < 0 ? "" : (avg_bw < min_bw * 0.9 ? "FAILED" : "OK"));
         printf("#\n");
-        printf("# Collective test concluded: %s\n", coll->name);
+        printf("# Collective test concluded: %s\n", prog);
         if (last != NULL && last[0] != '\0')
             printf("# error: %s\n", last);
         else
@@ -1595,6 +1608,7 @@ static ncclResult_t nccl_be_init(struct perf_ctx *ctx, char *version_line, size_
              "# weft perf (nccl-tests 2.19.6 compatible) nccl-headers=%d nccl-library=%d",
              NCCL_VERSION_CODE, libver);
     ctx->stream = NULL;
+    ctx->library = "weft";
     return ncclCommInitRank(&ctx->comm, ctx->nranks, id, ctx->rank);
 }
 
@@ -1705,7 +1719,7 @@ static ncclResult_t nccl_be_abort(const struct perf_ctx *ctx)
 }
 
 const struct perf_backend perf_nccl_backend = {
-    .name = "nccl",
+    .name = "NCCL",
     .init = nccl_be_init,
     .early_rank = nccl_be_early_rank,
     .fini = nccl_be_fini,
@@ -1723,8 +1737,8 @@ const struct perf_backend perf_nccl_backend = {
     .abort = nccl_be_abort,
 };
 
-int perf_main(int argc, char **argv, const struct perf_coll *coll)
+int perf_main(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run)
 {
-    return perf_run(argc, argv, coll, &perf_nccl_backend);
+    return perf_run(argc, argv, coll, run, &perf_nccl_backend);
 }
 #endif /* PERF_NO_NCCL */

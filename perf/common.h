@@ -1,14 +1,19 @@
 /*
  * Shared driver of the *_perf tools: an nccl-tests (2.19.6) compatible benchmark on host memory.
  *
- * A tool is one small file: a `struct perf_coll` table of callbacks and
+ * A tool is one small file: the call that runs its collective and
  *
- *     int main(int argc, char **argv) { return perf_main(argc, argv, &my_coll); }
+ *     int main(int argc, char **argv) { return perf_main(argc, argv, &perf_coll_all_gather, run); }
+ *
+ * What a collective *is* -- its buffer geometry, its input data, the result each rank must see and
+ * its bus bandwidth factor -- is a `struct perf_coll` defined once in colls.c, so that a Weft tool
+ * and its MPI peer (mpi_*_perf, see mpi_common.h) measure and validate exactly the same thing. Only
+ * the library call differs (a perf_run_fn).
  *
  * perf_main parses the nccl-tests flags, finds rank/size/unique id with weftLaunchInfo (run the
  * tool under weftrun), creates the communicator, sweeps sizes x types x ops x roots, and prints the
  * nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links against
- * NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer tool).
+ * NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer tools).
  *
  * For each row it runs out-of-place then in-place: initialise data, one op, barrier, `-n` timed
  * iterations (each of `-m` ops, grouped when m > 1), time combined over ranks per `-a`, then `-c`
@@ -20,12 +25,37 @@
  * Data. Every rank can compute any rank's input: perf_fill() writes the value `rank` contributes at
  * element index i, a pure function of (seed, rank, i, type, op, nranks). Values are chosen so that
  * every reduction order gives the same bits (see perf_fill_reduced), which makes #wrong bit-exact
- * for every type and op. A collective's callbacks only map indices:
- *   all_reduce      send = fill(rank, 0..count),     expected = reduced(0..count)
- *   reduce_scatter  send = fill(rank, 0..n*count),   expected = reduced(rank*count..+count)
- *   all_gather      send = fill(rank, 0..count),     expected block r = fill(r, 0..count)
- *   broadcast       send = fill(root, 0..count),     expected = fill(root, 0..count)
- *   alltoall        send = fill(rank, 0..n*count),   expected block r = fill(r, rank*count..+count)
+ * for every type and op. A collective's callbacks only map indices (n ranks, c = count column):
+ *   all_reduce      send = fill(rank, 0..c),    expected = reduced(0..c)
+ *   reduce_scatter  send = fill(rank, 0..n*c),  expected = reduced(rank*c..+c)
+ *   all_gather      send = fill(rank, 0..c),    expected block r = fill(r, 0..c)
+ *   broadcast       send = fill(root, 0..c),    expected = fill(root, 0..c)
+ *   reduce          send = fill(rank, 0..c),    expected (root only) = reduced(0..c)
+ *   alltoall        send = fill(rank, 0..n*c),  expected block r = fill(r, rank*c..+c)
+ *   sendrecv        send = fill(rank, 0..c),    expected = fill(rank-1 mod n, 0..c)
+ *   gather          send = fill(rank, 0..c),    expected (root only) block r = fill(r, 0..c)
+ *   scatter         send = fill(root, 0..n*c),  expected = fill(root, rank*c..+c)
+ *   hypercube       as all_gather
+ *
+ * Output. Rank 0 prints the nccl-tests table on stdout. With -J FILE it also writes one JSON object
+ * per measurement (one half of a table row) to FILE, one per line, in this order; the NCCL and
+ * the MPI tools write the same fields the same way, so runs can be compared line by line:
+ *   "library"    "weft" (the *_perf tools); "openmpi", "mpich", "intelmpi", "mvapich" or "mpi"
+ *                (the mpi_*_perf tools, from MPI_Get_library_version)
+ *   "collective" all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv,
+ *                gather, scatter or hypercube (the tool name without mpi_ and _perf)
+ *   "nranks"     ranks in the communicator
+ *   "bytes"      the size column: the larger of a rank's send and receive buffers, in bytes
+ *   "count"      the count column: the count argument of the call (per rank / per peer where
+ *                nccl-tests' table has it so)
+ *   "type"       nccl-tests type name (int8 ... f8e5m2)
+ *   "op"         sum, prod, max, min, avg, mulsum, or "none" for data movement
+ *   "root"       the root rank, -1 for unrooted collectives
+ *   "inplace"    false, true
+ *   "time_us"    microseconds per op, combined over ranks per -a (3 decimals)
+ *   "algbw"      GB/s (1e9 bytes/s, 6 decimals); "busbw" likewise (algbw x bus factor)
+ *   "wrong"      wrong elements summed over ranks; null with -c 0
+ * Non-finite numbers are written as null. New fields are only ever added at the end.
  *
  * Threads: everything runs on the main thread except the -T watchdog, which only calls the
  * backend's abort (ncclCommAbort).
@@ -96,6 +126,7 @@ struct perf_op {
 /* Process-wide state a callback may read. */
 struct perf_ctx {
     int rank, nranks, local_rank;
+    const char *library;  /* JSON "library", set by the backend's init (static string) */
     ncclComm_t comm;     /* NCCL backend */
     cudaStream_t stream; /* NULL: host calls return when done */
     void *be_state;      /* other backends (e.g. the MPI communicator) */
@@ -104,15 +135,21 @@ struct perf_ctx {
 /* Flags of a collective. */
 #define PERF_COLL_REDUCE 0x1u /* takes a reduction op: sweeps -o; else op is "none" */
 #define PERF_COLL_ROOTED 0x2u /* takes a root: sweeps -r (-1 = every root); else root is -1 */
+#define PERF_COLL_POW2 0x4u   /* needs a power-of-two number of ranks (else exit 2, a message) */
+/* In place has no defined result in NCCL (alltoall, send/recv on one buffer): the in-place half is
+ * timed but not checked, #wrong prints N/A (JSON null), as nccl-tests does. */
+#define PERF_COLL_INPLACE_UNCHECKED 0x8u
 
 /*
- * A collective test. Every slot is required. Called on the main thread; buffers belong to the
- * driver and are 64-byte aligned (plus -u elements).
+ * A collective, independent of the library that runs it (colls.c). Every slot is required.
+ * Called on the main thread; buffers belong to the driver and are 64-byte aligned (plus -u
+ * elements).
  */
 struct perf_coll {
-    const char *name; /* program name, e.g. "all_reduce_perf" */
+    const char *name; /* collective name, e.g. "all_gather" (JSON "collective") */
     unsigned flags;   /* PERF_COLL_* */
-    /* Geometry for a sweep step of `bytes` (nccl-tests: count = bytes / type_size). */
+    /* Geometry for a sweep step of `bytes` (nccl-tests: count = bytes / type_size; AG, RS, A2A,
+     * gather, scatter and hypercube then take count / nranks rounded down to 16 bytes). */
     void (*get_counts)(size_t bytes, size_t type_size, int nranks, struct perf_counts *c_p);
     /* Writes this rank's send data: op->c.send_count elements at send (may write nothing on
      * ranks that send nothing, e.g. non-roots of scatter). */
@@ -122,25 +159,36 @@ struct perf_coll {
      * to check on this rank, e.g. non-roots of reduce). expect holds op->c.recv_count. */
     size_t (*expected)(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
                        void *expect);
-    /* Issues the collective (blocking on host memory with stream NULL). */
-    ncclResult_t (*run)(const struct perf_ctx *ctx, const struct perf_op *op, const void *send,
-                        void *recv);
     /* busbw = algbw * bus_factor(nranks) */
     double (*bus_factor)(int nranks);
 };
 
+/* The collectives (colls.c). */
+extern const struct perf_coll perf_coll_all_reduce, perf_coll_all_gather,
+    perf_coll_reduce_scatter, perf_coll_broadcast, perf_coll_reduce, perf_coll_alltoall,
+    perf_coll_sendrecv, perf_coll_gather, perf_coll_scatter, perf_coll_hypercube;
+
+/*
+ * Issues one collective with the library under test: op->c.count elements of op->type, op->root,
+ * op->nccl_op; send/recv laid out as op->c says (in place: op->in_place, pointers already at
+ * nccl-tests' offsets). Blocking: the result is in recv when it returns (stream NULL). A failure
+ * returns non-success after setting the backend's last error where the library does not.
+ */
+typedef ncclResult_t (*perf_run_fn)(const struct perf_ctx *ctx, const struct perf_op *op,
+                                    const void *send, void *recv);
+
 /*
  * What the driver needs from the communication library besides the collective under test. The
  * NCCL one (perf_nccl_backend: weftLaunchInfo + ncclCommInitRank, small ncclAllReduce calls) is
- * what the *_perf tools use; mpi_allreduce_perf brings an MPI one so that the peer runs the very
- * same sweep, timing, validation and output. Every slot is required; all run on the main thread
- * except abort (the -T watchdog thread). Calls are collective where the NCCL call would be.
+ * what the *_perf tools use; the mpi_*_perf tools bring an MPI one (mpi_common.c) so that the
+ * peers run the very same sweep, timing, validation and output. Every slot is required; all run on
+ * the main thread except abort (the -T watchdog thread). Calls are collective where the NCCL call would be.
  * A failing slot returns non-success; the driver then prints error_string/last_error and exits 1.
  */
 struct perf_backend {
-    const char *name;
-    /* Sets ctx->rank, nranks, local_rank and the communicator; writes the first header line
-     * ("# ... (nccl-tests 2.19.6 compatible) ..."). Collective. */
+    const char *name; /* "NCCL", "MPI": in messages ("Test NCCL failure ...") */
+    /* Sets ctx->rank, nranks, local_rank, library and the communicator; writes the first header
+     * line ("# ... (nccl-tests 2.19.6 compatible) ..."). Collective. */
     ncclResult_t (*init)(struct perf_ctx *ctx, char *version_line, size_t len);
     /* This process's rank before init (who prints usage errors); 0 when unknown. */
     int (*early_rank)(void);
@@ -166,15 +214,16 @@ struct perf_backend {
     ncclResult_t (*abort)(const struct perf_ctx *ctx);
 };
 
-/* Runs the benchmark over a backend; returns the process exit code (0 ok, 1 library/system
- * failure, 2 usage, 7 wrong results or NCCL_TESTS_MIN_BW not met). */
-int perf_run(int argc, char **argv, const struct perf_coll *coll, const struct perf_backend *be);
+/* Runs the benchmark of coll, issued by run, over a backend; returns the process exit code (0
+ * ok, 1 library/system failure, 2 usage, 7 wrong results or NCCL_TESTS_MIN_BW not met). */
+int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run,
+             const struct perf_backend *be);
 
 #ifndef PERF_NO_NCCL
 extern const struct perf_backend perf_nccl_backend;
 
 /* perf_run over NCCL/Weft: rank, size and unique id from weftLaunchInfo (run under weftrun). */
-int perf_main(int argc, char **argv, const struct perf_coll *coll);
+int perf_main(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run);
 #endif
 
 /* ---- data helpers for callbacks ---- */

@@ -64,6 +64,19 @@
  *     "accumulated OP received" bit for bit since every NCCL operator is commutative.
  *   n == 1: COPY FINAL. Bytes sent: n * count (n-1 to peers plus the loopback). No deadlock for
  *   the reason pairwise all-to-all has none: per piece every connection carries one message.
+ * DIRECT BROADCAST (small messages: one hop instead of a chain of n-1), per piece at e:
+ *     root: SEND input[e] -> every p != root (in order root+1, root+2, ...), then COPY -> output;
+ *     others: RECV output[e] <- root. n == 1: COPY. Bytes sent: (n-1) * count at the root.
+ * DIRECT REDUCE: like DIRECT ALLREDUCE, but only the root receives: every rank SENDs input[e] to
+ *     the root (the root through its loopback); the root RECVs from 0, then RECV_REDUCE_COPY from
+ *     1 .. n-1 (src OUTPUT, the last FINAL). n == 1: COPY FINAL. Bytes sent: count per rank.
+ * DIRECT ALLGATHER, per piece at e: SEND input[e] -> r+1, ..., r+n-1; COPY input[e] ->
+ *     output[r*count+e]; RECV output[p*count+e] <- p for p = r-1, r-2, ..., r+1. Bytes sent:
+ *     (n-1) * count. Deadlock-free for the all-to-all reason (one message per connection per piece).
+ * DIRECT REDUCESCATTER (input holds n blocks), per piece at e: SEND input[p*count+e] -> p for
+ *     p = r, r+1, ..., r+n-1 (block r through the loopback, before anything is written, so in place
+ *     works); RECV output[e] <- 0; RECV_REDUCE_COPY output[e] <- p (src OUTPUT) for p = 1 .. n-1,
+ *     the last FINAL: the same rank-order sum on every rank. Bytes sent: n * count.
  * DIRECT GATHER (output at the root holds n blocks): non-root: SEND input[e] -> root per piece;
  *     root: COPY input[e] -> output[root*count+e] per piece, then for each p != root in rank order,
  *     each piece, RECV output[p*count+e] <- p. Bytes sent: count, 0 for the root.
@@ -321,6 +334,15 @@ static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out 
     }
 }
 
+/* Receives one piece from every rank in rank order and reduces it into output[e] (FINAL last). */
+static void direct_reduce_in_order(struct sched_out *o, int n, uint64_t e, uint64_t c)
+{
+    sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, e, c);
+    for (int p = 1; p < n; p++)
+        sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, WEFT_BUF_OUTPUT,
+                   p == n - 1 ? WEFT_STEP_FINAL : 0, -1, p, e, e, c);
+}
+
 static void direct_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank;
@@ -337,10 +359,88 @@ static void direct_allreduce(const struct weft_sched_args *a, struct sched_out *
         for (int k = 0; k < n; k++)
             sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, sched_mod(r + k, n),
                        -1, e, 0, c);
-        sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, e, c);
-        for (int p = 1; p < n; p++)
-            sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, WEFT_BUF_OUTPUT,
-                       p == n - 1 ? WEFT_STEP_FINAL : 0, -1, p, e, e, c);
+        direct_reduce_in_order(o, n, e, c);
+    }
+}
+
+static void direct_broadcast(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank, root = a->root;
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (r != root) {
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, root, 0, e, c);
+            continue;
+        }
+        for (int k = 1; k < n; k++)
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, sched_mod(r + k, n),
+                       -1, e, 0, c);
+        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, e, e, c);
+    }
+}
+
+static void direct_reduce(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank, root = a->root;
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (n == 1) {
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, -1, -1,
+                       e, e, c);
+            continue;
+        }
+        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, root, -1, e, 0, c);
+        if (r == root)
+            direct_reduce_in_order(o, n, e, c);
+    }
+}
+
+static void direct_allgather(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        for (int k = 1; k < n; k++)
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, sched_mod(r + k, n),
+                       -1, e, 0, c);
+        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, e,
+                   (uint64_t)r * count + e, c);
+        for (int k = 1; k < n; k++) {
+            int from = sched_mod(r - k, n);
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, from, 0,
+                       (uint64_t)from * count + e, c);
+        }
+    }
+}
+
+static void direct_reducescatter(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        if (n == 1) {
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, -1, -1,
+                       e, e, c);
+            continue;
+        }
+        for (int k = 0; k < n; k++) {
+            int to = sched_mod(r + k, n);
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1,
+                       (uint64_t)to * count + e, 0, c);
+        }
+        direct_reduce_in_order(o, n, e, c);
     }
 }
 
@@ -420,10 +520,24 @@ static uint64_t sched_count(const struct weft_sched_args *a)
     weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
     uint64_t pieces = sched_div_up(len, a->chunk);
 
+    int is_root = a->rank == a->root;
+    if (a->algo == WEFT_ALGO_DIRECT) {
+        switch (a->coll) {
+        case WEFT_COLL_ALLREDUCE:
+        case WEFT_COLL_REDUCESCATTER:
+            return pieces * (n == 1 ? 1 : 2 * n);
+        case WEFT_COLL_BROADCAST:
+            return pieces * (is_root ? n : 1);
+        case WEFT_COLL_REDUCE:
+            return pieces * (n == 1 ? 1 : is_root ? n + 1 : 1);
+        case WEFT_COLL_ALLGATHER:
+            return pieces * (2 * n - 1);
+        default:
+            break;
+        }
+    }
     switch (a->coll) {
     case WEFT_COLL_ALLREDUCE:
-        if (a->algo == WEFT_ALGO_DIRECT)
-            return pieces * (n == 1 ? 1 : 2 * n);
         return ring_allreduce_count(a, len);
     case WEFT_COLL_ALLGATHER:
         return pieces * (n == 1 ? 1 : n + 1);
@@ -487,7 +601,20 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
             return sched_gen_pairwise(coll);
         }
     case WEFT_ALGO_DIRECT:
-        return coll == WEFT_COLL_ALLREDUCE ? direct_allreduce : sched_gen_pairwise(coll);
+        switch (coll) {
+        case WEFT_COLL_ALLREDUCE:
+            return direct_allreduce;
+        case WEFT_COLL_ALLGATHER:
+            return direct_allgather;
+        case WEFT_COLL_REDUCESCATTER:
+            return direct_reducescatter;
+        case WEFT_COLL_BROADCAST:
+            return direct_broadcast;
+        case WEFT_COLL_REDUCE:
+            return direct_reduce;
+        default:
+            return sched_gen_pairwise(coll);
+        }
     case WEFT_ALGO_TREE: /* double binary tree: later */
     default:
         return NULL;

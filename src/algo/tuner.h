@@ -7,7 +7,10 @@
 
 #include <stddef.h>
 
-/* enum weft_algo for coll (enum weft_coll) moving `bytes` (NCCL's count x element size). */
-int weft_tune_algo(int coll, size_t bytes, int nranks);
+/*
+ * enum weft_algo for coll (enum weft_coll) moving `bytes` (NCCL's count x element size) among
+ * nranks; oversubscribed: the host runs more ranks than it has cores (the same on every rank).
+ */
+int weft_tune_algo(int coll, size_t bytes, int nranks, int oversubscribed);
 
 #endif

@@ -1,5 +1,6 @@
 /* Communicator lifecycle: init (bootstrap, peer exchange, transports), finalize, free. */
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -20,8 +21,19 @@ WEFT_PARAM(CommBlocking, "NCCL_COMM_BLOCKING", -1,
            "1 or 0 overrides config.blocking of every communicator (-1: use the config)");
 WEFT_PARAM_STR(HostId, "NCCL_HOSTID", NULL,
                "host identity override: ranks with equal ids share memory");
+WEFT_PARAM(ShmDisable, "NCCL_SHM_DISABLE", 0,
+           "1: no shared memory between this rank and any other (ranks of one host, even a rank "
+           "and itself, then use the socket transport over TCP)");
 
-#define WEFT_PEER_INFO_VERSION 1
+#define WEFT_PEER_INFO_VERSION 2
+
+/* Transports in the order they are asked; the first that can connect a pair does. */
+static const struct weft_transport *const weft_transports[] = {
+    &weft_transport_shm,
+    &weft_transport_socket,
+};
+#define WEFT_NTRANSPORTS ((int)(sizeof(weft_transports) / sizeof(weft_transports[0])))
+_Static_assert(WEFT_NTRANSPORTS <= WEFT_MAX_TRANSPORTS, "too many transports");
 
 static uint64_t weft_hash_bytes(uint64_t h, const void *data, size_t len)
 {
@@ -151,6 +163,34 @@ static ncclResult_t weft_config_parse(const ncclConfig_t *user, ncclConfig_t *ou
     return ncclSuccess;
 }
 
+void weft_comm_set_net_error(struct ncclComm *comm, ncclResult_t res, const char *fmt, ...)
+{
+    if (__atomic_exchange_n(&comm->net_error_claimed, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(comm->net_error_msg, sizeof(comm->net_error_msg), fmt, ap);
+    va_end(ap);
+    __atomic_store_n(&comm->net_error, res, __ATOMIC_RELEASE);
+}
+
+/* Closes every transport that was set up, last first. */
+static ncclResult_t weft_comm_disconnect(struct ncclComm *comm)
+{
+    ncclResult_t res = ncclSuccess;
+    for (int t = comm->ntransports - 1; t >= 0; t--) {
+        WEFT_CHECK_IGNORE(comm->transports[t]->close(comm, comm->transport_states[t]), res);
+        comm->transports[t] = NULL;
+        comm->transport_states[t] = NULL;
+    }
+    comm->ntransports = 0;
+    for (int c = 0; c <= WEFT_MAX_CHANNELS; c++)
+        comm->chan_peers[c] = NULL;
+    free(comm->peers_mem);
+    comm->peers_mem = NULL;
+    return res;
+}
+
 ncclResult_t weft_comm_free(struct ncclComm *comm)
 {
     ncclResult_t res = ncclSuccess;
@@ -158,8 +198,7 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
         WEFT_CHECK_IGNORE(weft_stream_destroy(comm->async_stream), res);
         comm->async_stream = NULL;
     }
-    if (comm->transport != NULL)
-        WEFT_CHECK_IGNORE(comm->transport->close(comm), res);
+    WEFT_CHECK_IGNORE(weft_comm_disconnect(comm), res);
     if (comm->bootstrap != NULL)
         WEFT_CHECK_IGNORE(weft_bootstrap_close(comm->bootstrap), res);
     free(comm->peer_info);
@@ -170,9 +209,42 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
     return res;
 }
 
-/* Exchanges peer info and connects every peer with a transport that reaches it. */
+/*
+ * Chooses a transport for every pair of ranks: the first in weft_transports whose can_connect says
+ * yes (so shm inside a host, socket across hosts). choice[p] is this rank's choice for peer p.
+ * used[t] is 1 when any pair of the communicator uses transport t: every rank computes the same
+ * value from the same peer info, so every rank joins each used transport's collective setup.
+ */
+static ncclResult_t weft_comm_choose(struct ncclComm *comm, int *choice, int *used)
+{
+    int nranks = comm->nranks, me = comm->rank;
+    for (int t = 0; t < WEFT_NTRANSPORTS; t++)
+        used[t] = 0;
+    for (int a = 0; a < nranks; a++) {
+        for (int b = a; b < nranks; b++) {
+            int t = 0;
+            while (t < WEFT_NTRANSPORTS && !weft_transports[t]->can_connect(comm, a, b))
+                t++;
+            if (t == WEFT_NTRANSPORTS) {
+                WEFT_WARN("rank %d: no transport connects rank %d (host %s) with rank %d "
+                          "(host %s)",
+                          me, a, comm->peer_info[a].hostname, b, comm->peer_info[b].hostname);
+                return ncclSystemError;
+            }
+            used[t] = 1;
+            if (a == me)
+                choice[b] = t;
+            if (b == me)
+                choice[a] = t;
+        }
+    }
+    return ncclSuccess;
+}
+
+/* Exchanges peer info and connects every peer with the first transport that reaches it. */
 static ncclResult_t weft_comm_connect(struct ncclComm *comm)
 {
+    ncclResult_t res = ncclSuccess;
     int nranks = comm->nranks;
     WEFT_CALLOC(comm->peer_info, nranks);
     struct weft_peer_info *me = &comm->peer_info[comm->rank];
@@ -182,31 +254,18 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     me->cuda_dev = comm->cuda_dev;
     me->host_hash = weft_host_hash();
     me->comm_hash = comm->comm_hash;
+    me->flags = weft_param_ShmDisable() ? WEFT_PEER_NO_SHM : 0;
+    gethostname(me->hostname, sizeof(me->hostname) - 1);
     WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peer_info, sizeof(*me)));
     for (int p = 0; p < nranks; p++) {
-        const struct weft_peer_info *pi = &comm->peer_info[p];
+        struct weft_peer_info *pi = &comm->peer_info[p];
         if (pi->version != WEFT_PEER_INFO_VERSION || pi->rank != p ||
             pi->comm_hash != comm->comm_hash) {
             WEFT_WARN("rank %d: peer %d sent inconsistent init info (version %u, rank %d)",
                       comm->rank, p, pi->version, pi->rank);
             return ncclInternalError;
         }
-    }
-    uint8_t *mask = calloc((size_t)nranks, 1);
-    if (mask == NULL) {
-        WEFT_WARN("out of memory");
-        return ncclSystemError;
-    }
-    const struct weft_transport *tl = &weft_transport_shm;
-    for (int p = 0; p < nranks; p++) {
-        if (!tl->can_connect(comm, p)) {
-            WEFT_WARN("rank %d: peer %d (pid %d) is on another host; the socket transport across "
-                      "hosts is not supported yet",
-                      comm->rank, p, comm->peer_info[p].pid);
-            free(mask);
-            return ncclInvalidUsage;
-        }
-        mask[p] = 1;
+        pi->hostname[sizeof(pi->hostname) - 1] = '\0';
     }
     /* More local ranks than usable cores: waits must give the core away (exec/host.c). */
     int local = 0;
@@ -218,12 +277,53 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     comm->oversubscribed = local > ncpu;
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: %d local ranks on %d cores%s", comm->rank, local, ncpu,
               comm->oversubscribed ? " (oversubscribed: waits yield at once)" : "");
-    ncclResult_t res = tl->setup(comm, mask);
+
+    int *choice = calloc((size_t)nranks, sizeof(int));
+    uint8_t *mask = calloc((size_t)nranks, 1);
+    int nch = comm->nchannels + 1;
+    comm->peers_mem = calloc((size_t)nch * nranks, sizeof(struct weft_peer_conns));
+    if (choice == NULL || mask == NULL || comm->peers_mem == NULL) {
+        WEFT_WARN("out of memory for the connections of %d ranks", nranks);
+        res = ncclSystemError;
+        goto out;
+    }
+    for (int c = 0; c < nch; c++)
+        comm->chan_peers[c] = &comm->peers_mem[(size_t)c * nranks];
+    int used[WEFT_NTRANSPORTS];
+    WEFT_CHECK_GOTO(weft_comm_choose(comm, choice, used), res, out);
+    /* One slot size for every connection: both ends of each must slice steps alike. */
+    comm->slot_bytes = 0;
+    for (int t = 0; t < WEFT_NTRANSPORTS; t++) {
+        size_t bytes;
+        if (!used[t])
+            continue;
+        WEFT_CHECK_GOTO(weft_transports[t]->slot_bytes(comm, &bytes), res, out);
+        if (bytes > comm->slot_bytes)
+            comm->slot_bytes = bytes;
+    }
+    for (int t = 0; t < WEFT_NTRANSPORTS; t++) {
+        if (!used[t])
+            continue;
+        int npeers = 0;
+        for (int p = 0; p < nranks; p++) {
+            mask[p] = choice[p] == t;
+            npeers += mask[p];
+        }
+        const struct weft_transport *tl = weft_transports[t];
+        void *state = NULL;
+        WEFT_CHECK_GOTO(tl->setup(comm, mask, &state), res, out);
+        comm->transports[comm->ntransports] = tl;
+        comm->transport_states[comm->ntransports] = state;
+        comm->ntransports++;
+        WEFT_INFO(WEFT_LOG_INIT, "rank %d: transport %s connects %d of %d ranks (slot %zu bytes)",
+                  comm->rank, tl->name, npeers, nranks, comm->slot_bytes);
+    }
+out:
     free(mask);
+    free(choice);
     if (res != ncclSuccess)
-        return res;
-    comm->transport = tl;
-    return ncclSuccess;
+        weft_comm_disconnect(comm);
+    return res;
 }
 
 ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,

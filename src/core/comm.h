@@ -18,6 +18,9 @@
 #define WEFT_COMM_MAGIC 0x7765667463306d6dull /* "weftc0mm" */
 #define WEFT_COMM_DEAD 0x646561642d636f6dull /* "dead-com" */
 #define WEFT_MAX_CHANNELS 16
+#define WEFT_MAX_TRANSPORTS 4
+#define WEFT_HOSTNAME_LEN 64
+#define WEFT_NET_ERROR_LEN 512
 
 struct weft_bootstrap;
 struct weft_transport;
@@ -31,7 +34,13 @@ struct weft_peer_info {
     int32_t cuda_dev;
     uint64_t host_hash; /* same value = same host (shared memory reachable) */
     uint64_t comm_hash; /* must agree on every rank */
+    uint32_t flags;     /* WEFT_PEER_* */
+    uint32_t pad;
+    char hostname[WEFT_HOSTNAME_LEN]; /* for messages that name the peer's host */
 };
+
+/* The rank set NCCL_SHM_DISABLE: no pair that includes it uses shared memory. */
+#define WEFT_PEER_NO_SHM 0x1u
 
 /* A user-created reduction operator (PreMulSum), owned by one communicator. */
 struct weft_user_op {
@@ -56,12 +65,27 @@ struct ncclComm {
     struct weft_bootstrap *bootstrap;
     struct weft_peer_info *peer_info; /* [nranks] */
 
-    /* connections: chan_peers[c][peer]; c == nchannels is the point-to-point channel */
+    /*
+     * connections: chan_peers[c][peer]; c == nchannels is the point-to-point channel. The arrays
+     * are the communicator's (one allocation, peers_mem); the transports fill the entries.
+     */
     struct weft_peer_conns *chan_peers[WEFT_MAX_CHANNELS + 1];
-    struct weft_doorbell *bell; /* this rank's doorbell (in its shared segment) */
-    size_t slot_bytes;
-    void *transport_state; /* owned by the transport that set up the connections */
-    const struct weft_transport *transport;
+    struct weft_peer_conns *peers_mem;
+    struct weft_doorbell *bell; /* this rank's doorbell (shm segment, or the socket transport's) */
+    size_t slot_bytes;          /* of every connection of this communicator */
+    /* transports set up, in setup order (closed in reverse), with their states */
+    const struct weft_transport *transports[WEFT_MAX_TRANSPORTS];
+    void *transport_states[WEFT_MAX_TRANSPORTS];
+    int ntransports;
+
+    /*
+     * Set by a transport's proxy thread when a connection fails (EOF, reset, bad frame): the first
+     * error wins; net_error_msg names the peer and its host and is written before net_error is
+     * published (release). The executor checks it where it checks abort_flag.
+     */
+    ncclResult_t net_error;
+    uint32_t net_error_claimed;
+    char net_error_msg[WEFT_NET_ERROR_LEN];
 
     volatile uint32_t abort_flag;     /* set by ncclCommAbort from any thread */
     ncclResult_t async_error;         /* sticky; read by ncclCommGetAsyncError */
@@ -109,5 +133,14 @@ ncclResult_t weft_comm_free(struct ncclComm *comm);
 
 /* Stores the first error of an operation where ncclCommGetAsyncError will find it. */
 void weft_comm_set_error(struct ncclComm *comm, ncclResult_t res);
+
+/*
+ * Records a transport failure (any thread, typically a proxy): the first call formats the message
+ * into net_error_msg and publishes res in net_error; later calls do nothing. Does not log (the
+ * caller has logged the cause with WEFT_WARN) and does not wake anyone (the caller rings
+ * comm->bell).
+ */
+void weft_comm_set_net_error(struct ncclComm *comm, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

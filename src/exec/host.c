@@ -8,12 +8,14 @@
  *
  * Waiting: after a round in which no lane moved, spin a little, then yield, then sleep on the
  * doorbell of the communicator we are blocked on (see exec/wait.h). While sleeping, every wake-up
- * checks the abort flag, the deadline (WEFT_TIMEOUT) and whether the peer we wait for still
- * exists, so a dead or stuck peer becomes an error naming it instead of a hang.
+ * checks the abort flag, a connection failure a transport's proxy recorded (comm->net_error), the
+ * deadline (WEFT_TIMEOUT) and, for a peer on this host, whether its process still exists, so a
+ * dead or stuck peer becomes an error naming it instead of a hang.
  */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,7 +80,8 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
             struct weft_exec_lane *el = &lanes[n];
             struct weft_sched_args args = {
                 .coll = task->coll,
-                .algo = weft_tune_algo(task->coll, task->count * es, comm->nranks),
+                .algo = weft_tune_algo(task->coll, task->count * es, comm->nranks,
+                                       comm->oversubscribed),
                 .count = task->count,
                 .nranks = comm->nranks,
                 .rank = comm->rank,
@@ -179,6 +182,23 @@ static ncclResult_t weft_exec_lane_error(struct weft_exec_lane *el)
     return ncclInvalidUsage;
 }
 
+/* 0 once the process is gone or a zombie (a dead child nobody has reaped yet). */
+static int weft_pid_alive(int pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 1; /* no /proc: trust kill() */
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the state follows the command name */
+    return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
 /* Checks abort, the peer's process and the deadline while blocked. */
 static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlanes,
                                           const struct weft_exec_block *block, uint64_t idle_ns)
@@ -190,26 +210,50 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
                       lanes[i].task->api, (unsigned long long)lanes[i].seq);
             return ncclInvalidUsage;
         }
+        ncclResult_t net = __atomic_load_n(&comm->net_error, __ATOMIC_ACQUIRE);
+        if (net != ncclSuccess) {
+            WEFT_WARN("rank %d: %s; %s (operation %llu) fails", comm->rank, comm->net_error_msg,
+                      lanes[i].task->api, (unsigned long long)lanes[i].seq);
+            return net;
+        }
     }
     if (block->lane < 0)
         return ncclSuccess;
     struct weft_exec_lane *el = &lanes[block->lane];
     struct ncclComm *comm = el->task->comm;
-    int pid = comm->peer_info[block->peer].pid;
-    if (pid != comm->peer_info[comm->rank].pid && kill(pid, 0) != 0 && errno == ESRCH) {
-        WEFT_WARN("rank %d: peer %d (pid %d) exited while this rank waited for %s in %s "
+    const struct weft_peer_info *peer = &comm->peer_info[block->peer];
+    const struct weft_peer_info *self = &comm->peer_info[comm->rank];
+    int pid = peer->pid;
+    /* A pid means something only on our own host. */
+    if (peer->host_hash == self->host_hash && pid != self->pid && !weft_pid_alive(pid)) {
+        WEFT_WARN("rank %d: peer %d (pid %d, host %s) exited while this rank waited for %s in %s "
                   "(operation %llu)",
-                  comm->rank, block->peer, pid, block->send ? "buffer space" : "data",
-                  el->task->api, (unsigned long long)el->seq);
+                  comm->rank, block->peer, pid, peer->hostname,
+                  block->send ? "buffer space" : "data", el->task->api,
+                  (unsigned long long)el->seq);
+        return ncclRemoteError;
+    }
+    /* Another local rank died: the ranks we wait for may be stuck behind it, or failed over the
+     * network and wait themselves. Name it now rather than a live peer at the deadline. */
+    for (int p = 0; p < comm->nranks; p++) {
+        const struct weft_peer_info *other = &comm->peer_info[p];
+        if (p == block->peer || other->host_hash != self->host_hash || other->pid == self->pid ||
+            weft_pid_alive(other->pid))
+            continue;
+        WEFT_WARN("rank %d: peer %d (pid %d, host %s) exited while this rank waited for %s from "
+                  "peer %d in %s (operation %llu)",
+                  comm->rank, p, other->pid, other->hostname,
+                  block->send ? "buffer space" : "data", block->peer, el->task->api,
+                  (unsigned long long)el->seq);
         return ncclRemoteError;
     }
     uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     if (idle_ns > timeout_ns) {
-        WEFT_WARN("rank %d: no progress for %llu s waiting for %s from peer %d in %s "
+        WEFT_WARN("rank %d: no progress for %llu s waiting for %s from peer %d (host %s) in %s "
                   "(operation %llu); the peer is stuck or issued different operations",
                   comm->rank, (unsigned long long)(idle_ns / 1000000000ull),
-                  block->send ? "buffer space" : "data", block->peer, el->task->api,
-                  (unsigned long long)el->seq);
+                  block->send ? "buffer space" : "data", block->peer, peer->hostname,
+                  el->task->api, (unsigned long long)el->seq);
         return ncclRemoteError;
     }
     return ncclSuccess;

@@ -8,6 +8,12 @@
  * barrier), re-checks its connections, and only then sleeps on `seq` with a timeout: a post that
  * lands after the re-check sees sleepers != 0 and changes seq, so no wakeup is lost.
  * Futexes are not private: doorbells live in shared memory between processes.
+ *
+ * A doorbell may instead carry an eventfd (kind WEFT_BELL_EVENTFD, set up by its owner before
+ * anyone rings it): the owner is then a proxy thread that sleeps in epoll_wait on its sockets and
+ * the eventfd together, and a ring writes the eventfd instead of FUTEX_WAKE. Zeroed memory is a
+ * futex doorbell, so shared segments need no initialisation; the fast path (owner awake) costs
+ * the same for both kinds.
  */
 #ifndef WEFT_EXEC_WAIT_H
 #define WEFT_EXEC_WAIT_H
@@ -16,13 +22,20 @@
 
 #include "exec/lane.h"
 
+#define WEFT_BELL_FUTEX 0u
+#define WEFT_BELL_EVENTFD 1u
+
 struct weft_doorbell {
     uint32_t seq;
     uint32_t sleepers;
-    char pad[WEFT_CACHELINE - 2 * sizeof(uint32_t)];
+    uint32_t kind; /* WEFT_BELL_FUTEX or WEFT_BELL_EVENTFD; never changes while in use */
+    int32_t efd;   /* WEFT_BELL_EVENTFD: the eventfd to write */
+    char pad[WEFT_CACHELINE - 4 * sizeof(uint32_t)];
 };
 
 void weft_futex_wake(uint32_t *addr);
+/* Adds 1 to an eventfd (never blocks: the counter cannot overflow in practice). */
+void weft_eventfd_signal(int efd);
 /* Sleeps while *addr == expected, at most timeout_ns; returns early on a wake or signal. */
 void weft_futex_wait(uint32_t *addr, uint32_t expected, uint64_t timeout_ns);
 
@@ -33,7 +46,10 @@ static inline void weft_doorbell_ring(struct weft_doorbell *bell)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__atomic_load_n(&bell->sleepers, __ATOMIC_RELAXED) != 0) {
         __atomic_fetch_add(&bell->seq, 1, __ATOMIC_SEQ_CST);
-        weft_futex_wake(&bell->seq);
+        if (bell->kind == WEFT_BELL_EVENTFD)
+            weft_eventfd_signal(bell->efd);
+        else
+            weft_futex_wake(&bell->seq);
     }
 }
 

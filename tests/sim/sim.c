@@ -21,16 +21,19 @@
  * from r-d, progressed independently, for d = 1 and d = 0 (a self-send over the loopback
  * connection from a rank to itself). All-to-all and send/recv have no in-place form.
  *
- * All-reduce runs with algorithm RING ("allreduce") and DIRECT ("allreduce-direct", one-shot: every
- * rank sends its input to every rank, itself included over a loopback connection, and adds the n
- * contributions in rank order); direct uses the all-to-all chunk (its FIFOs must hold two
- * chunks too). Every rank's all-reduce output must be bitwise equal to rank 0's. Direct also runs
- * "float sum rounding": float inputs whose sums round, so that the result depends on the order of
- * the additions; it must equal, bit for bit, the float sum in rank order on every rank.
+ * All-reduce, all-gather, reduce-scatter, broadcast and reduce run with algorithm RING ("NAME")
+ * and DIRECT ("NAME-direct", one hop: every rank sends straight to the ranks that need its data,
+ * itself included over a loopback connection where the schedule uses one, and the reducing ones
+ * add the n contributions in rank order); direct uses the all-to-all chunk, the host executor's
+ * (its FIFOs must hold two chunks too, and a loopback SEND must fit before its RECV). Every
+ * rank's all-reduce output must be bitwise equal to rank 0's. The direct all-reduce, reduce-scatter
+ * and reduce also run "float sum rounding": float inputs whose sums round, so that the result
+ * depends on the order of the additions; every output (each block of a reduce-scatter, the
+ * reduce's root) must equal, bit for bit, the float sum in rank order.
  *
- * Usage: sim <allreduce|allreduce-direct|allgather|reducescatter|broadcast|reduce|alltoall|gather|
- * scatter|sendrecv|big|big-NAME> (big: 1 MiB + 3 elements for every collective at a few rank
- * counts).
+ * Usage: sim <NAME|NAME-direct|alltoall|gather|scatter|sendrecv|big|big-NAME|big-NAME-direct>,
+ * NAME one of allreduce, allgather, reducescatter, broadcast, reduce (big: 1 MiB + 3 elements for
+ * every collective at a few rank counts).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -55,7 +58,7 @@ static unsigned long npass, nfail;
 
 /* Data type and operator of one run. avg: 1 = integer avg (sum, then divide the final result),
  * 2 = float avg (premultiply every input by 1/n, then sum). rounding: float sum of inputs whose
- * sums round (the result is the float sum in rank order; direct all-reduce only). */
+ * sums round (the result is the float sum in rank order; direct reducing schedules only). */
 struct dcase {
     const char *name;
     int dtype;
@@ -72,7 +75,7 @@ static const struct dcase red_cases[] = {
     {"uint8 min", WEFT_UINT8, WEFT_RED_MIN, 0, 0},
     {"int32 avg", WEFT_INT32, WEFT_RED_SUM, 1, 0},
     {"float avg", WEFT_FLOAT32, WEFT_RED_SUM, 2, 0},
-    {"float sum rounding", WEFT_FLOAT32, WEFT_RED_SUM, 0, 1}, /* last: direct all-reduce only */
+    {"float sum rounding", WEFT_FLOAT32, WEFT_RED_SUM, 0, 1}, /* last: direct only */
 };
 
 /* Collectives without a reduction only move bytes: a few element sizes, values unique per rank. */
@@ -89,9 +92,10 @@ struct cfg {
     const struct dcase *dc;
 };
 
-static int cfg_direct_allreduce(const struct cfg *c)
+/* The schedules DIRECT has of its own (for the others it names RING's). */
+static int cfg_direct(const struct cfg *c)
 {
-    return c->coll == WEFT_COLL_ALLREDUCE && c->algo == WEFT_ALGO_DIRECT;
+    return c->algo == WEFT_ALGO_DIRECT && c->coll < WEFT_COLL_ALLTOALL;
 }
 
 static int mod(int a, int n)
@@ -226,8 +230,19 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
         return c->count;
     if (n == 1)
         return 0;
-    if (cfg_direct_allreduce(c)) /* to every rank, itself included */
-        return (uint64_t)n * c->count;
+    if (cfg_direct(c)) {
+        switch (c->coll) {
+        case WEFT_COLL_ALLREDUCE: /* to every rank, itself included */
+        case WEFT_COLL_REDUCESCATTER:
+            return (uint64_t)n * c->count;
+        case WEFT_COLL_BROADCAST: /* the root to every other rank */
+            return r == c->root ? (uint64_t)(n - 1) * c->count : 0;
+        case WEFT_COLL_REDUCE: /* to the root; the root's own through its loopback */
+            return c->count;
+        default: /* allgather: (n-1) * count, as the ring */
+            break;
+        }
+    }
     switch (c->coll) {
     case WEFT_COLL_ALLREDUCE: {
         uint64_t total = 0;
@@ -639,7 +654,7 @@ static void run_one(const struct cfg *c)
     s.es = weft_dtype_size(c->dc->dtype);
     s.slot_bytes = c->count > 4096 ? 1024 : 256;
     s.nsub = cfg_sub(c);
-    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct_allreduce(c))
+    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct(c))
         s.chunk = WEFT_STEPS / 2 * weft_slot_payload(s.slot_bytes) / s.es - 1;
     else
         s.chunk = 2 * weft_slot_payload(s.slot_bytes) / s.es;
@@ -683,7 +698,7 @@ static void sweep(int coll, int algo, int big)
     const struct dcase *cases = red ? red_cases : copy_cases;
     size_t ncases = red ? sizeof(red_cases) / sizeof(red_cases[0])
                         : sizeof(copy_cases) / sizeof(copy_cases[0]);
-    if (red && !(coll == WEFT_COLL_ALLREDUCE && algo == WEFT_ALGO_DIRECT))
+    if (red && algo != WEFT_ALGO_DIRECT)
         ncases--; /* "float sum rounding" needs the rank order */
     int per_rank = coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_REDUCESCATTER ||
                    coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_GATHER ||
@@ -731,9 +746,13 @@ int main(int argc, char **argv)
         {"allreduce", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING},
         {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT},
         {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
+        {"allgather-direct", WEFT_COLL_ALLGATHER, WEFT_ALGO_DIRECT},
         {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},
+        {"reducescatter-direct", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_DIRECT},
         {"broadcast", WEFT_COLL_BROADCAST, WEFT_ALGO_RING},
+        {"broadcast-direct", WEFT_COLL_BROADCAST, WEFT_ALGO_DIRECT},
         {"reduce", WEFT_COLL_REDUCE, WEFT_ALGO_RING},
+        {"reduce-direct", WEFT_COLL_REDUCE, WEFT_ALGO_DIRECT},
         {"alltoall", WEFT_COLL_ALLTOALL, WEFT_ALGO_RING},
         {"gather", WEFT_COLL_GATHER, WEFT_ALGO_RING},
         {"scatter", WEFT_COLL_SCATTER, WEFT_ALGO_RING},

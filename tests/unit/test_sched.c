@@ -10,15 +10,19 @@
  *   - every output element is written exactly once (reduce: by the root only; gather: the root
  *     only) and every input element read the expected number of times (once; twice for all-gather
  *     and the broadcast root: SEND and COPY; never for a scatter's non-root input); only the
- *     direct all-reduce reads its output;
- *   - direct (one-shot) all-reduce, besides: every rank is a valid peer (itself through the
- *     loopback), messages carry the element they land on, output and input are each covered n
- *     times, and per piece the steps are n SENDs (one to every rank), RECV from 0, then
- *     RECV_REDUCE_COPY from 1 .. n-1 in rank order with FINAL on the last one only.
+ *     direct reducing schedules read their output; all-gather and broadcast never mark FINAL;
+ *   - the direct (one-hop) schedules of all-reduce, all-gather, reduce-scatter, broadcast and
+ *     reduce, besides: only the peers the schedule allows (itself through the loopback where it
+ *     uses one), messages carry the element they land on, input and output are covered as often
+ *     as the pattern reads and writes them, and piece by piece the steps are exactly those of the
+ *     block comment in sched.c (check_direct_pieces): sends to r, r+1, ... in that order (from r
+ *     itself only where it loops back); the reducing ones RECV from 0, then RECV_REDUCE_COPY
+ *     from 1 .. n-1 in rank order, with FINAL on the last one only.
  * Send/recv runs as "sendrecv": every rank r builds the SEND schedule to r+d and the RECV schedule
  * from r-d (d = 0 is a self-send), which together behave like one collective.
- * Usage: test_sched [misc|allreduce|allreduce-ring|allreduce-direct|allgather|reducescatter|
- * broadcast|reduce|alltoall|gather|scatter|sendrecv] (default: all; allreduce: ring and direct).
+ * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|alltoall|gather|scatter|sendrecv] with NAME
+ * one of allreduce, allgather, reducescatter, broadcast, reduce (default: all; NAME: ring and
+ * direct).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -54,8 +58,8 @@ static const uint64_t counts[] = {0, 1, 7, 1023, 1048576 + 3};
 static const uint64_t chunks[] = {1, 2, 3, 5, 64, 1000, 65536, 1u << 20, UINT64_MAX / 3,
                                   UINT64_MAX};
 /* Skip a chunk size when all ranks together would build more steps than this (keeps each
- * collective's sweep well under a second; all-to-all and direct all-reduce, whose step lists grow
- * with n^2, a quarter); the largest chunks always run. */
+ * collective's sweep well under a second; all-to-all and the direct all-reduce, all-gather and
+ * reduce-scatter, whose step lists grow with n^2, a quarter); the largest chunks always run. */
 #define STEP_BUDGET 10000
 
 static int op_sends(int op)
@@ -110,14 +114,24 @@ static uint64_t out_size(int coll, uint64_t count, int n)
     return out_blocks(coll) ? count * (uint64_t)n : count;
 }
 
-static int is_direct_allreduce(int coll, int algo)
+/* The schedules DIRECT has of its own (for the others it names RING's). */
+static int is_direct(int coll, int algo)
 {
-    return coll == WEFT_COLL_ALLREDUCE && algo == WEFT_ALGO_DIRECT;
+    return algo == WEFT_ALGO_DIRECT && coll < WEFT_COLL_ALLTOALL;
+}
+
+/* The collectives that move data without reducing it: nothing they do is FINAL. */
+static int is_copy_only(int coll)
+{
+    return coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_BROADCAST || coll >= WEFT_COLL_ALLTOALL;
 }
 
 /*
  * Elements rank r sends, from first principles:
- *   direct allreduce: n * count (every piece goes to every rank, itself included);
+ *   direct allreduce, reducescatter: n * count (every piece goes to every rank, itself included);
+ *   direct broadcast: (n-1) * count at the root (to every other rank), 0 elsewhere;
+ *   direct reduce: count (to the root; the root's own through its loopback);
+ *   direct allgather: (n-1) * count, as the ring's;
  *   allreduce: per channel range of len elements, pieces of P = n*chunk elements (one piece of len
  *     when chunk > len/n), the last one smaller; each piece is split into n chunks of
  *     P/n + (c < P%n) elements; rank r sends every chunk but r in the reduce-scatter half and every
@@ -136,8 +150,19 @@ static uint64_t expected_elems(int coll, int algo, uint64_t count, int n, int r,
         return count;
     if (n == 1)
         return 0;
-    if (is_direct_allreduce(coll, algo))
-        return (uint64_t)n * count;
+    if (is_direct(coll, algo)) {
+        switch (coll) {
+        case WEFT_COLL_ALLREDUCE:
+        case WEFT_COLL_REDUCESCATTER:
+            return (uint64_t)n * count;
+        case WEFT_COLL_BROADCAST:
+            return r == root ? (uint64_t)(n - 1) * count : 0;
+        case WEFT_COLL_REDUCE:
+            return count;
+        default:
+            break;
+        }
+    }
     switch (coll) {
     case WEFT_COLL_ALLREDUCE: {
         uint64_t total = 0;
@@ -175,8 +200,17 @@ static uint64_t expected_elems(int coll, int algo, uint64_t count, int n, int r,
 /* Times each input element is read by rank r (small counts check). */
 static int expected_reads(int coll, int algo, int n, int r, int root)
 {
-    if (is_direct_allreduce(coll, algo))
-        return n; /* n SENDs; n == 1: one COPY */
+    if (is_direct(coll, algo)) {
+        switch (coll) {
+        case WEFT_COLL_ALLREDUCE: /* n SENDs; n == 1: one COPY */
+        case WEFT_COLL_ALLGATHER: /* n-1 SENDs and the COPY */
+            return n;
+        case WEFT_COLL_BROADCAST:
+            return r == root ? n : 0;
+        default: /* reduce, reducescatter: each element SENT once (n == 1: one COPY) */
+            return 1;
+        }
+    }
     switch (coll) {
     case WEFT_COLL_ALLGATHER:
         return n > 1 ? 2 : 1; /* SEND and COPY */
@@ -191,15 +225,18 @@ static int expected_reads(int coll, int algo, int n, int r, int root)
 
 static int expected_writes(int coll, int algo, int n, int r, int root)
 {
-    if (is_direct_allreduce(coll, algo))
-        return n; /* RECV, then n-1 RECV_REDUCE_COPY; n == 1: one COPY */
+    /* Reducing: RECV, then n-1 RECV_REDUCE_COPY (n == 1: one COPY); reduce at the root only. */
+    if (is_direct(coll, algo) && !is_copy_only(coll))
+        return coll == WEFT_COLL_REDUCE && r != root ? 0 : n;
     return (coll == WEFT_COLL_REDUCE || coll == WEFT_COLL_GATHER) && r != root ? 0 : 1;
 }
 
-/* Times rank r reads each output element: the direct all-reduce accumulates in its output. */
-static int expected_out_reads(int coll, int algo, int n)
+/* Times rank r reads each output element: the direct reducing schedules accumulate in it. */
+static int expected_out_reads(int coll, int algo, int n, int r, int root)
 {
-    return is_direct_allreduce(coll, algo) ? n - 1 : 0;
+    if (!is_direct(coll, algo) || is_copy_only(coll) || (coll == WEFT_COLL_REDUCE && r != root))
+        return 0;
+    return n - 1;
 }
 
 /* For sendrecv (coll WEFT_COLL_SEND), root is the distance d: rank r sends to r+d. */
@@ -211,7 +248,7 @@ struct cfg {
 /* Messages carry the same elements of the block at both ends (nothing is forwarded). */
 static int cfg_unforwarded(const struct cfg *c)
 {
-    return c->coll >= WEFT_COLL_ALLTOALL || is_direct_allreduce(c->coll, c->algo);
+    return c->coll >= WEFT_COLL_ALLTOALL || is_direct(c->coll, c->algo);
 }
 
 /* The schedules rank r runs on channel ch: one, or for sendrecv its SEND and its RECV. Returns how
@@ -239,13 +276,29 @@ static int peers_ok(const struct cfg *c, int r, const struct weft_step *s)
         return 0;
     if (!recvs && rp != -1)
         return 0;
-    if (is_direct_allreduce(c->coll, c->algo)) { /* any rank, itself included; n == 1: COPY */
+    if (is_direct(c->coll, c->algo)) { /* n == 1: COPY only */
+        int any_s = sp >= 0 && sp < n, any_r = rp >= 0 && rp < n;
         if (n == 1)
             return s->op == WEFT_STEP_COPY;
-        if (s->op != WEFT_STEP_SEND && s->op != WEFT_STEP_RECV &&
-            s->op != WEFT_STEP_RECV_REDUCE_COPY)
+        if (s->op == WEFT_STEP_RECV_REDUCE_SEND || s->op == WEFT_STEP_RECV_REDUCE_COPY_SEND ||
+            s->op == WEFT_STEP_RECV_COPY_SEND)
             return 0;
-        return (!sends || (sp >= 0 && sp < n)) && (!recvs || (rp >= 0 && rp < n));
+        switch (c->coll) {
+        case WEFT_COLL_ALLREDUCE: /* any rank, itself included (loopback) */
+        case WEFT_COLL_REDUCESCATTER:
+            return s->op != WEFT_STEP_COPY && (!sends || any_s) && (!recvs || any_r);
+        case WEFT_COLL_REDUCE: /* all send to the root (itself too); the root receives from all */
+            return sends ? sp == c->root : r == c->root && s->op != WEFT_STEP_COPY && any_r;
+        case WEFT_COLL_BROADCAST: /* no loopback */
+            if (r != c->root)
+                return s->op == WEFT_STEP_RECV && rp == c->root;
+            return s->op == WEFT_STEP_COPY || (s->op == WEFT_STEP_SEND && any_s && sp != r);
+        case WEFT_COLL_ALLGATHER: /* no loopback */
+            return s->op != WEFT_STEP_RECV_REDUCE_COPY && (!sends || (any_s && sp != r)) &&
+                   (!recvs || (any_r && rp != r));
+        default:
+            return 0;
+        }
     }
     if (c->coll < WEFT_COLL_ALLTOALL) /* rings and chains: next and prev only */
         return (!sends || (sp == mod(r + 1, n) && n > 1)) &&
@@ -292,7 +345,7 @@ static void check_step(const struct cfg *c, int r, uint64_t i, const struct weft
         ok = 0;
     if (!peers_ok(c, r, s))
         ok = 0;
-    if (c->coll >= WEFT_COLL_ALLTOALL && s->flags != 0) /* no reduction, nothing is FINAL */
+    if (is_copy_only(c->coll) && s->flags != 0) /* no reduction, nothing is FINAL */
         ok = 0;
     if (op_reads(s->op)) {
         uint64_t sz = s->src == WEFT_BUF_INPUT ? isz : s->src == WEFT_BUF_OUTPUT ? osz : 0;
@@ -514,77 +567,162 @@ static void cover_check(struct cover *cv, uint64_t size, int want, const char *w
     npass++;
 }
 
-/* Direct all-reduce, rank r on channel ch, piece by piece (chunk elements at e, in order through
- * the channel's range): n SENDs of input[e], one to every rank; RECV output[e] <- 0; then
- * RECV_REDUCE_COPY output[e] <- p (src output[e]) for p = 1 .. n-1 in rank order, which is what
- * makes every rank add in the same order; FINAL on the piece's last step only. n == 1: one COPY
- * FINAL. So the list holds exactly pieces * 2n steps (pieces for n == 1). */
+static void step_str(const struct weft_step *s, char *buf, size_t len)
+{
+    static const char *const ops[] = {
+        "SEND", "RECV", "RECV_REDUCE_SEND", "RECV_REDUCE_COPY", "RECV_REDUCE_COPY_SEND",
+        "RECV_COPY_SEND", "COPY",
+    };
+    snprintf(buf, len, "%s src %d+%llu dst %d+%llu count %llu peers %d/%d flags %d",
+             s->op <= WEFT_STEP_COPY ? ops[s->op] : "?", s->src, (unsigned long long)s->src_off,
+             s->dst, (unsigned long long)s->dst_off, (unsigned long long)s->count, s->send_peer,
+             s->recv_peer, s->flags);
+}
+
+/* Equal where it matters: offsets only for the buffers the step uses. */
+static int step_eq(const struct weft_step *want, const struct weft_step *got)
+{
+    return want->op == got->op && want->src == got->src && want->dst == got->dst &&
+           want->flags == got->flags && want->send_peer == got->send_peer &&
+           want->recv_peer == got->recv_peer && want->count == got->count &&
+           (want->src == WEFT_BUF_NONE || want->src_off == got->src_off) &&
+           (want->dst == WEFT_BUF_NONE || want->dst_off == got->dst_off);
+}
+
+static void put_step(struct weft_step *w, int *k, int op, int src, uint64_t src_off, int dst,
+                     uint64_t dst_off, int send_peer, int recv_peer, int flags, uint64_t count)
+{
+    w[(*k)++] = (struct weft_step){.op = (uint8_t)op,
+                                   .src = (uint8_t)src,
+                                   .dst = (uint8_t)dst,
+                                   .flags = (uint8_t)flags,
+                                   .send_peer = send_peer,
+                                   .recv_peer = recv_peer,
+                                   .src_off = src_off,
+                                   .dst_off = dst_off,
+                                   .count = count};
+}
+
+/* RECV output[e] <- 0, then RECV_REDUCE_COPY output[e] <- p (src output[e]) for p = 1 .. n-1:
+ * every rank adds in the same (rank) order; FINAL on the last. */
+static void put_reduce_in_order(struct weft_step *w, int *k, int n, uint64_t e, uint64_t cnt)
+{
+    put_step(w, k, WEFT_STEP_RECV, WEFT_BUF_NONE, 0, WEFT_BUF_OUTPUT, e, -1, 0, 0, cnt);
+    for (int p = 1; p < n; p++)
+        put_step(w, k, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, e, WEFT_BUF_OUTPUT, e, -1, p,
+                 p == n - 1 ? WEFT_STEP_FINAL : 0, cnt);
+}
+
+/* The steps of rank r for the piece of cnt elements at e (block element), restated from the block
+ * comment of sched.c, into w (room for 2n). Returns how many. */
+static int direct_piece(const struct cfg *c, int r, uint64_t e, uint64_t cnt, struct weft_step *w)
+{
+    int n = c->n, root = c->root, k = 0;
+    uint64_t count = c->count;
+    if (n == 1) { /* FINAL only for a reduction */
+        put_step(w, &k, WEFT_STEP_COPY, WEFT_BUF_INPUT, e, WEFT_BUF_OUTPUT, e, -1, -1,
+                 is_copy_only(c->coll) ? 0 : WEFT_STEP_FINAL, cnt);
+        return k;
+    }
+    switch (c->coll) {
+    case WEFT_COLL_ALLREDUCE: /* to r, r+1, ..., r+n-1: itself first, through the loopback */
+        for (int j = 0; j < n; j++)
+            put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, e, WEFT_BUF_NONE, 0, mod(r + j, n), -1,
+                     0, cnt);
+        put_reduce_in_order(w, &k, n, e, cnt);
+        break;
+    case WEFT_COLL_REDUCESCATTER: /* block p to p, its own first (before output is written) */
+        for (int j = 0; j < n; j++) {
+            int p = mod(r + j, n);
+            put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, (uint64_t)p * count + e, WEFT_BUF_NONE,
+                     0, p, -1, 0, cnt);
+        }
+        put_reduce_in_order(w, &k, n, e, cnt);
+        break;
+    case WEFT_COLL_REDUCE: /* the root's own input through its loopback */
+        put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, e, WEFT_BUF_NONE, 0, root, -1, 0, cnt);
+        if (r == root)
+            put_reduce_in_order(w, &k, n, e, cnt);
+        break;
+    case WEFT_COLL_BROADCAST:
+        if (r != root) {
+            put_step(w, &k, WEFT_STEP_RECV, WEFT_BUF_NONE, 0, WEFT_BUF_OUTPUT, e, -1, root, 0, cnt);
+            break;
+        }
+        for (int j = 1; j < n; j++)
+            put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, e, WEFT_BUF_NONE, 0, mod(r + j, n), -1,
+                     0, cnt);
+        put_step(w, &k, WEFT_STEP_COPY, WEFT_BUF_INPUT, e, WEFT_BUF_OUTPUT, e, -1, -1, 0, cnt);
+        break;
+    case WEFT_COLL_ALLGATHER:
+        for (int j = 1; j < n; j++)
+            put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, e, WEFT_BUF_NONE, 0, mod(r + j, n), -1,
+                     0, cnt);
+        put_step(w, &k, WEFT_STEP_COPY, WEFT_BUF_INPUT, e, WEFT_BUF_OUTPUT,
+                 (uint64_t)r * count + e, -1, -1, 0, cnt);
+        for (int j = 1; j < n; j++) {
+            int p = mod(r - j, n);
+            put_step(w, &k, WEFT_STEP_RECV, WEFT_BUF_NONE, 0, WEFT_BUF_OUTPUT,
+                     (uint64_t)p * count + e, -1, p, 0, cnt);
+        }
+        break;
+    default:
+        break;
+    }
+    return k;
+}
+
+/* A direct schedule, rank r on channel ch, piece by piece (cnt = min(chunk, rest) elements at e,
+ * in order through the channel's range): exactly the steps of direct_piece, nothing after the
+ * last piece. Per piece (n > 1):
+ *   allreduce:     SEND input[e] -> r, r+1, ..., r+n-1; the reduction in rank order;
+ *   reducescatter: SEND input[p*count+e] -> p for p = r, r+1, ..., r+n-1; the reduction;
+ *   reduce:        SEND input[e] -> root; at the root, the reduction;
+ *   broadcast:     root: SEND input[e] -> r+1, ..., r+n-1, COPY input[e] -> output[e]; others:
+ *                  RECV output[e] <- root;
+ *   allgather:     SEND input[e] -> r+1, ..., r+n-1; COPY input[e] -> output[r*count+e]; RECV
+ *                  output[p*count+e] <- p for p = r-1, r-2, ..., r+1;
+ *   the reduction: RECV output[e] <- 0, then RECV_REDUCE_COPY output[e] <- p (src output[e]) for
+ *                  p = 1 .. n-1, which makes every rank add in the same order; FINAL on the last
+ *                  step only.
+ * n == 1: one COPY input[e] -> output[e] per piece, FINAL for the reducing ones. */
 static void check_direct_pieces(const struct cfg *c, int r, int ch, const struct weft_step *st,
                                 uint64_t ns, const char *name)
 {
-    int n = c->n;
-    uint64_t off, len, i = 0, per = n == 1 ? 1 : 2 * (uint64_t)n;
+    uint64_t off, len, i = 0;
     weft_sched_range(c->count, ch, c->nch, &off, &len);
-    unsigned char *seen = malloc((size_t)n);
+    struct weft_step *want = malloc(2 * (size_t)c->n * sizeof(*want));
     const char *why = NULL;
+    const struct weft_step *w = NULL;
     for (uint64_t po = 0; po < len && why == NULL; po += c->chunk) {
         uint64_t cnt = len - po < c->chunk ? len - po : c->chunk, e = off + po;
-        if (ns - i < per) {
-            why = "list ends inside a piece";
-            break;
-        }
-        if (n == 1) {
-            const struct weft_step *s = &st[i];
-            if (s->op != WEFT_STEP_COPY || s->src != WEFT_BUF_INPUT || s->dst != WEFT_BUF_OUTPUT ||
-                s->src_off != e || s->dst_off != e || s->count != cnt ||
-                s->flags != WEFT_STEP_FINAL)
-                why = "not COPY FINAL input[e] -> output[e]";
-            else
-                i++;
-            continue;
-        }
-        memset(seen, 0, (size_t)n);
-        for (int k = 0; k < n; k++, i++) { /* on a failure, i stays at the step */
-            const struct weft_step *s = &st[i];
-            if (s->op != WEFT_STEP_SEND || s->src != WEFT_BUF_INPUT || s->src_off != e ||
-                s->count != cnt || s->flags != 0)
-                why = "not a SEND of input[e]";
-            else if (s->send_peer < 0 || s->send_peer >= n || seen[s->send_peer])
-                why = "SEND peer out of range or repeated within the piece";
-            else
-                seen[s->send_peer] = 1;
-            if (why != NULL)
-                break;
-        }
-        for (int p = 0; p < n && why == NULL; p++, i++) {
-            const struct weft_step *s = &st[i];
-            int op = p == 0 ? WEFT_STEP_RECV : WEFT_STEP_RECV_REDUCE_COPY;
-            if (s->op != op || s->dst != WEFT_BUF_OUTPUT || s->dst_off != e || s->count != cnt)
-                why = "not RECV, then RECV_REDUCE_COPY, into output[e]";
-            else if (p > 0 && (s->src != WEFT_BUF_OUTPUT || s->src_off != e))
-                why = "RECV_REDUCE_COPY does not accumulate in output[e]";
-            else if (s->recv_peer != p)
-                why = "receives not in rank order";
-            else if (s->flags != (p == n - 1 ? WEFT_STEP_FINAL : 0))
-                why = "FINAL not exactly on the piece's last step";
+        int k = direct_piece(c, r, e, cnt, want);
+        for (int j = 0; j < k; j++, i++) { /* on a failure, i stays at the step */
+            w = &want[j];
+            if (i == ns)
+                why = "list ends inside a piece";
+            else if (!step_eq(w, &st[i]))
+                why = "not the documented step";
             if (why != NULL)
                 break;
         }
     }
-    if (why == NULL && i != ns)
+    if (why == NULL && i != ns) {
         why = "steps after the last piece";
+        w = NULL;
+    }
     if (why != NULL) {
-        const struct weft_step *s = i < ns ? &st[i] : NULL;
-        FAIL("%s ch %d rank %d step %llu of %llu: %s (op %d src %d+%llu dst %d+%llu count %llu "
-             "peers %d/%d flags %d)",
-             name, ch, r, (unsigned long long)i, (unsigned long long)ns, why, s ? s->op : -1,
-             s ? s->src : -1, s ? (unsigned long long)s->src_off : 0ull, s ? s->dst : -1,
-             s ? (unsigned long long)s->dst_off : 0ull, s ? (unsigned long long)s->count : 0ull,
-             s ? s->send_peer : -1, s ? s->recv_peer : -1, s ? s->flags : -1);
+        char got[160] = "none", exp[160] = "none";
+        if (i < ns)
+            step_str(&st[i], got, sizeof(got));
+        if (w != NULL)
+            step_str(w, exp, sizeof(exp));
+        FAIL("%s ch %d rank %d step %llu of %llu: %s: got %s, want %s", name, ch, r,
+             (unsigned long long)i, (unsigned long long)ns, why, got, exp);
     } else {
         npass++;
     }
-    free(seen);
+    free(want);
 }
 
 static void run_cfg(const struct cfg *c)
@@ -639,7 +777,7 @@ static void run_cfg(const struct cfg *c)
                 if (op_writes(s->op))
                     cover_add(&wrv[r], s->dst_off, s->count);
             }
-            if (is_direct_allreduce(c->coll, c->algo))
+            if (is_direct(c->coll, c->algo))
                 check_direct_pieces(c, r, ch, steps[r], got, name);
         }
         check_matching(c, ch, steps, ns, name);
@@ -659,7 +797,7 @@ static void run_cfg(const struct cfg *c)
         snprintf(what, sizeof(what), "%s rank %d: output", name, r);
         cover_check(&wrv[r], osz, expected_writes(c->coll, c->algo, n, r, c->root), what);
         snprintf(what, sizeof(what), "%s rank %d: output read", name, r);
-        cover_check(&rdo[r], osz, expected_out_reads(c->coll, c->algo, n), what);
+        cover_check(&rdo[r], osz, expected_out_reads(c->coll, c->algo, n, r, c->root), what);
         free(rdv[r].ev);
         free(wrv[r].ev);
         free(rdo[r].ev);
@@ -690,9 +828,11 @@ static void sweep(int coll, int algo)
 {
     static const int nchs[] = {1, 2, 3};
     unsigned long cfgs = 0, skipped = 0;
-    uint64_t budget = coll == WEFT_COLL_ALLTOALL || is_direct_allreduce(coll, algo)
-                          ? STEP_BUDGET / 4
-                          : STEP_BUDGET;
+    /* Every rank talks to every rank per piece: all-to-all, direct all-reduce, AG and RS. */
+    int quadratic = coll == WEFT_COLL_ALLTOALL ||
+                    (is_direct(coll, algo) && coll != WEFT_COLL_BROADCAST &&
+                     coll != WEFT_COLL_REDUCE);
+    uint64_t budget = quadratic ? STEP_BUDGET / 4 : STEP_BUDGET;
     for (int n = 1; n <= 64; n++) {
         /* Roots; for sendrecv the distance d (0: self-send). */
         int roots[3] = {0, n / 2, n - 1};
@@ -754,9 +894,8 @@ static void misc(void)
     for (int algo = 0; algo < WEFT_ALGO_COUNT; algo++)
         for (int coll = 0; coll < WEFT_COLL_COUNT; coll++) {
             struct weft_sched_args a = {coll, algo, 100, 4, 1, 0, 0, 1, 64};
-            int supported = algo == WEFT_ALGO_RING ||
-                            (algo == WEFT_ALGO_DIRECT &&
-                             (coll == WEFT_COLL_ALLREDUCE || coll >= WEFT_COLL_ALLTOALL));
+            /* DIRECT has every collective (its own or RING's schedule); TREE none yet. */
+            int supported = algo == WEFT_ALGO_RING || algo == WEFT_ALGO_DIRECT;
             uint64_t got = weft_sched_build(&a, st, 64);
             EXPECT(supported ? got != UINT64_MAX && got > 0 : got == UINT64_MAX,
                    "%s/%s: build returned %llu", weft_algo_name(algo), weft_coll_name(coll),
@@ -876,17 +1015,22 @@ static void misc(void)
 int main(int argc, char **argv)
 {
     /* "allreduce" runs both allreduce-ring and allreduce-direct (a name selects the entries it
-     * equals or that it prefixes up to a '-'). RING and DIRECT share the other schedules. */
+     * equals or that it prefixes up to a '-'). RING and DIRECT share the schedules of all-to-all,
+     * gather, scatter and send/recv. */
     static const struct {
         const char *name;
         int coll, algo;
     } tests[] = {
         {"allreduce-ring", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING},
         {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT},
-        {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
-        {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},
-        {"broadcast", WEFT_COLL_BROADCAST, WEFT_ALGO_RING},
-        {"reduce", WEFT_COLL_REDUCE, WEFT_ALGO_RING},
+        {"allgather-ring", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
+        {"allgather-direct", WEFT_COLL_ALLGATHER, WEFT_ALGO_DIRECT},
+        {"reducescatter-ring", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},
+        {"reducescatter-direct", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_DIRECT},
+        {"broadcast-ring", WEFT_COLL_BROADCAST, WEFT_ALGO_RING},
+        {"broadcast-direct", WEFT_COLL_BROADCAST, WEFT_ALGO_DIRECT},
+        {"reduce-ring", WEFT_COLL_REDUCE, WEFT_ALGO_RING},
+        {"reduce-direct", WEFT_COLL_REDUCE, WEFT_ALGO_DIRECT},
         {"alltoall", WEFT_COLL_ALLTOALL, WEFT_ALGO_RING},
         {"gather", WEFT_COLL_GATHER, WEFT_ALGO_RING},
         {"scatter", WEFT_COLL_SCATTER, WEFT_ALGO_RING},

@@ -40,14 +40,28 @@ struct weft_shm_state {
     size_t seg_bytes;
     size_t conn_stride;
     int nconn_channels;
+    int nranks;
+    int owns_bell;              /* comm->bell points into our segment */
     void **segs;                /* [nranks], NULL for peers not connected */
     struct weft_conn *conns;    /* [nconn_channels][nranks][2]: send, recv */
-    struct weft_peer_conns *peers; /* [nconn_channels][nranks] */
 };
 
-static int shm_can_connect(const struct ncclComm *comm, int peer)
+static int shm_can_connect(const struct ncclComm *comm, int a, int b)
 {
-    return comm->peer_info[peer].host_hash == comm->peer_info[comm->rank].host_hash;
+    const struct weft_peer_info *pa = &comm->peer_info[a], *pb = &comm->peer_info[b];
+    return pa->host_hash == pb->host_hash && !((pa->flags | pb->flags) & WEFT_PEER_NO_SHM);
+}
+
+static ncclResult_t shm_slot_bytes(const struct ncclComm *comm, size_t *bytes_p)
+{
+    (void)comm;
+    size_t slot = (size_t)weft_param_ShmSlotBytes();
+    if (slot < 4096 || slot % 64 != 0 || slot > (1u << 30)) { /* header included */
+        WEFT_WARN("WEFT_SHM_SLOT_BYTES %zu must be a multiple of 64 between 4096 and 1 GiB", slot);
+        return ncclInvalidArgument;
+    }
+    *bytes_p = slot;
+    return ncclSuccess;
 }
 
 static void shm_name(char *buf, size_t len, uint64_t comm_hash, int rank)
@@ -61,22 +75,19 @@ static char *shm_fifo(const struct weft_shm_state *st, void *seg, int nranks, in
     return (char *)seg + WEFT_SHM_HEADER_BYTES + ((size_t)c * nranks + from) * st->conn_stride;
 }
 
-static ncclResult_t shm_close(struct ncclComm *comm)
+static ncclResult_t shm_close(struct ncclComm *comm, void *state)
 {
-    struct weft_shm_state *st = comm->transport_state;
+    struct weft_shm_state *st = state;
     if (st == NULL)
         return ncclSuccess;
-    for (int p = 0; st->segs != NULL && p < comm->nranks; p++)
+    if (st->owns_bell)
+        comm->bell = NULL;
+    for (int p = 0; st->segs != NULL && p < st->nranks; p++)
         if (st->segs[p] != NULL)
             munmap(st->segs[p], st->seg_bytes);
     free(st->segs);
     free(st->conns);
-    free(st->peers);
     free(st);
-    comm->transport_state = NULL;
-    for (int c = 0; c <= WEFT_MAX_CHANNELS; c++)
-        comm->chan_peers[c] = NULL;
-    comm->bell = NULL;
     return ncclSuccess;
 }
 
@@ -111,26 +122,21 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **s
     return ncclSuccess;
 }
 
-static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask)
+static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, void **state_p)
 {
     ncclResult_t res = ncclSuccess;
     int nranks = comm->nranks, me = comm->rank;
     int nch = comm->nchannels + 1;
-    size_t slot = (size_t)weft_param_ShmSlotBytes();
-    if (slot < 4096 || slot % 64 != 0 || slot > (1u << 30)) { /* header included */
-        WEFT_WARN("WEFT_SHM_SLOT_BYTES %zu must be a multiple of 64 between 4096 and 1 GiB", slot);
-        return ncclInvalidArgument;
-    }
+    size_t slot = comm->slot_bytes;
     struct weft_shm_state *st;
     WEFT_CALLOC(st, 1);
-    comm->transport_state = st;
     st->nconn_channels = nch;
+    st->nranks = nranks;
     st->conn_stride = (sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot + 4095) & ~(size_t)4095;
     st->seg_bytes = WEFT_SHM_HEADER_BYTES + (size_t)nch * nranks * st->conn_stride;
     st->segs = calloc((size_t)nranks, sizeof(void *));
     st->conns = calloc((size_t)nch * nranks * 2, sizeof(struct weft_conn));
-    st->peers = calloc((size_t)nch * nranks, sizeof(struct weft_peer_conns));
-    if (st->segs == NULL || st->conns == NULL || st->peers == NULL) {
+    if (st->segs == NULL || st->conns == NULL) {
         WEFT_WARN("out of memory for shared-memory connections of %d ranks", nranks);
         res = ncclSystemError;
         goto err;
@@ -164,7 +170,6 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask)
     shm_unlink(name);
 
     for (int c = 0; c < nch; c++) {
-        comm->chan_peers[c] = &st->peers[(size_t)c * nranks];
         for (int p = 0; p < nranks; p++) {
             if (!peer_mask[p])
                 continue;
@@ -182,20 +187,23 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask)
             recv->slots = in + sizeof(struct weft_fifo_ctrl);
             recv->slot_bytes = slot;
             recv->peer_bell = peer_bell;
-            st->peers[(size_t)c * nranks + p].send = send;
-            st->peers[(size_t)c * nranks + p].recv = recv;
+            comm->chan_peers[c][p].send = send;
+            comm->chan_peers[c][p].recv = recv;
         }
     }
-    comm->bell = &hdr->bell;
-    comm->slot_bytes = slot;
+    if (comm->bell == NULL) {
+        comm->bell = &hdr->bell;
+        st->owns_bell = 1;
+    }
     WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT, "rank %d: shm segment %zu bytes, %d channels, slot %zu",
               me, st->seg_bytes, nch, slot);
+    *state_p = st;
     return ncclSuccess;
 
 err_unlink:
     shm_unlink(name);
 err:
-    shm_close(comm);
+    shm_close(comm, st);
     return res;
 }
 
@@ -203,6 +211,7 @@ const struct weft_transport weft_transport_shm = {
     .version = WEFT_TRANSPORT_VERSION,
     .name = "shm",
     .can_connect = shm_can_connect,
+    .slot_bytes = shm_slot_bytes,
     .setup = shm_setup,
     .close = shm_close,
 };

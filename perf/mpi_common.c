@@ -1,32 +1,18 @@
 /*
- * mpi_allreduce_perf: MPI_Allreduce on host memory, the peer all_reduce_perf is compared with.
- *
- *   mpirun -np 4 ./mpi_allreduce_perf -b 8 -e 64M -f 2
- *
- * The same driver as the *_perf tools (perf/common.c built with -DPERF_NO_NCCL) runs the sweep,
- * so timing (one op, barrier, -n timed ops, time averaged over ranks per -a), validation
- * (bit-exact #wrong against the same reference values) and the table are identical. Only the
- * communication comes from MPI: this file is the MPI backend plus the MPI_Allreduce call.
- * Types int8..uint64, float, double; ops sum, prod, max, min (MPI has no avg, PreMulSum or
- * half/bfloat16/fp8). In place is MPI_IN_PLACE.
+ * The MPI backend of the driver (see mpi_common.h): init/fini, the driver's barrier, reductions
+ * and all-gather, and the type and op tables the peer tools share.
  */
-#ifndef PERF_NO_NCCL
-#define PERF_NO_NCCL 1
-#endif
+#include "mpi_common.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <mpi.h>
-
-#include "common.h"
-
 static char mpi_last_error[MPI_MAX_ERROR_STRING + 64];
 
 /* Keeps MPI's text for the failure line; MPI errors return (MPI_ERRORS_RETURN) as SystemError. */
-static ncclResult_t mpi_check(int rc, const char *what)
+ncclResult_t perf_mpi_check(int rc, const char *what)
 {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -39,9 +25,9 @@ static ncclResult_t mpi_check(int rc, const char *what)
     return ncclSystemError;
 }
 
-static MPI_Datatype mpi_type(ncclDataType_t t)
+MPI_Datatype perf_mpi_type(ncclDataType_t type)
 {
-    switch (t) {
+    switch (type) {
     case ncclInt8:
         return MPI_INT8_T;
     case ncclUint8:
@@ -63,7 +49,7 @@ static MPI_Datatype mpi_type(ncclDataType_t t)
     }
 }
 
-static MPI_Op mpi_op(int op)
+MPI_Op perf_mpi_op(int op)
 {
     switch (op) {
     case PERF_OP_SUM:
@@ -79,6 +65,32 @@ static MPI_Op mpi_op(int op)
     }
 }
 
+ncclResult_t perf_mpi_count(size_t count, int *n_p)
+{
+    if (count > INT_MAX) {
+        snprintf(mpi_last_error, sizeof(mpi_last_error), "count %zu does not fit MPI's int",
+                 count);
+        return ncclInvalidArgument;
+    }
+    *n_p = (int)count;
+    return ncclSuccess;
+}
+
+/* JSON "library" from MPI_Get_library_version's text. MVAPICH and Intel MPI derive from MPICH and
+ * may say so, so they are looked for first. */
+static const char *mpi_library_name(const char *version)
+{
+    if (strstr(version, "Open MPI") != NULL)
+        return "openmpi";
+    if (strstr(version, "MVAPICH") != NULL)
+        return "mvapich";
+    if (strstr(version, "Intel") != NULL)
+        return "intelmpi";
+    if (strstr(version, "MPICH") != NULL)
+        return "mpich";
+    return "mpi";
+}
+
 static ncclResult_t mpi_be_init(struct perf_ctx *ctx, char *version_line, size_t len)
 {
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -90,13 +102,13 @@ static ncclResult_t mpi_be_init(struct perf_ctx *ctx, char *version_line, size_t
         return ncclSystemError;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    if (mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &ctx->rank), "MPI_Comm_rank") ||
-        mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &ctx->nranks), "MPI_Comm_size"))
+    if (perf_mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &ctx->rank), "MPI_Comm_rank") ||
+        perf_mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &ctx->nranks), "MPI_Comm_size"))
         return ncclSystemError;
     /* Local rank: rank among the processes that share this node. */
-    if (mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
-                                      MPI_INFO_NULL, &node),
-                  "MPI_Comm_split_type"))
+    if (perf_mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->rank,
+                                           MPI_INFO_NULL, &node),
+                       "MPI_Comm_split_type"))
         return ncclSystemError;
     MPI_Comm_rank(node, &ctx->local_rank);
     MPI_Comm_free(&node);
@@ -105,6 +117,7 @@ static ncclResult_t mpi_be_init(struct perf_ctx *ctx, char *version_line, size_t
     ctx->be_state = NULL;
 
     MPI_Get_library_version(lib, &lib_len);
+    ctx->library = mpi_library_name(lib);
     lib[strcspn(lib, ",\n")] = '\0'; /* "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4" */
     snprintf(version_line, len, "# mpi perf (nccl-tests 2.19.6 compatible) mpi-library=%s%s%s",
              lib[0] ? "\"" : "", lib, lib[0] ? "\"" : "");
@@ -126,38 +139,40 @@ static int mpi_be_early_rank(void)
 static ncclResult_t mpi_be_fini(struct perf_ctx *ctx)
 {
     (void)ctx;
-    return mpi_check(MPI_Finalize(), "MPI_Finalize");
+    return perf_mpi_check(MPI_Finalize(), "MPI_Finalize");
 }
 
 static ncclResult_t mpi_be_barrier(const struct perf_ctx *ctx)
 {
     (void)ctx;
-    return mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+    return perf_mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
 static ncclResult_t mpi_be_reduce_double(const struct perf_ctx *ctx, double *v, int op)
 {
     (void)ctx;
-    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD),
-                     "MPI_Allreduce");
+    return perf_mpi_check(
+        MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, perf_mpi_op(op), MPI_COMM_WORLD),
+        "MPI_Allreduce");
 }
 
 static ncclResult_t mpi_be_sum_int64(const struct perf_ctx *ctx, int64_t *v)
 {
     (void)ctx;
-    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
-                     "MPI_Allreduce");
+    return perf_mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
+                          "MPI_Allreduce");
 }
 
 static ncclResult_t mpi_be_allgather(const struct perf_ctx *ctx, const void *in, void *out,
                                      size_t bytes)
 {
+    int n;
+
     (void)ctx;
-    if (bytes > INT_MAX)
+    if (perf_mpi_count(bytes, &n) != ncclSuccess)
         return ncclInvalidArgument;
-    return mpi_check(MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE,
-                                   MPI_COMM_WORLD),
-                     "MPI_Allgather");
+    return perf_mpi_check(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, MPI_COMM_WORLD),
+                          "MPI_Allgather");
 }
 
 /* MPI has no groups: -m ops simply run back to back. */
@@ -182,9 +197,9 @@ static ncclResult_t mpi_be_op_destroy(const struct perf_ctx *ctx, struct perf_op
 
 static int mpi_be_supports(const struct perf_type *t, int op)
 {
-    if (t != NULL && mpi_type(t->type) == MPI_DATATYPE_NULL)
+    if (t != NULL && perf_mpi_type(t->type) == MPI_DATATYPE_NULL)
         return 0;
-    return op == PERF_OP_NONE || mpi_op(op) != MPI_OP_NULL;
+    return op == PERF_OP_NONE || perf_mpi_op(op) != MPI_OP_NULL;
 }
 
 static const char *mpi_be_error_string(ncclResult_t res)
@@ -211,8 +226,8 @@ static ncclResult_t mpi_be_abort(const struct perf_ctx *ctx)
     return ncclSuccess;
 }
 
-static const struct perf_backend mpi_backend = {
-    .name = "mpi",
+const struct perf_backend perf_mpi_backend = {
+    .name = "MPI",
     .init = mpi_be_init,
     .early_rank = mpi_be_early_rank,
     .fini = mpi_be_fini,
@@ -230,63 +245,7 @@ static const struct perf_backend mpi_backend = {
     .abort = mpi_be_abort,
 };
 
-/* ---- the collective ---- */
-
-static void mar_get_counts(size_t bytes, size_t type_size, int nranks, struct perf_counts *c_p)
+int perf_mpi_main(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run)
 {
-    (void)nranks;
-    c_p->count = bytes / type_size;
-    c_p->send_count = c_p->count;
-    c_p->recv_count = c_p->count;
-    c_p->send_inplace_offset = 0;
-    c_p->recv_inplace_offset = 0;
-    c_p->alg_bytes = (double)c_p->count * (double)type_size;
-}
-
-static void mar_init_data(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
-                          void *send)
-{
-    perf_fill(ctx, op, seed, ctx->rank, 0, op->c.send_count, send);
-}
-
-static size_t mar_expected(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
-                           void *expect)
-{
-    perf_fill_reduced(ctx, op, seed, 0, op->c.recv_count, expect);
-    return op->c.recv_count;
-}
-
-static ncclResult_t mar_run(const struct perf_ctx *ctx, const struct perf_op *op, const void *send,
-                            void *recv)
-{
-    (void)ctx;
-    if (op->c.count > INT_MAX) {
-        snprintf(mpi_last_error, sizeof(mpi_last_error), "count %zu does not fit MPI's int",
-                 op->c.count);
-        return ncclInvalidArgument;
-    }
-    return mpi_check(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)op->c.count,
-                                   mpi_type(op->type->type), mpi_op((int)op->nccl_op),
-                                   MPI_COMM_WORLD),
-                     "MPI_Allreduce");
-}
-
-static double mar_bus_factor(int nranks)
-{
-    return nranks > 0 ? 2.0 * (nranks - 1) / nranks : 0;
-}
-
-static const struct perf_coll mpi_allreduce_coll = {
-    .name = "mpi_allreduce_perf",
-    .flags = PERF_COLL_REDUCE,
-    .get_counts = mar_get_counts,
-    .init_data = mar_init_data,
-    .expected = mar_expected,
-    .run = mar_run,
-    .bus_factor = mar_bus_factor,
-};
-
-int main(int argc, char **argv)
-{
-    return perf_run(argc, argv, &mpi_allreduce_coll, &mpi_backend);
+    return perf_run(argc, argv, coll, run, &perf_mpi_backend);
 }

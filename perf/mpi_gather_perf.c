@@ -1,0 +1,24 @@
+/*
+ * mpi_gather_perf: MPI_Gather (in place: MPI_IN_PLACE on the root).
+ * The peer of gather_perf: perf_coll_gather (colls.c), MPI backend (mpi_common.h).
+ */
+#include "mpi_common.h"
+
+static ncclResult_t mga_run(const struct perf_ctx *ctx, const struct perf_op *op,
+                            const void *send, void *recv)
+{
+    MPI_Datatype t = perf_mpi_type(op->type->type);
+    int in_place_root = op->in_place && ctx->rank == op->root;
+    int n;
+
+    if (perf_mpi_count(op->c.count, &n) != ncclSuccess)
+        return ncclInvalidArgument;
+    return perf_mpi_check(MPI_Gather(in_place_root ? MPI_IN_PLACE : send, n, t, recv, n, t,
+                                     op->root, MPI_COMM_WORLD),
+                          "MPI_Gather");
+}
+
+int main(int argc, char **argv)
+{
+    return perf_mpi_main(argc, argv, &perf_coll_gather, mga_run);
+}

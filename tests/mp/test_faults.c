@@ -1,0 +1,157 @@
+/*
+ * Faults become errors, never hangs: a peer that exits, a peer that never shows up (deadline),
+ * ranks that disagree on the count, and ncclCommAbort from another thread while a collective is
+ * stuck. Each case forks its own ranks and checks the error code, that the error names the peer,
+ * and that it came within a bound.
+ *
+ * Usage: test_faults CASE   (dead-peer, timeout, mismatch, abort)
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int g_failed;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            g_failed = 1;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+struct abort_arg {
+    ncclComm_t comm;
+    double delay;
+};
+
+static void *abort_later(void *p)
+{
+    struct abort_arg *a = p;
+    usleep((useconds_t)(a->delay * 1e6));
+    ncclCommAbort(a->comm);
+    return NULL;
+}
+
+/* What one rank does in each case; returns its exit status (0 = as expected). */
+static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
+{
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) {
+        fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
+        return 1;
+    }
+    float buf[4096] = {0};
+    /* one good collective first: the communicator works */
+    if (ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL) != ncclSuccess)
+        return 1;
+    int victim = nranks - 1;
+    if (strcmp(c, "dead-peer") == 0) {
+        if (rank == victim)
+            _exit(0); /* gone without a word */
+        double t0 = now_s();
+        ncclResult_t res = ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL);
+        double dt = now_s() - t0;
+        const char *msg = ncclGetLastError(NULL);
+        EXPECT(res == ncclRemoteError, "rank %d: dead peer gave %d", rank, res);
+        EXPECT(strstr(msg, "exited") != NULL && strstr(msg, "ncclAllReduce") != NULL,
+               "rank %d: message does not name the exit and the operation: %s", rank, msg);
+        EXPECT(dt < 5, "rank %d: dead peer noticed after %.1f s", rank, dt);
+        ncclResult_t async;
+        ncclCommGetAsyncError(comm, &async);
+        EXPECT(async == ncclRemoteError, "rank %d: async error %d", rank, async);
+        ncclCommAbort(comm);
+    } else if (strcmp(c, "timeout") == 0) {
+        /* WEFT_TIMEOUT=2 in the environment; the victim is alive but never joins. */
+        if (rank == victim) {
+            sleep(8);
+            ncclCommAbort(comm);
+            return 0;
+        }
+        double t0 = now_s();
+        ncclResult_t res = ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL);
+        double dt = now_s() - t0;
+        const char *msg = ncclGetLastError(NULL);
+        EXPECT(res == ncclRemoteError, "rank %d: stuck peer gave %d", rank, res);
+        EXPECT(strstr(msg, "no progress") != NULL && strstr(msg, "peer") != NULL,
+               "rank %d: message: %s", rank, msg);
+        EXPECT(dt > 1.5 && dt < 5, "rank %d: timed out after %.1f s (WEFT_TIMEOUT=2)", rank, dt);
+        sleep(2); /* stay alive: the other survivor must see its own deadline, not our exit */
+        ncclCommAbort(comm);
+    } else if (strcmp(c, "mismatch") == 0) {
+        /* the victim sends more elements than the others expect */
+        size_t count = rank == victim ? 4096 : 4000;
+        alarm(20);
+        ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
+        EXPECT(res != ncclSuccess, "rank %d: mismatched counts succeeded", rank);
+        ncclCommAbort(comm);
+    } else if (strcmp(c, "abort") == 0) {
+        /* the victim never joins; the others abort from a second thread */
+        if (rank == victim) {
+            sleep(3);
+            ncclCommAbort(comm);
+            return 0;
+        }
+        pthread_t th;
+        struct abort_arg a = {comm, 0.5};
+        pthread_create(&th, NULL, abort_later, &a);
+        double t0 = now_s();
+        ncclResult_t res = ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, comm, NULL);
+        double dt = now_s() - t0;
+        pthread_join(th, NULL);
+        EXPECT(res != ncclSuccess, "rank %d: aborted collective returned success", rank);
+        EXPECT(dt < 3, "rank %d: abort took %.1f s", rank, dt);
+    }
+    return g_failed;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s dead-peer|timeout|mismatch|abort\n", argv[0]);
+        return 2;
+    }
+    const char *c = argv[1];
+    if (strcmp(c, "timeout") == 0)
+        setenv("WEFT_TIMEOUT", "2", 1);
+    int nranks = 3;
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess)
+        return 1;
+    fflush(NULL);
+    pid_t pids[3];
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            alarm(30);
+            _exit(rank_main(c, r, nranks, id));
+        }
+    }
+    int bad = 0;
+    for (int r = 0; r < nranks; r++) {
+        int status;
+        waitpid(pids[r], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "rank %d: status 0x%x\n", r, status);
+            bad++;
+        }
+    }
+    printf("%d passed, %d failed\n", bad ? 0 : 1, bad ? 1 : 0);
+    return bad ? 1 : 0;
+}

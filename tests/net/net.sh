@@ -1,0 +1,187 @@
+#!/bin/bash
+# Several "hosts" on one machine: one network namespace per host (own UTS namespace and hostname
+# too), joined by veth pairs to a bridge that lives in a namespace of its own, with private
+# 10.77.0.x addresses that exist only inside them. Ranks of one host share memory (same
+# NCCL_HOSTID); ranks of different hosts talk over the socket transport on veth0.
+#
+#   net.sh DRIVER colls HOSTS RANKS_PER_HOST   every collective, checked element by element
+#   net.sh DRIVER kill                         3 hosts x 2 ranks; rank 5 is killed mid-run; the
+#                                              others must fail naming it and its host
+#   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
+#
+# DRIVER is tests/net/net_colls. Needs root and iproute2 (exit 77, SKIP, otherwise). Everything
+# it creates is named weftnet-<pid>-* and removed on exit, whatever happens.
+set -u
+
+driver=$1
+mode=$2
+shift 2
+
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+[ "$(id -u)" = 0 ] || skip "creating network namespaces needs root"
+command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
+command -v unshare >/dev/null 2>&1 || skip "no unshare command (util-linux)"
+
+tag=weftnet-$$
+letters=(a b c d)
+namespaces=()
+pids=()
+logs=$(mktemp -d /tmp/$tag.XXXXXX)
+
+cleanup() {
+    for pid in "${pids[@]}"; do
+        kill -9 "$pid" 2>/dev/null
+    done
+    wait 2>/dev/null
+    for ns in "${namespaces[@]}"; do
+        ip netns del "$ns" 2>/dev/null
+    done
+    rm -rf "$logs"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkns() {
+    ip netns add "$1" 2>/dev/null || skip "cannot create network namespace $1"
+    namespaces+=("$1")
+    ip -n "$1" link set lo up
+}
+
+# hosts N: namespaces $tag-a.. with veth0 at 10.77.0.1.., bridged in $tag-sw
+hosts() {
+    local n=$1 h ns
+    mkns "$tag-sw"
+    ip -n "$tag-sw" link add br0 type bridge || skip "no bridge support"
+    ip -n "$tag-sw" link set br0 up
+    for ((h = 0; h < n; h++)); do
+        ns=$tag-${letters[h]}
+        mkns "$ns"
+        ip -n "$ns" link add veth0 type veth peer name p$h netns "$tag-sw" || skip "no veth support"
+        ip -n "$tag-sw" link set p$h master br0
+        ip -n "$tag-sw" link set p$h up
+        ip -n "$ns" addr add 10.77.0.$((h + 1))/24 dev veth0
+        ip -n "$ns" link set veth0 up
+    done
+}
+
+# in_host H CMD...: runs CMD in host H's network namespace, under hostname weft-<letter>.
+# It execs, so that $! of "in_host ... &" is the program's own pid: call it only in a subshell
+# (in the background, in a pipeline or in $(...)).
+in_host() {
+    local h=$1
+    shift
+    exec ip netns exec "$tag-${letters[h]}" unshare -u sh -c 'hostname "$0" && exec "$@"' \
+        "weft-${letters[h]}" "$@"
+}
+
+# unique id for a job whose rank 0 is on host a (it serves the rendezvous itself)
+make_id() {
+    in_host 0 env NCCL_COMM_ID=10.77.0.1:$((20000 + $$ % 20000)) "$driver" id
+}
+
+# launch NHOSTS RPH ARGS...: starts every rank in the background; pids[rank] = its pid
+launch() {
+    local nh=$1 rph=$2 id h l rank
+    shift 2
+    id=$(make_id) || { echo "FAIL: no unique id"; exit 1; }
+    pids=()
+    for ((h = 0; h < nh; h++)); do
+        for ((l = 0; l < rph; l++)); do
+            rank=$((h * rph + l))
+            in_host $h env WEFT_RANK=$rank WEFT_NRANKS=$((nh * rph)) WEFT_LOCAL_RANK=$l \
+                WEFT_UNIQUE_ID="$id" NCCL_HOSTID=$tag-${letters[h]} NCCL_SOCKET_IFNAME=veth0 \
+                WEFT_TIMEOUT=30 "$@" >"$logs/rank$rank" 2>&1 &
+            pids[rank]=$!
+        done
+    done
+}
+
+# collect LIMIT_S: waits for every rank (killing all at the limit); sets status[rank]
+collect() {
+    local limit=$1 start=$SECONDS r alive
+    status=()
+    while :; do
+        alive=0
+        for r in "${!pids[@]}"; do
+            kill -0 "${pids[r]}" 2>/dev/null && alive=1
+        done
+        [ $alive = 0 ] && break
+        if ((SECONDS - start > limit)); then
+            echo "FAIL: ranks still running after ${limit} s; killing them"
+            for r in "${!pids[@]}"; do kill -9 "${pids[r]}" 2>/dev/null; done
+            break
+        fi
+        sleep 0.1
+    done
+    for r in "${!pids[@]}"; do
+        wait "${pids[r]}"
+        status[r]=$?
+    done
+    pids=()
+}
+
+show_logs() {
+    local r
+    for r in $(ls "$logs" | sed 's/rank//' | sort -n); do
+        sed "s/^/[$r] /" "$logs/rank$r" | tail -n 20
+    done
+}
+
+case $mode in
+colls)
+    nh=$1 rph=$2
+    hosts "$nh"
+    launch "$nh" "$rph" "$driver" colls
+    collect 50
+    show_logs
+    for r in "${!status[@]}"; do
+        [ "${status[r]}" = 0 ] || { echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
+    done
+    echo "PASS: every collective on $nh hosts x $rph ranks"
+    ;;
+kill)
+    nh=3 rph=2 victim=5
+    hosts $nh
+    launch $nh $rph "$driver" kill $victim weft-c
+    sleep 3
+    kill -0 "${pids[victim]}" 2>/dev/null || { show_logs; echo "FAIL: rank $victim ended early"; exit 1; }
+    kill -9 "${pids[victim]}"
+    echo "killed rank $victim (pid ${pids[victim]}) on host weft-c"
+    collect 40
+    show_logs
+    for r in "${!status[@]}"; do
+        [ "$r" = $victim ] && continue
+        [ "${status[r]}" = 0 ] || { echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
+    done
+    echo "PASS: every survivor named peer $victim on weft-c"
+    ;;
+bench)
+    perf=$1 size=${2:-64M}
+    command -v iperf3 >/dev/null 2>&1 || skip "no iperf3"
+    hosts 2
+    in_host 1 iperf3 -s -1 -p 5201 >"$logs/iperf3-server" 2>&1 &
+    sleep 0.5
+    echo "# iperf3 -c 10.77.0.2 -t 5 (host a -> host b, one stream)"
+    in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g | grep -E "sender|receiver"
+    wait
+    in_host 1 iperf3 -s -1 -p 5201 >"$logs/iperf3-server" 2>&1 &
+    sleep 0.5
+    echo "# iperf3 -c 10.77.0.2 -t 5 --bidir (both directions at once, as a ring all-reduce)"
+    in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g --bidir | grep -E "sender|receiver"
+    wait
+    echo "# all_reduce_perf -b $size -e $size across 2 hosts x 1 rank (socket transport)"
+    launch 2 1 "$perf" -b "$size" -e "$size" -n 20 -w 5
+    collect 120
+    cat "$logs/rank0"
+    for r in "${!status[@]}"; do
+        [ "${status[r]}" = 0 ] || { tail "$logs/rank$r"; echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
+    done
+    ;;
+*)
+    echo "unknown mode $mode"
+    exit 2
+    ;;
+esac
