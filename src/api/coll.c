@@ -41,6 +41,10 @@ static ncclResult_t weft_check_usable(const struct ncclComm *comm, const char *a
         WEFT_WARN("%s: communicator was finalized", api);
         return ncclInvalidUsage;
     }
+    if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+        WEFT_WARN("%s: communicator was revoked", api);
+        return ncclInvalidUsage;
+    }
     return ncclSuccess;
 }
 

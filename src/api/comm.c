@@ -162,6 +162,10 @@ static void weft_finalize_finish(struct weft_job *job, ncclResult_t res)
 WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
 {
     WEFT_CHECK(weft_comm_check(comm, "ncclCommFinalize"));
+    if (comm->revoked) {
+        WEFT_WARN("ncclCommFinalize: communicator was revoked (destroy it instead)");
+        return ncclInvalidUsage;
+    }
     if (comm->finalized) {
         WEFT_WARN("ncclCommFinalize: communicator was already finalized");
         return ncclInvalidArgument;
@@ -229,8 +233,18 @@ WEFT_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags)
         WEFT_WARN("ncclCommRevoke: revokeFlags %d must be NCCL_REVOKE_DEFAULT", revokeFlags);
         return ncclInvalidArgument;
     }
-    WEFT_WARN("ncclCommRevoke is not supported by this version of Weft yet");
-    return ncclInvalidUsage;
+    /*
+     * Operations still running fail fast (the executor checks `revoked` where it checks abort),
+     * then the communicator is quiescent: only destroy, split and shrink remain valid.
+     */
+    __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
+    if (comm->bell != NULL) {
+        __atomic_fetch_add(&comm->bell->seq, 1, __ATOMIC_SEQ_CST);
+        weft_futex_wake(&comm->bell->seq);
+    }
+    for (int i = 0; i < 10000 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0; i++)
+        usleep(1000);
+    return ncclSuccess;
 }
 
 WEFT_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,

@@ -25,8 +25,6 @@ WEFT_PARAM(ShmDisable, "NCCL_SHM_DISABLE", 0,
            "1: no shared memory between this rank and any other (ranks of one host, even a rank "
            "and itself, then use the socket transport over TCP)");
 
-#define WEFT_PEER_INFO_VERSION 2
-
 /* Transports in the order they are asked; the first that can connect a pair does. */
 static const struct weft_transport *const weft_transports[] = {
     &weft_transport_shm,

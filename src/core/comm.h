@@ -27,6 +27,7 @@ struct weft_transport;
 struct weft_stream;
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather. */
+#define WEFT_PEER_INFO_VERSION 2
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;

@@ -205,9 +205,11 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
 {
     for (int i = 0; i < nlanes; i++) {
         struct ncclComm *comm = lanes[i].task->comm;
-        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
-            WEFT_WARN("rank %d: communicator aborted during %s (operation %llu)", comm->rank,
-                      lanes[i].task->api, (unsigned long long)lanes[i].seq);
+        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+            WEFT_WARN("rank %d: communicator %s during %s (operation %llu)", comm->rank,
+                      comm->revoked ? "revoked" : "aborted", lanes[i].task->api,
+                      (unsigned long long)lanes[i].seq);
             return ncclInvalidUsage;
         }
         ncclResult_t net = __atomic_load_n(&comm->net_error, __ATOMIC_ACQUIRE);
@@ -374,6 +376,17 @@ static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct w
             while (t + run < ntasks && weft_fusable(&tasks[t], &tasks[t + run], total, limit))
                 total += tasks[t + run++].count * es;
         out[nout] = tasks[t];
+        if (tasks[t].coll == WEFT_COLL_ALLTOALL && tasks[t].sendbuf == tasks[t].recvbuf) {
+            /* In place, the pairwise exchange would overwrite blocks before sending them. */
+            size_t bytes = tasks[t].count * es * (size_t)tasks[t].comm->nranks;
+            void *copy = weft_arena_alloc(bytes);
+            if (copy == NULL) {
+                WEFT_WARN("out of memory staging an in-place all-to-all (%zu bytes)", bytes);
+                return ncclSystemError;
+            }
+            memcpy(copy, tasks[t].sendbuf, bytes);
+            out[nout].sendbuf = copy;
+        }
         if (run > 1) {
             char *stage = weft_arena_alloc(total);
             if (stage == NULL) {

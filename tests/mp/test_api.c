@@ -173,6 +173,30 @@ static void test_alltoall(ncclComm_t comm, size_t count, int grouped)
     free(d);
 }
 
+/* In place (sendbuff == recvbuff) all-to-all. */
+static void test_alltoall_inplace(ncclComm_t comm, size_t count)
+{
+    int n = g_nranks, r = g_rank;
+    int32_t *b = malloc((size_t)n * count * 4 + 4);
+    for (int p = 0; p < n; p++)
+        fill_block(b + (size_t)p * count, count, r, p);
+    NCCLOK(ncclAlltoAll(b, b, count, ncclInt32, comm, NULL));
+    for (int p = 0; p < n; p++)
+        check_block(b + (size_t)p * count, count, p, r, "in-place ncclAlltoAll");
+    free(b);
+}
+
+/* Revoke: in-flight work stops, further operations are refused, destroy still works. */
+static void test_revoke(ncclComm_t comm)
+{
+    float x = 1;
+    NCCLOK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+    CHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL) == ncclInvalidUsage,
+          "collective after revoke");
+    CHECK(ncclCommFinalize(comm) == ncclInvalidUsage, "finalize after revoke");
+    NCCLOK(ncclCommDestroy(comm));
+}
+
 static void test_gather_scatter(ncclComm_t comm, size_t count, int root, int inplace)
 {
     int n = g_nranks, r = g_rank;
@@ -368,6 +392,8 @@ static int rank_main(ncclUniqueId id)
         test_alltoall(comm, 1023, grouped);
         test_alltoall(comm, 100003, grouped);
     }
+    test_alltoall_inplace(comm, 5);
+    test_alltoall_inplace(comm, 70001);
     for (int inplace = 0; inplace < 2; inplace++) {
         test_gather_scatter(comm, 7, 0, inplace);
         test_gather_scatter(comm, 50001, g_nranks - 1, inplace);
@@ -381,7 +407,7 @@ static int rank_main(ncclUniqueId id)
     NCCLOK(ncclRecv(NULL, 0, ncclInt32, (g_rank + 1) % g_nranks, comm, NULL));
     CHECK(ncclSend(&id, 1, ncclInt32, g_nranks, comm, NULL) == ncclInvalidArgument,
           "peer out of range");
-    NCCLOK(ncclCommDestroy(comm));
+    test_revoke(comm);
     return 0;
 }
 

@@ -27,20 +27,12 @@
  * A proxy polls for WEFT_SOCKET_SPIN_US after its last work, then sleeps in epoll_wait on its
  * sockets and the eventfd of its doorbell (exec/wait.h): rings cost nothing while it is awake.
  *
- * Wire format (integers in host byte order: all ranks share one architecture, as in NCCL):
- *   connection setup, connecting side -> accepting side, once: struct weft_sock_hello
- *     {version, type HELLO, comm hash, rank, peer, thread, sock, nthreads, nsocks, nchannels,
- *      slot bytes}, every field checked against what the acceptor expects;
- *   then frames both ways: struct weft_sock_frame {version, type, channel, step, bytes, check}
- *     DATA    step = the step, bytes = payload bytes that follow (<= slot payload)
- *     CREDIT  step = steps the receiver freed on that channel, bytes = 0
- *     BYE     the sender closes the communicator: nothing follows, EOF is then expected
- *   Every frame is validated: version, check word, type, channel range and owner thread, step
- *   == the next step expected on this connection for that channel, step inside the receive
- *   window, bytes <= slot payload; credits must advance and stay inside the window. A bad frame,
- *   EOF or reset without BYE fails the peer: the proxy logs the cause, records it on the
- *   communicator (comm->net_error, naming the peer, its host and address) and rings the rank,
- *   whose wait loop then fails the operation with ncclRemoteError.
+ * Wire format: socket/socket.h. Every frame is validated: version, check word, type, channel
+ * range and owner thread, step == the next step expected on this connection for that channel,
+ * step inside the receive window, bytes <= slot payload; credits must advance and stay inside the
+ * window. A bad frame, EOF or reset without BYE fails the peer: the proxy logs the cause, records
+ * it on the communicator (comm->net_error, naming the peer, its host and address) and rings the
+ * rank, whose wait loop then fails the operation with ncclRemoteError.
  *
  * Setup: every rank listens on the interface NCCL_SOCKET_IFNAME selects (bootstrap/socket.h,
  * IPv4 or IPv6), all-gathers its address, connects nthreads * nsocks times to every higher-ranked
@@ -69,6 +61,7 @@
 #include "core/param.h"
 #include "exec/lane.h"
 #include "exec/wait.h"
+#include "socket/socket.h"
 #include "transport.h"
 
 WEFT_PARAM(SocketSlotBytes, "WEFT_SOCKET_SLOT_BYTES", 524288,
@@ -87,8 +80,6 @@ WEFT_PARAM(SocketFlushTimeout, "WEFT_SOCKET_FLUSH_TIMEOUT", 10,
            "seconds closing a communicator may spend handing posted data to the network");
 WEFT_PARAM_DECL(BootstrapTimeout);
 
-#define WEFT_SOCK_VERSION 0x014b5357u /* "WSK" + wire version 1 */
-#define WEFT_SOCK_INFO_VERSION 1u
 #define WEFT_SOCK_MAX_THREADS 16
 #define WEFT_SOCK_MAX_SOCKS 16
 #define WEFT_SOCK_MAX_LINKS 64
@@ -97,48 +88,6 @@ WEFT_PARAM_DECL(BootstrapTimeout);
 #define WEFT_SOCK_RX_BUDGET (8u << 20)
 #define WEFT_SOCK_MAX_IOV 64
 #define WEFT_SOCK_SLEEP_MS 100
-
-enum weft_sock_type {
-    WEFT_SOCK_HELLO = 1,
-    WEFT_SOCK_DATA,
-    WEFT_SOCK_CREDIT,
-    WEFT_SOCK_BYE,
-};
-
-struct weft_sock_frame {
-    uint32_t version;
-    uint16_t type;
-    uint16_t channel;
-    uint64_t step;
-    uint32_t bytes;
-    uint32_t check; /* weft_sock_check() of the other fields: catches a stream out of step */
-};
-_Static_assert(sizeof(struct weft_sock_frame) == 24, "frame header layout");
-
-struct weft_sock_hello {
-    uint32_t version;
-    uint32_t type;
-    uint64_t comm_hash;
-    int32_t rank; /* the connecting rank */
-    int32_t peer; /* the rank it meant to reach */
-    uint32_t thread;
-    uint32_t sock;
-    uint32_t nthreads;
-    uint32_t nsocks;
-    uint32_t nchannels;
-    uint32_t pad;
-    uint64_t slot_bytes;
-};
-
-/* What every rank all-gathers at setup. */
-struct weft_sock_info {
-    uint32_t version;
-    uint32_t listening;
-    uint32_t nthreads;
-    uint32_t nsocks;
-    uint64_t slot_bytes;
-    union weft_sockaddr addr;
-};
 
 struct weft_sock_txent {
     struct weft_sock_frame hdr;
@@ -233,13 +182,6 @@ struct weft_sock_state {
 static size_t sock_fifo_stride(size_t slot)
 {
     return (sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot + 4095) & ~(size_t)4095;
-}
-
-static uint32_t sock_check(const struct weft_sock_frame *f)
-{
-    uint32_t x = f->version ^ ((uint32_t)f->type << 16) ^ f->channel ^ (uint32_t)f->step ^
-                 (uint32_t)(f->step >> 32) ^ f->bytes;
-    return x * 0x9e3779b1u ^ 0x5eb1c0deu;
 }
 
 static struct weft_slot_header *sock_slot(char *slots, size_t slot_bytes, uint64_t step)
@@ -337,7 +279,7 @@ static int sock_enqueue(struct weft_sock_link *l, int type, int channel, uint64_
     e->hdr.channel = (uint16_t)channel;
     e->hdr.step = step;
     e->hdr.bytes = len;
-    e->hdr.check = sock_check(&e->hdr);
+    e->hdr.check = weft_sock_check(&e->hdr);
     e->payload = payload;
     e->len = len;
     e->done = 0;
@@ -478,7 +420,7 @@ static int sock_frame(struct weft_sock_link *l)
                        WEFT_SOCK_VERSION);
         return 0;
     }
-    if (f->check != sock_check(f)) {
+    if (f->check != weft_sock_check(f)) {
         sock_frame_bad(l, "bad frame: check word 0x%08x does not match (type %u channel %u "
                        "step %llu bytes %u)",
                        f->check, f->type, f->channel, (unsigned long long)f->step, f->bytes);
