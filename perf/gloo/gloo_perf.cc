@@ -25,8 +25,9 @@
  *   gather, scatter gather, scatter (gloo::gather, gloo::scatter)
  * With several algorithms, the first call of each measured size (the untimed synchronising op of
  * its out-of-place row) times each one (1 warm-up + k calls, k = 5/3/1 by size), takes the max
- * over ranks and keeps the fastest for the size (both halves of the row); rank 0 then appends "algorithm":"<name>" to every -J line and prints the
- * choices. "coll:a,b" restricts the candidates (GLOO_PERF_ALGOS does too).
+ * over ranks and keeps the fastest for the size (both halves of the row); rank 0 then appends
+ * "algorithm":"<name>" to every -J line and prints the choices. "coll:a,b" restricts the
+ * candidates (GLOO_PERF_ALGOS does too).
  *
  * Legacy classes bind to their buffers when built and work in place. They are built per buffer
  * set in that untimed first call, for every rotation slot the timed loop will use, and dropped at
@@ -236,14 +237,16 @@ struct Algo {
     const char *name;
     DirectFn direct; /* exactly one of direct and make is set */
     MakeFn make;
-    bool pow2_only;  /* gives wrong results on other rank counts */
+    bool pow2_only; /* gives wrong results on other rank counts */
 };
 
 /* Legacy in-place class over recv; out of place, send is copied into recv first. */
 template <typename A> struct InPlaceBound : Bound {
     std::unique_ptr<A> algo;
     size_t bytes;
-    explicit InPlaceBound(std::unique_ptr<A> a, size_t b) : algo(std::move(a)), bytes(b) {}
+    explicit InPlaceBound(std::unique_ptr<A> a, size_t b) : algo(std::move(a)), bytes(b)
+    {
+    }
     void run(const void *send, void *recv) override
     {
         if (send != recv)
@@ -255,7 +258,8 @@ template <typename A> struct InPlaceBound : Bound {
 /* ---- all_reduce ---- */
 
 template <typename T> struct ArNew {
-    static void call(const perf_op *op, const void *send, void *recv, gloo::AllreduceOptions::Algorithm a)
+    static void call(const perf_op *op, const void *send, void *recv,
+                     gloo::AllreduceOptions::Algorithm a)
     {
         gloo::AllreduceOptions o(g.ctx);
         o.setAlgorithm(a);
@@ -565,14 +569,18 @@ struct CollDef {
 
 #define GP_COLL(nm, algos)                                                                         \
     {                                                                                              \
-        #nm, &perf_coll_##nm, algos, sizeof(algos) / sizeof(algos[0])                              \
+#nm, &perf_coll_##nm, algos, sizeof(algos) / sizeof(algos[0])                              \
     }
 
 const CollDef colls[] = {
-    GP_COLL(all_reduce, all_reduce_algos), GP_COLL(all_gather, all_gather_algos),
-    GP_COLL(reduce_scatter, reduce_scatter_algos), GP_COLL(broadcast, broadcast_algos),
-    GP_COLL(reduce, reduce_algos), GP_COLL(alltoall, alltoall_algos),
-    GP_COLL(sendrecv, sendrecv_algos), GP_COLL(gather, gather_algos),
+    GP_COLL(all_reduce, all_reduce_algos),
+    GP_COLL(all_gather, all_gather_algos),
+    GP_COLL(reduce_scatter, reduce_scatter_algos),
+    GP_COLL(broadcast, broadcast_algos),
+    GP_COLL(reduce, reduce_algos),
+    GP_COLL(alltoall, alltoall_algos),
+    GP_COLL(sendrecv, sendrecv_algos),
+    GP_COLL(gather, gather_algos),
     GP_COLL(scatter, scatter_algos),
 };
 
@@ -598,7 +606,7 @@ struct Runner {
     std::map<std::pair<const void *, void *>, std::unique_ptr<Bound>> bound;
     std::map<RowKey, const Algo *> chosen;
     bool timed_row = false; /* a measured row past its first call */
-    long built_late = 0;    /* bound instances built there (their cost lands in the timing) */
+    long built_late = 0; /* bound instances built there (their cost lands in the timing) */
 } R;
 
 bool is_measured_size(const perf_op *op)
@@ -657,9 +665,8 @@ void prebuild(const Algo *a, const perf_op *op, const void *send, void *recv)
 {
     size_t total = std::max(op->c.send_count, op->c.recv_count) * op->type->size;
     size_t steps = total ? R.sweep.max_bytes / total : 1;
-    size_t slots = std::max<size_t>(1, std::min<size_t>(steps, std::max<long>(
-                                                                   R.sweep.iters * R.sweep.agg,
-                                                                   R.sweep.warmup)));
+    size_t slots = std::max<size_t>(
+        1, std::min<size_t>(steps, std::max<long>(R.sweep.iters * R.sweep.agg, R.sweep.warmup)));
     for (size_t k = 0; k < slots; k++) {
         const void *s = (const char *)send + k * total;
         void *r = (char *)recv + k * total;
@@ -744,7 +751,8 @@ ncclResult_t be_init(perf_ctx *ctx, char *version_line, size_t len)
     if (g.store_dir.empty()) {
         if (size > 1)
             return fail("%d ranks need a shared rendezvous directory: run under weftrun or set "
-                        "GLOO_PERF_STORE", size);
+                        "GLOO_PERF_STORE",
+                        size);
         if (mkdtemp(tmpl) == nullptr)
             return fail("mkdtemp: %s", strerror(errno));
         g.store_dir = tmpl;
@@ -850,7 +858,10 @@ ncclResult_t be_allgather(const perf_ctx *, const void *in, void *out, size_t by
     });
 }
 
-ncclResult_t be_group(void) { return ncclSuccess; }
+ncclResult_t be_group(void)
+{
+    return ncclSuccess;
+}
 
 ncclResult_t be_op_create(const perf_ctx *, perf_op *op)
 {
@@ -858,7 +869,10 @@ ncclResult_t be_op_create(const perf_ctx *, perf_op *op)
     return ncclSuccess;
 }
 
-ncclResult_t be_op_destroy(const perf_ctx *, perf_op *) { return ncclSuccess; }
+ncclResult_t be_op_destroy(const perf_ctx *, perf_op *)
+{
+    return ncclSuccess;
+}
 
 int be_supports(const perf_type *t, int op)
 {
@@ -870,21 +884,45 @@ int be_supports(const perf_type *t, int op)
 
 const char *be_error_string(ncclResult_t res)
 {
-    return res == ncclSuccess ? "no error" : res == ncclInvalidArgument ? "invalid argument"
-                                                                        : "Gloo error";
+    return res == ncclSuccess           ? "no error"
+           : res == ncclInvalidArgument ? "invalid argument"
+                                        : "Gloo error";
 }
 
-const char *be_last_error(void) { return g.last_error; }
+const char *be_last_error(void)
+{
+    return g.last_error;
+}
 
 /* Gloo has no abort: the -T watchdog gives the blocked call 5 s, then exits the process. */
-ncclResult_t be_abort(const perf_ctx *) { return ncclSuccess; }
+ncclResult_t be_abort(const perf_ctx *)
+{
+    return ncclSuccess;
+}
 
-const perf_backend gloo_backend = {
-    "gloo",        be_init,          be_early_rank, be_fini,       be_barrier,
-    be_reduce_double, be_sum_int64,  be_allgather,  be_group,      be_group,
-    be_op_create,  be_op_destroy,    be_supports,   be_error_string, be_last_error,
-    be_abort,
-};
+perf_backend make_backend()
+{
+    perf_backend b{};
+    b.name = "gloo";
+    b.init = be_init;
+    b.early_rank = be_early_rank;
+    b.fini = be_fini;
+    b.barrier = be_barrier;
+    b.reduce_double = be_reduce_double;
+    b.sum_int64 = be_sum_int64;
+    b.allgather = be_allgather;
+    b.group_start = be_group;
+    b.group_end = be_group;
+    b.op_create = be_op_create;
+    b.op_destroy = be_op_destroy;
+    b.supports = be_supports;
+    b.error_string = be_error_string;
+    b.last_error = be_last_error;
+    b.abort = be_abort;
+    return b;
+}
+
+const perf_backend gloo_backend = make_backend();
 
 /* ---------------------------------------------------------------------------------------------
  * main: pick the collective, read the sweep flags, run the driver, label the JSON lines
@@ -897,10 +935,20 @@ bool parse_size(const char *s, size_t *out)
     if (end == s || v < 0)
         return false;
     switch (*end) {
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    case 'M': case 'm': v *= 1024.0 * 1024; break;
-    case 'K': case 'k': v *= 1024.0; break;
-    default: break;
+    case 'G':
+    case 'g':
+        v *= 1024.0 * 1024 * 1024;
+        break;
+    case 'M':
+    case 'm':
+        v *= 1024.0 * 1024;
+        break;
+    case 'K':
+    case 'k':
+        v *= 1024.0;
+        break;
+    default:
+        break;
     }
     *out = (size_t)v;
     return true;
@@ -910,38 +958,67 @@ bool parse_size(const char *s, size_t *out)
 void read_sweep(int argc, char **argv, Sweep *s)
 {
     static const option longopts[] = {
-        {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
-        {"stepbytes", required_argument, 0, 'i'}, {"stepfactor", required_argument, 0, 'f'},
-        {"iters", required_argument, 0, 'n'},    {"agg_iters", required_argument, 0, 'm'},
+        {"minbytes", required_argument, 0, 'b'},
+        {"maxbytes", required_argument, 0, 'e'},
+        {"stepbytes", required_argument, 0, 'i'},
+        {"stepfactor", required_argument, 0, 'f'},
+        {"iters", required_argument, 0, 'n'},
+        {"agg_iters", required_argument, 0, 'm'},
         {"warmup_iters", required_argument, 0, 'w'},
-        {"nthreads", required_argument, 0, 't'}, {"ngpus", required_argument, 0, 'g'},
-        {"run_cycles", required_argument, 0, 'N'}, {"parallel_init", required_argument, 0, 'p'},
-        {"check", required_argument, 0, 'c'},    {"op", required_argument, 0, 'o'},
-        {"datatype", required_argument, 0, 'd'}, {"root", required_argument, 0, 'r'},
-        {"blocking", required_argument, 0, 'z'}, {"stream_null", required_argument, 0, 'y'},
-        {"timeout", required_argument, 0, 'T'},  {"cudagraph", required_argument, 0, 'G'},
-        {"report_cputime", required_argument, 0, 'C'}, {"average", required_argument, 0, 'a'},
-        {"local_register", required_argument, 0, 'R'}, {"cta_policy", required_argument, 0, 'x'},
+        {"nthreads", required_argument, 0, 't'},
+        {"ngpus", required_argument, 0, 'g'},
+        {"run_cycles", required_argument, 0, 'N'},
+        {"parallel_init", required_argument, 0, 'p'},
+        {"check", required_argument, 0, 'c'},
+        {"op", required_argument, 0, 'o'},
+        {"datatype", required_argument, 0, 'd'},
+        {"root", required_argument, 0, 'r'},
+        {"blocking", required_argument, 0, 'z'},
+        {"stream_null", required_argument, 0, 'y'},
+        {"timeout", required_argument, 0, 'T'},
+        {"cudagraph", required_argument, 0, 'G'},
+        {"report_cputime", required_argument, 0, 'C'},
+        {"average", required_argument, 0, 'a'},
+        {"local_register", required_argument, 0, 'R'},
+        {"cta_policy", required_argument, 0, 'x'},
         {"device_implementation", required_argument, 0, 'D'},
-        {"output_file", required_argument, 0, 'J'}, {"unalign", required_argument, 0, 'u'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
+        {"output_file", required_argument, 0, 'J'},
+        {"unalign", required_argument, 0, 'u'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     std::vector<char *> copy(argv, argv + argc);
     int c;
     copy.push_back(nullptr);
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, copy.data(), "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:h",
-                            longopts, nullptr)) != -1) {
+    while (
+        (c = getopt_long(argc, copy.data(), "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:h",
+                         longopts, nullptr)) != -1) {
         switch (c) {
-        case 'b': parse_size(optarg, &s->min_bytes); break;
-        case 'e': parse_size(optarg, &s->max_bytes); break;
-        case 'i': parse_size(optarg, &s->step_bytes); break;
-        case 'f': s->factor = atol(optarg); break;
-        case 'n': s->iters = atol(optarg); break;
-        case 'm': s->agg = atol(optarg); break;
-        case 'w': s->warmup = atol(optarg); break;
-        default: break;
+        case 'b':
+            parse_size(optarg, &s->min_bytes);
+            break;
+        case 'e':
+            parse_size(optarg, &s->max_bytes);
+            break;
+        case 'i':
+            parse_size(optarg, &s->step_bytes);
+            break;
+        case 'f':
+            s->factor = atol(optarg);
+            break;
+        case 'n':
+            s->iters = atol(optarg);
+            break;
+        case 'm':
+            s->agg = atol(optarg);
+            break;
+        case 'w':
+            s->warmup = atol(optarg);
+            break;
+        default:
+            break;
         }
     }
     optind = 1;
@@ -1075,7 +1152,8 @@ int main(int argc, char **argv)
             R.algos.push_back(&R.def->algos[i]);
     }
     if (R.algos.empty()) {
-        fprintf(stderr, "%s: no algorithm of %s matches '%s'\n", argv[0], R.def->name, want.c_str());
+        fprintf(stderr, "%s: no algorithm of %s matches '%s'\n", argv[0], R.def->name,
+                want.c_str());
         usage(argv[0]);
         return 2;
     }

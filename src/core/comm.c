@@ -431,6 +431,10 @@ ncclResult_t weft_comm_async_state(struct ncclComm *comm)
     ncclResult_t err = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
     if (err != ncclSuccess)
         return err;
+    /* A connection that failed between operations is reported before the next one fails. */
+    err = __atomic_load_n(&comm->net_error, __ATOMIC_ACQUIRE);
+    if (err != ncclSuccess)
+        return err;
     if (comm->blocking)
         return ncclSuccess;
     pthread_mutex_lock(&comm->ticket_lock);

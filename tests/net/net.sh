@@ -21,7 +21,7 @@ skip() {
     echo "SKIP: $*"
     exit 77
 }
-[ "$(id -u)" = 0 ] || skip "creating network namespaces needs root"
+[ "$EUID" = 0 ] || skip "creating network namespaces needs root"
 command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
 command -v unshare >/dev/null 2>&1 || skip "no unshare command (util-linux)"
 
@@ -32,7 +32,7 @@ pids=()
 logs=$(mktemp -d /tmp/$tag.XXXXXX)
 
 cleanup() {
-    for pid in "${pids[@]}"; do
+    for pid in "${pids[@]}" $(jobs -p); do
         kill -9 "$pid" 2>/dev/null
     done
     wait 2>/dev/null
@@ -147,7 +147,11 @@ kill)
     hosts $nh
     launch $nh $rph "$driver" kill $victim weft-c
     sleep 3
-    kill -0 "${pids[victim]}" 2>/dev/null || { show_logs; echo "FAIL: rank $victim ended early"; exit 1; }
+    if ! kill -0 "${pids[victim]}" 2>/dev/null; then
+        show_logs
+        echo "FAIL: rank $victim ended early"
+        exit 1
+    fi
     kill -9 "${pids[victim]}"
     echo "killed rank $victim (pid ${pids[victim]}) on host weft-c"
     collect 40
@@ -165,20 +169,33 @@ bench)
     in_host 1 iperf3 -s -1 -p 5201 >"$logs/iperf3-server" 2>&1 &
     sleep 0.5
     echo "# iperf3 -c 10.77.0.2 -t 5 (host a -> host b, one stream)"
-    in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g | grep -E "sender|receiver"
+    (in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g) | grep -E "sender|receiver"
     wait
     in_host 1 iperf3 -s -1 -p 5201 >"$logs/iperf3-server" 2>&1 &
     sleep 0.5
     echo "# iperf3 -c 10.77.0.2 -t 5 --bidir (both directions at once, as a ring all-reduce)"
-    in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g --bidir | grep -E "sender|receiver"
+    (in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g --bidir) | tee "$logs/bidir" |
+        grep -E "sender|receiver"
     wait
     echo "# all_reduce_perf -b $size -e $size across 2 hosts x 1 rank (socket transport)"
     launch 2 1 "$perf" -b "$size" -e "$size" -n 20 -w 5
     collect 120
     cat "$logs/rank0"
     for r in "${!status[@]}"; do
-        [ "${status[r]}" = 0 ] || { tail "$logs/rank$r"; echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
+        if [ "${status[r]}" != 0 ]; then
+            tail "$logs/rank$r"
+            echo "FAIL: rank $r exited with ${status[r]}"
+            exit 1
+        fi
     done
+    # With 2 ranks, all-reduce busbw is the bytes each rank sends (and receives) per second:
+    # compare it with iperf3's per-direction rate when both directions run at once.
+    iperf=$(awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Gbits/sec") s += $i; n++ }
+                 END { if (n) printf "%.3f", s / n / 8 }' "$logs/bidir")
+    busbw=$(awk '$1 ~ /^[0-9]+$/ && NF >= 12 { b = $8 > $12 ? $8 : $12 } END { print b }' \
+        "$logs/rank0")
+    awk -v b="$busbw" -v i="$iperf" 'BEGIN { if (i > 0) printf "# summary: all-reduce busbw " \
+        "%.2f GB/s, iperf3 bidir %.2f GB/s per direction: %.0f%%\n", b, i, 100 * b / i }'
     ;;
 *)
     echo "unknown mode $mode"

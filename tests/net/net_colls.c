@@ -106,8 +106,8 @@ static double expected(int t, ncclRedOp_t op, size_t i, uint64_t salt)
 }
 
 /* Compares n elements at got with what want(i) stores; reports the first mismatch. */
-static int compare(const char *what, int t, const char *got, size_t n, double (*want)(size_t, void *),
-                   void *arg)
+static int compare(const char *what, int t, const char *got, size_t n,
+                   double (*want)(size_t, void *), void *arg)
 {
     size_t es = weft_dtype_size(t);
     unsigned char w[8];

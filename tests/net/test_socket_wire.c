@@ -9,8 +9,11 @@
  * open, so the error must come from the check and not from EOF (except in the EOF cases, where it
  * half-closes, and the reset case, where it closes with SO_LINGER 0).
  *
+ * Case "left": the peer says goodbye (BYE, then EOF) as ncclCommDestroy does, and rank 0 then
+ * starts an all-reduce that needs it: the data it posts for a departed peer is an error at once.
+ *
  * Usage: test_socket_wire CASE   (version, check, type, channel, step, bytes, credit, eof,
- *                                 eof-mid-frame, reset)
+ *                                 eof-mid-frame, reset, left)
  */
 #include <signal.h>
 #include <stdio.h>
@@ -53,6 +56,7 @@ static const struct wire_case cases[] = {
     {"eof", "(EOF)"},
     {"eof-mid-frame", "in the middle of a frame"},
     {"reset", "reset"},
+    {"left", "closed its communicator while this rank still had data for it"},
 };
 
 static void env_common(void)
@@ -76,6 +80,8 @@ static int real_rank(const struct wire_case *c, ncclUniqueId id)
     }
     size_t count = 1 << 18;
     float *buf = calloc(count, sizeof(float));
+    if (strcmp(c->name, "left") == 0)
+        sleep(1); /* the goodbye is in before the operation starts */
     double t0 = now_s();
     ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
     double dt = now_s() - t0;
@@ -176,6 +182,9 @@ static int fake_rank(const struct wire_case *c, ncclUniqueId id)
         struct weft_sock_frame f = {.version = WEFT_SOCK_VERSION};
         sent = fake_send(fd, &f, 10);
         shutdown(fd, SHUT_WR);
+    } else if (strcmp(n, "left") == 0) {
+        sent = fake_frame(fd, WEFT_SOCK_BYE, 0, 0, 0, 0);
+        shutdown(fd, SHUT_WR);
     } else if (strcmp(n, "reset") == 0) {
         struct linger lg = {.l_onoff = 1, .l_linger = 0};
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
@@ -199,7 +208,7 @@ int main(int argc, char **argv)
             c = &cases[i];
     if (c == NULL) {
         fprintf(stderr, "usage: %s CASE (version, check, type, channel, step, bytes, credit, eof, "
-                        "eof-mid-frame, reset)\n",
+                        "eof-mid-frame, reset, left)\n",
                 argv[0]);
         return 2;
     }

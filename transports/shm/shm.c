@@ -191,6 +191,8 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             comm->chan_peers[c][p].recv = recv;
         }
     }
+    /* shm is set up first (src/core/comm.c), so the rank sleeps on the doorbell in its segment,
+     * the one its shm peers ring; the socket proxies ring it too. */
     if (comm->bell == NULL) {
         comm->bell = &hdr->bell;
         st->owns_bell = 1;

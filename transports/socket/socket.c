@@ -108,7 +108,8 @@ struct weft_sock_link {
     int out_armed; /* EPOLLOUT requested */
     int bye_queued, bye_sent, bye_recv;
     int rx_closed; /* clean EOF after BYE */
-    int dead;      /* closed after an error; nothing more goes through it */
+    int dead;      /* out of service (error, or the peer left); nothing more goes through it */
+    int late_data; /* data was posted for a peer that had left; reported */
     /* transmit queue: a ring of frames */
     struct weft_sock_txent *txq;
     uint32_t txcap, txhead, txcount;
@@ -145,7 +146,8 @@ struct weft_sock_peer {
 };
 
 struct weft_sock_thread {
-    struct weft_doorbell bell; /* the proxy's doorbell (eventfd kind); first: cache aligned */
+    /* the proxy's doorbell (eventfd kind), alone in its cache line */
+    struct weft_doorbell bell __attribute__((aligned(WEFT_CACHELINE)));
     struct weft_sock_state *st;
     int index;
     int epfd;
@@ -353,6 +355,27 @@ static void sock_tx(struct weft_sock_link *l)
         sock_link_epoll(l, 0);
 }
 
+/*
+ * A peer closes its communicator only once its operations are done, so it needed nothing more from
+ * us: data posted for it after its goodbye means the ranks issued different operations.
+ */
+static void sock_late_data(struct weft_sock_thread *t, struct weft_sock_link *l, int c)
+{
+    struct weft_sock_state *st = t->st;
+    uint64_t s = l->tx_next[c];
+    struct weft_slot_header *h = sock_slot(l->peer->chans[c].send_slots, st->slot_bytes, s);
+    if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != s + 1)
+        return;
+    l->late_data = 1;
+    WEFT_WARN("rank %d: %s closed its communicator while this rank still had data for it "
+              "(channel %d step %llu): the ranks issued different operations",
+              st->me, l->peer->where, c, (unsigned long long)s);
+    weft_comm_set_net_error(st->comm, ncclRemoteError,
+                            "%s closed its communicator while this rank still had data for it",
+                            l->peer->where);
+    weft_doorbell_ring(st->rank_bell);
+}
+
 /* Enqueues posted slots and due credits of this thread's channels. Returns 1 if it queued any. */
 static int sock_scan(struct weft_sock_thread *t)
 {
@@ -365,8 +388,11 @@ static int sock_scan(struct weft_sock_thread *t)
             struct weft_sock_chan *ch = &p->chans[c];
             for (int k = 0; k < ns; k++) {
                 struct weft_sock_link *l = &links[k];
-                if (l->dead)
+                if (l->dead) {
+                    if (l->bye_recv && !l->late_data)
+                        sock_late_data(t, l, c);
                     continue;
+                }
                 for (;;) {
                     uint64_t s = l->tx_next[c];
                     struct weft_slot_header *h = sock_slot(ch->send_slots, st->slot_bytes, s);
@@ -506,8 +532,11 @@ static ssize_t sock_recv(struct weft_sock_link *l, void *buf, size_t len)
         }
         if (n == 0) {
             if (l->bye_recv && !l->rx_in_payload && l->rxbeg == l->rxend) {
-                l->rx_closed = 1; /* the peer left after saying goodbye */
-                sock_link_epoll(l, l->out_armed);
+                /* The peer left after saying goodbye: nothing more goes either way. */
+                epoll_ctl(l->thread->epfd, EPOLL_CTL_DEL, l->fd, NULL);
+                l->rx_closed = 1;
+                l->dead = 1;
+                l->txcount = 0;
                 return 0;
             }
             sock_link_fail(l, ncclRemoteError,
