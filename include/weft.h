@@ -29,6 +29,9 @@ extern "C" {
  *   WEFT_LOCAL_SIZE  number of ranks on its host (informational; not returned here)
  *   WEFT_UNIQUE_ID   the job's ncclUniqueId, 2*NCCL_UNIQUE_ID_BYTES (256) hex digits; weftrun
  *                    made it with ncclGetUniqueId and keeps the bootstrap root alive for the job
+ *
+ * Under other launchers (Open MPI's mpirun, MPICH's mpiexec, Slurm's srun, torchrun) the rank comes
+ * from their variables and the id from rank 0 through a small store; see weftLaunchInfo.
  * ------------------------------------------------------------------------------------------- */
 
 /* Number of hex digits in WEFT_UNIQUE_ID: two per byte of ncclUniqueId. */
@@ -52,30 +55,57 @@ extern "C" {
  * all ranks are assumed to share one host). Values are decimal integers; a value that does not
  * parse, rank outside [0, nranks), nranks < 1 or local rank outside [0, nranks) is an error.
  *
+ * Local size (ranks on this host), used only to pick the rendezvous below: WEFT_LOCAL_SIZE,
+ * OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, LOCAL_WORLD_SIZE for the families above; Slurm: all
+ * ranks when SLURM_STEP_NUM_NODES (or SLURM_NNODES) is 1.
+ *
  * The unique id:
  *   - WEFT_UNIQUE_ID set: decoded from exactly WEFT_UNIQUE_ID_HEX_LEN hex digits (either case, no
  *     spaces or prefix); whichever family gave the rank.
  *   - not set and nranks == 1: made here with ncclGetUniqueId (which starts a bootstrap root
  *     listener in this process; each such call makes a new id).
- *   - not set and nranks > 1: an error. The MPI/Slurm/torchrun variables give the rank but no
- *     rendezvous; launch such jobs through weftrun (mpirun/srun/torchrun rendezvous is not
- *     supported yet).
+ *   - not set and nranks > 1: rank 0 makes it with ncclGetUniqueId and hands it to the other ranks
+ *     through the launch store (src/core/store.h), a one-shot listener in rank 0 that lives only
+ *     for this call. No MPI or PMI library is used. The store is at, in priority order:
+ *       1. WEFT_STORE_ADDR=host:port (rank 0 binds that address; when it is not one of rank 0's
+ *          own, every interface at that port);
+ *       2. MASTER_ADDR:MASTER_PORT (torchrun and many Slurm scripts). Under torchrun's agent store
+ *          (TORCHELASTIC_USE_AGENT_STORE=True), which holds MASTER_PORT itself, MASTER_PORT + 1;
+ *       3. when every rank is on this host (local size == nranks): an abstract-namespace Unix
+ *          socket named after the job, identified by PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid
+ *          (Open MPI), the job's hydra_pmi_proxy process (MPICH Hydra, which exports no job id),
+ *          SLURM_JOB_ID.SLURM_STEP_ID (Slurm), TORCHELASTIC_RUN_ID (torchrun);
+ *       4. otherwise ncclInvalidUsage, asking for WEFT_STORE_ADDR or MASTER_ADDR/MASTER_PORT.
+ *     Messages carry a job key (family and job identifier), nranks and a per-process round
+ *     number, so ranks of two jobs that share a port never take each other's id: a rank refused
+ *     by another job's store retries, and a rank 0 that finds the port busy waits for it.
+ *     Every rank with nranks > 1 must call weftLaunchInfo with id != NULL the same number of
+ *     times; each call is one exchange and yields a new id.
  *
  * Parameters: every output may be NULL when the caller does not want it. With id == NULL no id is
- * made or required (so the call also serves MPI/Slurm/torchrun jobs that only want the rank), but
+ * made or required and nothing blocks (so the call also serves jobs that only want the rank), but
  * a WEFT_UNIQUE_ID that is present is still checked. Outputs are written only when the call
  * returns ncclSuccess.
  *
  * Returns:
  *   ncclSuccess          outputs written
  *   ncclInvalidArgument  a malformed variable: not an integer, out of range, WEFT_UNIQUE_ID of the
- *                        wrong length or with a non-hex character, a size variable missing
- *   ncclInvalidUsage     id != NULL, nranks > 1 and no WEFT_UNIQUE_ID in the environment
- *   (other)              whatever ncclGetUniqueId returned, in the nranks == 1 case
+ *                        wrong length or with a non-hex character, a size variable missing,
+ *                        WEFT_STORE_ADDR or MASTER_ADDR:MASTER_PORT not a host:port
+ *   ncclInvalidUsage     id != NULL, nranks > 1, no WEFT_UNIQUE_ID and no store address: ranks on
+ *                        several hosts (or an unknown number per host) without WEFT_STORE_ADDR or
+ *                        MASTER_ADDR/MASTER_PORT, or one host but no job identifier; also only one
+ *                        of MASTER_ADDR/MASTER_PORT set
+ *   ncclSystemError      the store exchange failed: no id within WEFT_BOOTSTRAP_TIMEOUT seconds
+ *                        (the message names the missing ranks or the last refusal), or rank 0
+ *                        cannot bind the store address
+ *   (other)              whatever ncclGetUniqueId returned
  * Every error is logged (NCCL_DEBUG=WARN) and its text is what ncclGetLastError() returns next.
  *
- * Blocking: does not block on other processes; reads the environment only (getenv), so it must not
- * race with setenv/putenv in another thread.
+ * Blocking: with id != NULL, nranks > 1 and no WEFT_UNIQUE_ID, blocks until the exchange is done:
+ * rank 0 until every other rank has the id, the others until they have it (each at most
+ * WEFT_BOOTSTRAP_TIMEOUT seconds). Otherwise reads the environment only. Reads the environment with
+ * getenv, so it must not race with setenv/putenv in another thread.
  */
 ncclResult_t weftLaunchInfo(int *rank, int *nranks, int *localRank, ncclUniqueId *id);
 

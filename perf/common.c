@@ -985,7 +985,7 @@ static void append_body(char *line, size_t n, const struct perf_result *r)
     if (r->wrong >= 0)
         snprintf(line + len, n - len, "  %7s  %6s  %6s  %6g", t, ab, bb, (double)r->wrong);
     else
-        snprintf(line + len, n - len, "  %7s  %6s  %6s    N/A", t, ab, bb);
+        snprintf(line + len, n - len, "  %7s  %6s  %6s  %6s", t, ab, bb, "N/A");
 }
 
 /* Warm-up, then -N cycles of the size sweep, for one (type, op, root). */

@@ -29,6 +29,11 @@
  * "algorithm":"<name>" to every -J line and prints the choices. "coll:a,b" restricts the
  * candidates (GLOO_PERF_ALGOS does too).
  *
+ * Every algorithm runs on its own context (own TCP connections, same device), connected at its
+ * first use; the driver's barriers and reductions use another. Sharing one was not safe in this
+ * Gloo: after a legacy class had run on a context, gloo::allreduce's ring on it took ~3.7 s per
+ * 4 MiB call at 4 ranks.
+ *
  * Legacy classes bind to their buffers when built and work in place. They are built per buffer
  * set in that untimed first call, for every rotation slot the timed loop will use, and dropped at
  * the next row. Out of place, the call first copies send into recv (part of the measured time: it
@@ -75,6 +80,7 @@
 #include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -92,7 +98,10 @@ using Clock = std::chrono::steady_clock;
  * ------------------------------------------------------------------------------------------- */
 
 struct GpState {
-    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::shared_ptr<gloo::rendezvous::Context> ctx; /* the driver's own barriers and reductions */
+    std::shared_ptr<gloo::rendezvous::Context> run_ctx; /* the algorithm being run (see exec) */
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::unique_ptr<gloo::rendezvous::FileStore> store;
     std::string store_dir;
     Ms timeout{600000};
     int rank = 0, nranks = 1;
@@ -261,7 +270,7 @@ template <typename T> struct ArNew {
     static void call(const perf_op *op, const void *send, void *recv,
                      gloo::AllreduceOptions::Algorithm a)
     {
-        gloo::AllreduceOptions o(g.ctx);
+        gloo::AllreduceOptions o(g.run_ctx);
         o.setAlgorithm(a);
         if (send != recv)
             o.setInput<T>((T *)send, op->c.count);
@@ -287,7 +296,7 @@ template <template <typename> class A> struct ArLegacy {
         static std::unique_ptr<Bound> call(const perf_op *op, const void *, void *recv)
         {
             std::vector<T *> ptrs{(T *)recv};
-            auto a = std::make_unique<A<T>>(g.ctx, ptrs, (int)op->c.count, legacy_fn<T>(op->op));
+            auto a = std::make_unique<A<T>>(g.run_ctx, ptrs, (int)op->c.count, legacy_fn<T>(op->op));
             return std::make_unique<InPlaceBound<A<T>>>(std::move(a), op->c.count * sizeof(T));
         }
     };
@@ -325,7 +334,7 @@ template <typename T> struct RsBound : Bound {
         }
         std::vector<T *> ptrs{base};
         algo = std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(
-            g.ctx, ptrs, (int)(count * n), elems, legacy_fn<T>(op->op));
+            g.run_ctx, ptrs, (int)(count * n), elems, legacy_fn<T>(op->op));
     }
     void run(const void *send, void *recv) override
     {
@@ -363,7 +372,7 @@ const Algo reduce_scatter_algos[] = {
 template <typename T> struct AgNew {
     static void call(const perf_op *op, const void *send, void *recv)
     {
-        gloo::AllgatherOptions o(g.ctx);
+        gloo::AllgatherOptions o(g.run_ctx);
         /* No input: the block at rank*count of the output is the input (in place). */
         if ((const char *)send != (const char *)recv + g.rank * op->c.count * sizeof(T))
             o.setInput<T>((T *)send, op->c.count);
@@ -390,7 +399,7 @@ const Algo all_gather_algos[] = {
 template <typename T> struct BcNew {
     static void call(const perf_op *op, const void *send, void *recv)
     {
-        gloo::BroadcastOptions o(g.ctx);
+        gloo::BroadcastOptions o(g.run_ctx);
         if (g.rank == op->root && send != recv)
             o.setInput<T>((T *)send, op->c.count);
         o.setOutput<T>((T *)recv, op->c.count);
@@ -409,7 +418,7 @@ template <typename T> struct BcOneMake {
     static std::unique_ptr<Bound> call(const perf_op *op, const void *, void *recv)
     {
         std::vector<T *> ptrs{(T *)recv};
-        auto a = std::make_unique<gloo::BroadcastOneToAll<T>>(g.ctx, ptrs, op->c.count, op->root);
+        auto a = std::make_unique<gloo::BroadcastOneToAll<T>>(g.run_ctx, ptrs, op->c.count, op->root);
         /* Only the root's recv must hold the data before the broadcast. */
         size_t bytes = g.rank == op->root ? op->c.count * sizeof(T) : 0;
         return std::make_unique<InPlaceBound<gloo::BroadcastOneToAll<T>>>(std::move(a), bytes);
@@ -431,7 +440,7 @@ const Algo broadcast_algos[] = {
 template <typename T> struct RdNew {
     static void call(const perf_op *op, const void *send, void *recv)
     {
-        gloo::ReduceOptions o(g.ctx);
+        gloo::ReduceOptions o(g.run_ctx);
         if (send != recv)
             o.setInput<T>((T *)send, op->c.count);
         o.setOutput<T>((T *)recv, op->c.count);
@@ -457,7 +466,7 @@ template <typename T> struct A2aNew {
     static void call(const perf_op *op, const void *send, void *recv)
     {
         size_t n = op->c.count * g.nranks;
-        gloo::AlltoallOptions o(g.ctx);
+        gloo::AlltoallOptions o(g.run_ctx);
         if (send == recv) {
             char *s = scratch_get(n * sizeof(T));
             memcpy(s, send, n * sizeof(T));
@@ -497,8 +506,8 @@ void sr_ring(const perf_op *op, const void *send, void *recv)
         memcpy(recv, send, bytes);
         return;
     }
-    auto sb = g.ctx->createUnboundBuffer(const_cast<void *>(send), bytes);
-    auto rb = g.ctx->createUnboundBuffer(recv, bytes);
+    auto sb = g.run_ctx->createUnboundBuffer(const_cast<void *>(send), bytes);
+    auto rb = g.run_ctx->createUnboundBuffer(recv, bytes);
     rb->recv(prev, kSendrecvSlot);
     sb->send(next, kSendrecvSlot);
     rb->waitRecv(g.timeout);
@@ -514,7 +523,7 @@ const Algo sendrecv_algos[] = {
 template <typename T> struct GaNew {
     static void call(const perf_op *op, const void *send, void *recv)
     {
-        gloo::GatherOptions o(g.ctx);
+        gloo::GatherOptions o(g.run_ctx);
         o.setInput<T>((T *)send, op->c.count);
         if (g.rank == op->root)
             o.setOutput<T>((T *)recv, op->c.count * g.nranks);
@@ -532,7 +541,7 @@ void ga_new(const perf_op *op, const void *send, void *recv)
 template <typename T> struct ScNew {
     static void call(const perf_op *op, const void *send, void *recv)
     {
-        gloo::ScatterOptions o(g.ctx);
+        gloo::ScatterOptions o(g.run_ctx);
         if (g.rank == op->root) {
             std::vector<T *> ptrs(g.nranks);
             for (int r = 0; r < g.nranks; r++)
@@ -605,6 +614,9 @@ struct Runner {
     const Algo *cur = nullptr;
     std::map<std::pair<const void *, void *>, std::unique_ptr<Bound>> bound;
     std::map<RowKey, const Algo *> chosen;
+    /* One context (own connections) per algorithm: after a legacy class has run on a context,
+     * gloo::allreduce's ring on that context took ~3.7 s per 4 MiB call at 4 ranks. */
+    std::map<const Algo *, std::shared_ptr<gloo::rendezvous::Context>> ctxs;
     bool timed_row = false; /* a measured row past its first call */
     long built_late = 0; /* bound instances built there (their cost lands in the timing) */
 } R;
@@ -620,8 +632,20 @@ bool is_measured_size(const perf_op *op)
     return false;
 }
 
+std::shared_ptr<gloo::rendezvous::Context> connect(const std::string &name);
+
+/* The algorithm's context, connected at its first use (the same call on every rank). */
+void use_ctx(const Algo *a)
+{
+    auto &c = R.ctxs[a];
+    if (!c)
+        c = connect(a->name);
+    g.run_ctx = c;
+}
+
 void exec(const Algo *a, const perf_op *op, const void *send, void *recv)
 {
+    use_ctx(a);
     if (a->direct != nullptr) {
         a->direct(op, send, recv);
         return;
@@ -667,6 +691,7 @@ void prebuild(const Algo *a, const perf_op *op, const void *send, void *recv)
     size_t steps = total ? R.sweep.max_bytes / total : 1;
     size_t slots = std::max<size_t>(
         1, std::min<size_t>(steps, std::max<long>(R.sweep.iters * R.sweep.agg, R.sweep.warmup)));
+    use_ctx(a);
     for (size_t k = 0; k < slots; k++) {
         const void *s = (const char *)send + k * total;
         void *r = (char *)recv + k * total;
@@ -719,6 +744,16 @@ ncclResult_t gp_run(const perf_ctx *, const perf_op *op, const void *send, void 
  * Backend
  * ------------------------------------------------------------------------------------------- */
 
+/* A new full mesh (own TCP connections) on the shared device. Collective. */
+std::shared_ptr<gloo::rendezvous::Context> connect(const std::string &name)
+{
+    gloo::rendezvous::PrefixStore prefixed(name, *g.store);
+    auto c = std::make_shared<gloo::rendezvous::Context>(g.rank, g.nranks);
+    c->setTimeout(g.timeout);
+    c->connectFullMesh(prefixed, g.dev);
+    return c;
+}
+
 std::string default_store_dir()
 {
     const char *env = getenv("GLOO_PERF_STORE");
@@ -763,12 +798,9 @@ ncclResult_t be_init(perf_ctx *ctx, char *version_line, size_t len)
         gloo::transport::tcp::attr attr;
         const char *host = getenv("GLOO_PERF_HOST");
         attr.hostname = host ? host : "127.0.0.1";
-        auto dev = gloo::transport::tcp::CreateDevice(attr);
-        gloo::rendezvous::FileStore store(g.store_dir);
-        auto c = std::make_shared<gloo::rendezvous::Context>(rank, size);
-        c->setTimeout(g.timeout);
-        c->connectFullMesh(store, dev);
-        g.ctx = c;
+        g.dev = gloo::transport::tcp::CreateDevice(attr);
+        g.store = std::make_unique<gloo::rendezvous::FileStore>(g.store_dir);
+        g.ctx = connect("driver");
     });
     if (res != ncclSuccess)
         return res;
@@ -821,7 +853,10 @@ ncclResult_t be_fini(perf_ctx *ctx)
     ncclResult_t res = be_barrier(ctx);
     if (g.rank == 0)
         remove_store(g.store_dir);
+    g.run_ctx.reset();
+    R.ctxs.clear();
     g.ctx.reset();
+    g.store.reset();
     return res;
 }
 

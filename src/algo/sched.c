@@ -85,6 +85,60 @@
  *     non-root: RECV output[e] <- root per piece. Bytes sent: (n-1) * count at the root, 0 others.
  *   Gather and scatter cannot deadlock: only the root talks to several peers, and a non-root rank
  *   waits for nothing but the root's progress on the single connection they share.
+ *
+ * TREE ALLREDUCE (double binary tree). Tree positions are 1..n; lowbit(p) = p & -p. The root is
+ * R, the largest power of two <= n; p with lowbit b >= 2 has the left child p - b/2 and the right
+ * child p + c for the largest power of two c < b with p + c <= n (none if p == n); odd p are leaves.
+ * Every p != R has exactly one parent: p + lowbit(p) when p/lowbit(p) = 1 mod 4 and that is <= n,
+ * else p - lowbit(p); lowbits double going up, so the depth is floor(log2 n). The tree is in
+ * order (left subtree < p < right subtree), so low levels join neighbouring ranks (on a host).
+ * Tree 0 puts rank r at position r+1, tree 1 (shifted) at (r+1) mod n + 1. Internal nodes are the
+ * even positions: the odd ranks in tree 0, the even ranks but n-1 in tree 1, so no rank is internal
+ * in both (for even n each rank is internal in exactly one) and every rank forwards about as many
+ * bytes as every other. Piece P (2*chunk elements; one piece of len when chunk >= ceil(len/2)) is
+ * cut into halves h0 = ceil(P/2), h1 = floor(P/2) at o0 = 0, o1 = h0: tree t carries half t.
+ * Per half at e, rank with parent p, children c0 (c1):
+ *   up:   leaf: SEND input[e] -> p;
+ *         one child: RECV_REDUCE_SEND c0 + input -> p (root: RECV_REDUCE_COPY FINAL -> output);
+ *         two children: RECV_REDUCE_COPY c0 + input -> output, then RECV_REDUCE_SEND c1 + output
+ *         -> p (root: RECV_REDUCE_COPY FINAL c1 + output -> output);
+ *   down: root: SEND output -> c0, SEND output -> c1; leaf: RECV output <- p; others:
+ *         RECV_COPY_SEND output <- p -> c0, then SEND output -> c1 when there is a c1.
+ * Order: every piece's up steps, piece by piece, then every piece's down steps. Within a piece, up
+ * runs first the tree the rank is a leaf in (its SEND waits for nobody; tree 0 when it is a leaf in
+ * both), down first the tree it is internal in (it forwards before it takes its own copy; tree 0
+ * when it is internal in neither); a fixed tree order would make the two trees alternate instead
+ * of flowing at once (with 2 ranks, a ping-pong). Both halves run in the one lane of the channel
+ * (two channels would
+ * halve the channels the host can use for ranges and tie tree t to channel parity); the lane is
+ * serial, so overlapping one piece's broadcast with a later piece's reduction would not shorten
+ * any rank's work, while up-then-down per piece would cost 2*depth hops per piece; this order
+ * pipelines each direction over the pieces and pays the depth twice per collective. All ranks
+ * get the root's bits: the root computes every element once (FINAL: integer avg divides there)
+ * and the broadcast copies it. n == 1: COPY FINAL per half. Steps per half and tree, k children:
+ * up max(k, 1), down k at the root, max(k, 1) elsewhere. Bytes sent: h0 * deg0 + h1 * deg1 summed
+ * over the pieces, deg_t = children plus parent of the rank in tree t.
+ *   No deadlock with FIFOs that hold one chunk (ours hold two). A connection a -> b carries at
+ *   most one message per position (phase, piece), ordered lexicographically: a is b's child (or
+ *   parent) in at most one tree, since b - a would equal lowbit(a+1) in tree 0 and lowbit(a+2) in
+ *   tree 1, one odd and one even (the wrapped rank n-1 stands at a leaf of tree 1). So each rank's
+ *   order of the two trees inside a position cannot mismatch messages, and every rank's steps are
+ *   in position order. Suppose every unfinished rank is blocked; a blocked rank a at position X
+ *   waits for some rank w:
+ *   - a SEND (or the send half of a step) to b is blocked: b's FIFO is full, so it holds slices of
+ *     a message before X that b has not freed: b is at a position < X;
+ *   - a receive from x at X is blocked: x has not posted its message of X, so x is at a position
+ *     < X, or at X and blocked at an earlier step of X. x cannot wait for credit to a (a has freed
+ *     everything before X and the message fits). Up, x is a's child in tree t: if x is a leaf in
+ *     t, its SEND to a comes first and only credit can block it; so x is internal in t, and it is
+ *     either at its leaf tree's SEND (credit: a position < X) or at t, waiting for its own child
+ *     in t. Down, x is a's parent in t, so internal in t, which x runs first: x waits for its parent
+ *     in t, or for credit to its first child while a is the second (that child is at a position
+ *     < X).
+ *   So along any chain of waits the position never grows, and while it stays equal the chain moves
+ *   strictly down the tree (up phase) or strictly up (down phase): every chain is finite. A waited
+ *   for rank is unfinished (a finished rank has sent all and freed all), so all ranks blocked would
+ *   give an infinite chain over finitely many ranks: impossible, some rank always progresses.
  */
 #include "algo/sched.h"
 
@@ -197,6 +251,122 @@ static void ring_allreduce(const struct weft_sched_args *a, struct sched_out *o)
         sched_split(psize, (uint64_t)n, (uint64_t)next, &co, &cl);
         sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0,
                    off + po + co, cl);
+    }
+}
+
+/* Tree positions are 1-based; see the block comment. */
+static inline int tree_pos(int n, int tree, int r)
+{
+    return tree == 0 ? r + 1 : (r + 1) % n + 1;
+}
+
+static inline int tree_rank(int n, int tree, int p)
+{
+    return tree == 0 ? p - 1 : sched_mod(p - 2, n);
+}
+
+void weft_sched_tree(int nranks, int tree, int rank, int *parent_p, int *child0_p, int *child1_p)
+{
+    int n = nranks, p = tree_pos(n, tree, rank), b = p & -p, root = 1;
+    int parent = -1, c0 = -1, c1 = -1;
+    while (2 * root <= n)
+        root *= 2;
+    if (p != root)
+        parent = (p / b) % 4 == 1 && p + b <= n ? p + b : p - b;
+    if (b >= 2) {
+        c0 = p - b / 2;
+        for (int c = b / 2; c >= 1 && c1 < 0; c /= 2)
+            if (p + c <= n)
+                c1 = p + c;
+    }
+    *parent_p = parent > 0 ? tree_rank(n, tree, parent) : -1;
+    *child0_p = c0 > 0 ? tree_rank(n, tree, c0) : -1;
+    *child1_p = c1 > 0 ? tree_rank(n, tree, c1) : -1;
+}
+
+/* Elements per tree piece: two halves of at most chunk, or the whole range when that fits. */
+static uint64_t tree_piece(uint64_t len, uint64_t chunk)
+{
+    if (chunk >= len - len / 2)
+        return len > 0 ? len : 1;
+    return 2 * chunk;
+}
+
+struct tree_node {
+    int parent, c0, c1;
+};
+
+static void tree_up(struct sched_out *o, const struct tree_node *t, uint64_t e, uint64_t c)
+{
+    int root = t->parent < 0;
+    if (t->c0 < 0) {
+        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, t->parent, -1, e, 0, c);
+        return;
+    }
+    if (t->c1 < 0) {
+        if (root)
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT,
+                       WEFT_STEP_FINAL, -1, t->c0, e, e, c);
+        else
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, t->parent,
+                       t->c0, e, 0, c);
+        return;
+    }
+    sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, t->c0, e, e,
+               c);
+    if (root)
+        sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, WEFT_BUF_OUTPUT,
+                   WEFT_STEP_FINAL, -1, t->c1, e, e, c);
+    else
+        sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, t->parent,
+                   t->c1, e, 0, c);
+}
+
+static void tree_down(struct sched_out *o, const struct tree_node *t, uint64_t e, uint64_t c)
+{
+    if (t->parent < 0)
+        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, t->c0, -1, e, 0, c);
+    else if (t->c0 < 0)
+        sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, t->parent, 0, e, c);
+    else
+        sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, t->c0,
+                   t->parent, 0, e, c);
+    if (t->c1 >= 0)
+        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, t->c1, -1, e, 0, c);
+}
+
+static void tree_allreduce(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks;
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+    struct tree_node t[2];
+    for (int k = 0; k < 2; k++)
+        weft_sched_tree(n, k, a->rank, &t[k].parent, &t[k].c0, &t[k].c1);
+
+    /* Up: the tree the rank is a leaf in first (a SEND that waits for nobody); down: the tree
+     * it is internal in first (forwarding before receiving its own copy), so both trees flow. */
+    int first[2] = {t[0].c0 >= 0, t[1].c0 >= 0};
+    uint64_t piece = tree_piece(len, a->chunk);
+    for (int down = 0; down < 2; down++) {
+        for (uint64_t po = 0; po < len; po += piece) {
+            uint64_t psize = sched_min(piece, len - po);
+            for (int j = 0; j < 2; j++) {
+                int k = j ^ first[down];
+                uint64_t ho, hl;
+                sched_split(psize, 2, (uint64_t)k, &ho, &hl);
+                uint64_t e = off + po + ho;
+                if (n == 1) {
+                    if (!down)
+                        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT,
+                                   WEFT_STEP_FINAL, -1, -1, e, e, hl);
+                } else if (!down) {
+                    tree_up(o, &t[k], e, hl);
+                } else {
+                    tree_down(o, &t[k], e, hl);
+                }
+            }
+        }
     }
 }
 
@@ -512,6 +682,25 @@ static uint64_t ring_allreduce_count(const struct weft_sched_args *a, uint64_t l
            ring_allreduce_piece_steps(a, len % piece);
 }
 
+/* Tree all-reduce: per non-empty half of tree k, up max(ch, 1) steps and down ch at the root,
+ * max(ch, 1) elsewhere (ch children); n == 1: one COPY per half. Half 1 is empty when P < 2. */
+static uint64_t tree_allreduce_count(const struct weft_sched_args *a, uint64_t len)
+{
+    if (len == 0)
+        return 0;
+    uint64_t st[2];
+    for (int k = 0; k < 2; k++) {
+        struct tree_node t;
+        weft_sched_tree(a->nranks, k, a->rank, &t.parent, &t.c0, &t.c1);
+        uint64_t ch = (uint64_t)(t.c0 >= 0) + (uint64_t)(t.c1 >= 0);
+        uint64_t m = ch > 1 ? ch : 1;
+        st[k] = a->nranks == 1 ? 1 : m + (t.parent < 0 ? ch : m);
+    }
+    uint64_t piece = tree_piece(len, a->chunk), rem = len % piece;
+    return len / piece * (st[0] + (piece >= 2 ? st[1] : 0)) + (rem >= 1 ? st[0] : 0) +
+           (rem >= 2 ? st[1] : 0);
+}
+
 /* Step counts; only called once sched_lookup accepted the arguments. */
 static uint64_t sched_count(const struct weft_sched_args *a)
 {
@@ -521,6 +710,8 @@ static uint64_t sched_count(const struct weft_sched_args *a)
     uint64_t pieces = sched_div_up(len, a->chunk);
 
     int is_root = a->rank == a->root;
+    if (a->algo == WEFT_ALGO_TREE)
+        return a->coll == WEFT_COLL_ALLREDUCE ? tree_allreduce_count(a, len) : 0;
     if (a->algo == WEFT_ALGO_DIRECT) {
         switch (a->coll) {
         case WEFT_COLL_ALLREDUCE:
@@ -615,7 +806,8 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
         default:
             return sched_gen_pairwise(coll);
         }
-    case WEFT_ALGO_TREE: /* double binary tree: later */
+    case WEFT_ALGO_TREE:
+        return coll == WEFT_COLL_ALLREDUCE ? tree_allreduce : NULL;
     default:
         return NULL;
     }

@@ -59,7 +59,7 @@ enum weft_coll {
  */
 enum weft_algo {
     WEFT_ALGO_RING = 0, /* rings for all-reduce/all-gather/reduce-scatter, chains for bcast/reduce */
-    WEFT_ALGO_TREE,     /* later: double binary tree */
+    WEFT_ALGO_TREE,     /* double binary tree: all-reduce only */
     WEFT_ALGO_DIRECT,   /* one-shot all-reduce; pairwise all-to-all, gather, scatter */
     WEFT_ALGO_COUNT,
 };
@@ -120,6 +120,13 @@ uint64_t weft_sched_max_steps(const struct weft_sched_args *args);
  * (unknown collective/algorithm pair) or max is too small.
  */
 uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *steps, uint64_t max);
+
+/*
+ * Tree `tree` (0 or 1) of the double binary tree over nranks (see sched.c): rank's parent (-1 at the
+ * root) and children (-1 where absent; child1 >= 0 only if child0 >= 0). Every rank computes the
+ * same trees.
+ */
+void weft_sched_tree(int nranks, int tree, int rank, int *parent_p, int *child0_p, int *child1_p);
 
 /* Bytes this rank sends in total (sum of send step counts times elem_size), for tests and stats. */
 uint64_t weft_sched_bytes_sent(const struct weft_step *steps, uint64_t nsteps, size_t elem_size);

@@ -1,13 +1,16 @@
 /*
- * Ring/chain schedules for bandwidth; direct (one-hop) schedules where latency dominates.
+ * Ring/chain schedules for bandwidth; direct (one-hop) schedules where latency dominates; the
+ * double binary tree where NCCL_ALGO allows it and the cost model predicts it faster.
  * The size compared with each threshold is the bytes one rank contributes (NCCL's count times the
  * element size; for all-gather and reduce-scatter the per-rank block).
  */
 #include <string.h>
 #include <strings.h>
 
+#include "algo/cost.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
+#include "core/log.h"
 #include "core/param.h"
 
 WEFT_PARAM(DirectMaxBytes, "WEFT_DIRECT_MAX_BYTES", -1,
@@ -15,24 +18,239 @@ WEFT_PARAM(DirectMaxBytes, "WEFT_DIRECT_MAX_BYTES", -1,
            "per rank use the direct (one-hop) schedules (0: never; -1: 8 KiB, or 32 KiB when "
            "ranks outnumber cores and every hop of a ring costs a context switch)");
 WEFT_PARAM_STR(Algo, "WEFT_ALGO", "auto",
-               "force the algorithm of every collective that has both: ring, direct or auto");
+               "force the algorithm of every collective that has it: ring, direct, tree or auto");
+WEFT_PARAM_STR(NcclAlgo, "NCCL_ALGO", "",
+               "algorithms allowed, NCCL's syntax: Ring,Tree,Direct; ^ excludes; per collective "
+               "allreduce:tree,ring;allgather:ring (empty: the measured default)");
+WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
+               "protocols allowed, NCCL's syntax (LL, LL128, Simple); validated and logged: the "
+               "host has one protocol");
 
-int weft_tune_algo(int coll, size_t bytes, int nranks, int oversubscribed)
+#define TUNE_NCOLL 5 /* the collectives NCCL's per-collective form names: AllReduce .. Reduce */
+#define TUNE_ALL 0xffffffffu
+
+static const char *const tune_colls[TUNE_NCOLL] = {"allreduce", "allgather", "reducescatter",
+                                                   "broadcast", "reduce"};
+/* Bit i: algorithm i of enum weft_algo; NCCL's others take bits we never schedule. */
+static const char *const tune_algos[] = {"ring", "tree", "direct", "collnetdirect",
+                                         "collnetchain", "nvls", "nvlstree", "pat"};
+static const char *const tune_protos[] = {"ll", "ll128", "simple"};
+
+/* Parses one list ("a,b" or "^a,b") into *mask. Returns 0, or -1 with the bad token in bad. */
+static int tune_parse_list(const char *s, size_t len, const char *const *names, int nnames,
+                           unsigned *mask, char *bad, size_t badlen)
 {
-    int has_direct = coll == WEFT_COLL_ALLREDUCE || coll == WEFT_COLL_ALLGATHER ||
-                     coll == WEFT_COLL_REDUCESCATTER || coll == WEFT_COLL_BROADCAST ||
-                     coll == WEFT_COLL_REDUCE;
-    if (!has_direct)
-        return WEFT_ALGO_RING; /* the pairwise schedules are the same under both names */
-    const char *force = weft_param_Algo();
-    if (strcasecmp(force, "ring") == 0)
-        return WEFT_ALGO_RING;
-    if (strcasecmp(force, "direct") == 0)
-        return WEFT_ALGO_DIRECT;
+    int exclude = len > 0 && s[0] == '^';
+    unsigned m = 0;
+    size_t i = exclude ? 1 : 0;
+    while (i <= len) {
+        size_t j = i;
+        while (j < len && s[j] != ',')
+            j++;
+        size_t a = i, b = j;
+        while (a < b && (s[a] == ' ' || s[a] == '\t'))
+            a++;
+        while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t'))
+            b--;
+        if (b > a) {
+            int k = 0;
+            while (k < nnames && !(strlen(names[k]) == b - a && strncasecmp(names[k], s + a, b - a) == 0))
+                k++;
+            if (k == nnames) {
+                size_t n = b - a < badlen - 1 ? b - a : badlen - 1;
+                memcpy(bad, s + a, n);
+                bad[n] = 0;
+                return -1;
+            }
+            m |= 1u << k;
+        }
+        i = j + 1;
+    }
+    *mask = exclude ? ~m : m;
+    return 0;
+}
+
+/* Parses a knob into masks[TUNE_NCOLL]. Returns 0, or -1 with the bad token. */
+static int tune_parse(const char *s, const char *const *names, int nnames, unsigned *masks,
+                      char *bad, size_t badlen)
+{
+    for (int c = 0; c < TUNE_NCOLL; c++)
+        masks[c] = TUNE_ALL;
+    if (s == NULL || s[0] == 0)
+        return 0;
+    if (strchr(s, ':') == NULL) {
+        unsigned m;
+        if (tune_parse_list(s, strlen(s), names, nnames, &m, bad, badlen) != 0)
+            return -1;
+        for (int c = 0; c < TUNE_NCOLL; c++)
+            masks[c] = m;
+        return 0;
+    }
+    for (const char *p = s; *p != 0;) {
+        const char *end = strchr(p, ';'), *colon = strchr(p, ':');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (len > 0) {
+            if (colon == NULL || colon >= p + len) {
+                size_t n = len < badlen - 1 ? len : badlen - 1;
+                memcpy(bad, p, n);
+                bad[n] = 0;
+                return -1;
+            }
+            const char *a = p;
+            while (*a == ' ')
+                a++;
+            int c = 0;
+            while (c < TUNE_NCOLL && !(strlen(tune_colls[c]) == (size_t)(colon - a) &&
+                                       strncasecmp(tune_colls[c], a, (size_t)(colon - a)) == 0))
+                c++;
+            if (c == TUNE_NCOLL) {
+                size_t n = (size_t)(colon - a) < badlen - 1 ? (size_t)(colon - a) : badlen - 1;
+                memcpy(bad, a, n);
+                bad[n] = 0;
+                return -1;
+            }
+            if (tune_parse_list(colon + 1, len - (size_t)(colon + 1 - p), names, nnames, &masks[c],
+                                bad, badlen) != 0)
+                return -1;
+        }
+        p += len + (end != NULL);
+    }
+    return 0;
+}
+
+/* Parsed once; every rank of a process parses the same text to the same masks. */
+static struct {
+    int done, algo_ok, proto_ok, algo_set;
+    unsigned algo[TUNE_NCOLL], proto[TUNE_NCOLL];
+    char algo_bad[64], proto_bad[64];
+} tune_cfg;
+
+static void tune_load(void)
+{
+    if (__atomic_load_n(&tune_cfg.done, __ATOMIC_ACQUIRE))
+        return;
+    const char *a = weft_param_NcclAlgo(), *p = weft_param_NcclProto();
+    tune_cfg.algo_set = a != NULL && a[0] != 0;
+    tune_cfg.algo_ok = tune_parse(a, tune_algos, (int)(sizeof(tune_algos) / sizeof(*tune_algos)),
+                                  tune_cfg.algo, tune_cfg.algo_bad, sizeof(tune_cfg.algo_bad)) == 0;
+    tune_cfg.proto_ok =
+        tune_parse(p, tune_protos, (int)(sizeof(tune_protos) / sizeof(*tune_protos)),
+                   tune_cfg.proto, tune_cfg.proto_bad, sizeof(tune_cfg.proto_bad)) == 0;
+    if (!tune_cfg.algo_ok) {
+        tune_cfg.algo_set = 0;
+        for (int c = 0; c < TUNE_NCOLL; c++)
+            tune_cfg.algo[c] = TUNE_ALL;
+    }
+    __atomic_store_n(&tune_cfg.done, 1, __ATOMIC_RELEASE);
+}
+
+ncclResult_t weft_tune_check(void)
+{
+    tune_load();
+    if (!tune_cfg.algo_ok) {
+        WEFT_WARN("NCCL_ALGO %s: unknown algorithm or collective '%s' (Ring, Tree, Direct, "
+                  "CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT; per collective "
+                  "allreduce:tree,ring;allgather:ring)",
+                  weft_param_NcclAlgo(), tune_cfg.algo_bad);
+        return ncclInvalidUsage;
+    }
+    if (!tune_cfg.proto_ok) {
+        WEFT_WARN("NCCL_PROTO %s: unknown protocol or collective '%s' (LL, LL128, Simple)",
+                  weft_param_NcclProto(), tune_cfg.proto_bad);
+        return ncclInvalidUsage;
+    }
+    static int logged;
+    if (!__atomic_exchange_n(&logged, 1, __ATOMIC_ACQ_REL)) {
+        for (int c = 0; c < TUNE_NCOLL; c++) {
+            unsigned m = tune_cfg.algo[c];
+            WEFT_INFO(WEFT_LOG_TUNING, "%s: algorithms allowed%s%s%s%s", weft_coll_name(c),
+                      m & (1u << WEFT_ALGO_RING) ? " ring" : "",
+                      m & (1u << WEFT_ALGO_TREE) ? " tree" : "",
+                      m & (1u << WEFT_ALGO_DIRECT) ? " direct" : "",
+                      tune_cfg.algo_set ? " (NCCL_ALGO)" : " (default: tree not considered)");
+            if (tune_cfg.proto[c] != TUNE_ALL)
+                WEFT_INFO(WEFT_LOG_TUNING,
+                          "%s: NCCL_PROTO accepted (LL %d LL128 %d Simple %d); the host has one "
+                          "protocol",
+                          weft_coll_name(c), !!(tune_cfg.proto[c] & 1), !!(tune_cfg.proto[c] & 2),
+                          !!(tune_cfg.proto[c] & 4));
+        }
+    }
+    return ncclSuccess;
+}
+
+unsigned weft_tune_allowed(int coll)
+{
+    tune_load();
+    return coll >= 0 && coll < TUNE_NCOLL ? tune_cfg.algo[coll] : TUNE_ALL;
+}
+
+/* The algorithms with a schedule of their own for coll. */
+static unsigned tune_available(int coll)
+{
+    if (coll == WEFT_COLL_ALLREDUCE)
+        return 1u << WEFT_ALGO_RING | 1u << WEFT_ALGO_TREE | 1u << WEFT_ALGO_DIRECT;
+    if (coll < TUNE_NCOLL)
+        return 1u << WEFT_ALGO_RING | 1u << WEFT_ALGO_DIRECT;
+    return 1u << WEFT_ALGO_RING;
+}
+
+/* The measured single-host rule, among ring and direct as far as mask allows them. */
+static int tune_rule(size_t bytes, int nranks, int oversubscribed, unsigned mask)
+{
+    int ring = !!(mask & (1u << WEFT_ALGO_RING)), direct = !!(mask & (1u << WEFT_ALGO_DIRECT));
+    if (!ring || !direct)
+        return ring ? WEFT_ALGO_RING : direct ? WEFT_ALGO_DIRECT : -1;
     int64_t limit = weft_param_DirectMaxBytes();
     if (limit < 0)
         limit = oversubscribed ? 32768 : 8192;
     if (nranks > 1 && bytes <= (size_t)limit)
         return WEFT_ALGO_DIRECT;
     return WEFT_ALGO_RING;
+}
+
+int weft_tune_algo(int coll, size_t bytes, int nranks, int oversubscribed)
+{
+    unsigned avail = tune_available(coll);
+    if (avail == 1u << WEFT_ALGO_RING)
+        return WEFT_ALGO_RING; /* the pairwise schedules are the same under both names */
+    const char *force = weft_param_Algo();
+    if (strcasecmp(force, "ring") == 0)
+        return WEFT_ALGO_RING;
+    if (strcasecmp(force, "direct") == 0)
+        return WEFT_ALGO_DIRECT;
+    if (strcasecmp(force, "tree") == 0 && (avail & (1u << WEFT_ALGO_TREE)))
+        return WEFT_ALGO_TREE;
+
+    tune_load();
+    unsigned mask = avail;
+    if (tune_cfg.algo_set) {
+        mask &= weft_tune_allowed(coll);
+        if (mask == 0) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL))
+                WEFT_INFO(WEFT_LOG_TUNING,
+                          "NCCL_ALGO %s allows no algorithm %s has; using the default choice",
+                          weft_param_NcclAlgo(), weft_coll_name(coll));
+            mask = avail;
+        }
+    } else {
+        mask &= ~(1u << WEFT_ALGO_TREE);
+    }
+    int algo = tune_rule(bytes, nranks, oversubscribed, mask);
+    if ((mask & (1u << WEFT_ALGO_TREE)) && nranks > 1) {
+        double t_tree = weft_cost_us(coll, WEFT_ALGO_TREE, bytes, nranks);
+        double t_other = algo < 0 ? 0 : weft_cost_us(coll, algo, bytes, nranks);
+        if (algo < 0 || t_tree < t_other) {
+            WEFT_INFO(WEFT_LOG_TUNING, "%s %zu bytes %d ranks: tree (%.1f us predicted) over %s "
+                      "(%.1f us)", weft_coll_name(coll), bytes, nranks, t_tree,
+                      algo < 0 ? "nothing" : weft_algo_name(algo), t_other);
+            return WEFT_ALGO_TREE;
+        }
+    }
+    if (algo < 0)
+        algo = WEFT_ALGO_RING;
+    WEFT_INFO(WEFT_LOG_TUNING, "%s %zu bytes %d ranks: %s (%.1f us predicted)", weft_coll_name(coll),
+              bytes, nranks, weft_algo_name(algo), weft_cost_us(coll, algo, bytes, nranks));
+    return algo;
 }

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "algo/tuner.h"
 #include "exec/stream.h"
 #include "transport.h"
 
@@ -341,6 +342,7 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
     }
     ncclConfig_t cfg;
     WEFT_CHECK(weft_config_parse(config, &cfg));
+    WEFT_CHECK(weft_tune_check()); /* NCCL_ALGO / NCCL_PROTO: a bad token fails init */
 
     struct ncclComm *comm;
     WEFT_CALLOC(comm, 1);

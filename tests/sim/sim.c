@@ -26,12 +26,15 @@
  * itself included over a loopback connection where the schedule uses one, and the reducing ones
  * add the n contributions in rank order); direct uses the all-to-all chunk, the host executor's
  * (its FIFOs must hold two chunks too, and a loopback SEND must fit before its RECV). Every
- * rank's all-reduce output must be bitwise equal to rank 0's. The direct all-reduce, reduce-scatter
+ * rank's all-reduce output must be bitwise equal to rank 0's. All-reduce also runs with TREE
+ * ("allreduce-tree": the double binary tree, with the all-to-all chunk too, so that a FIFO holds
+ * exactly two chunks; a full round without progress fails as a deadlock). The direct all-reduce, reduce-scatter
  * and reduce also run "float sum rounding": float inputs whose sums round, so that the result
  * depends on the order of the additions; every output (each block of a reduce-scatter, the
  * reduce's root) must equal, bit for bit, the float sum in rank order.
  *
- * Usage: sim <NAME|NAME-direct|alltoall|gather|scatter|sendrecv|big|big-NAME|big-NAME-direct>,
+ * Usage: sim <NAME|NAME-direct|allreduce-tree|alltoall|gather|scatter|sendrecv|big|big-NAME|
+ * big-NAME-direct|big-allreduce-tree>,
  * NAME one of allreduce, allgather, reducescatter, broadcast, reduce (big: 1 MiB + 3 elements for
  * every collective at a few rank counts).
  */
@@ -230,6 +233,25 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
         return c->count;
     if (n == 1)
         return 0;
+    if (c->algo == WEFT_ALGO_TREE) { /* each half once per tree neighbour (parent, children) */
+        uint64_t total = 0;
+        int deg[2];
+        for (int t = 0; t < 2; t++) {
+            int nb[3];
+            weft_sched_tree(n, t, r, &nb[0], &nb[1], &nb[2]);
+            deg[t] = (nb[0] >= 0) + (nb[1] >= 0) + (nb[2] >= 0);
+        }
+        for (int ch = 0; ch < c->nch; ch++) {
+            uint64_t off, len;
+            weft_sched_range(c->count, ch, c->nch, &off, &len);
+            uint64_t piece = chunk >= len - len / 2 ? len : 2 * chunk;
+            for (uint64_t po = 0; po < len; po += piece) {
+                uint64_t p = len - po < piece ? len - po : piece;
+                total += (p - p / 2) * (uint64_t)deg[0] + p / 2 * (uint64_t)deg[1];
+            }
+        }
+        return total;
+    }
     if (cfg_direct(c)) {
         switch (c->coll) {
         case WEFT_COLL_ALLREDUCE: /* to every rank, itself included */
@@ -654,7 +676,7 @@ static void run_one(const struct cfg *c)
     s.es = weft_dtype_size(c->dc->dtype);
     s.slot_bytes = c->count > 4096 ? 1024 : 256;
     s.nsub = cfg_sub(c);
-    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct(c))
+    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct(c) || c->algo == WEFT_ALGO_TREE)
         s.chunk = WEFT_STEPS / 2 * weft_slot_payload(s.slot_bytes) / s.es - 1;
     else
         s.chunk = 2 * weft_slot_payload(s.slot_bytes) / s.es;
@@ -745,6 +767,7 @@ int main(int argc, char **argv)
     } tests[] = {
         {"allreduce", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING},
         {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT},
+        {"allreduce-tree", WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE},
         {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
         {"allgather-direct", WEFT_COLL_ALLGATHER, WEFT_ALGO_DIRECT},
         {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},

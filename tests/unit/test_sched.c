@@ -18,11 +18,18 @@
  *     block comment in sched.c (check_direct_pieces): sends to r, r+1, ... in that order (from r
  *     itself only where it loops back); the reducing ones RECV from 0, then RECV_REDUCE_COPY
  *     from 1 .. n-1 in rank order, with FINAL on the last one only.
+ *   - the tree all-reduce (double binary tree): the two trees are checked as trees for n = 1 ..
+ *     1100 and a few up to 4096 (check_tree_shape: one root, parent and children agree, depth floor(log2 n), in order,
+ *     tree 1 is tree 0 shifted by one, no rank internal in both, every rank internal in one for
+ *     even n); steps only between tree neighbours; a message carries the element it lands on;
+ *     piece by piece the steps are exactly those of the block comment in sched.c
+ *     (check_tree_pieces); input, output writes and output reads covered per half as the rank's
+ *     role in that half's tree says (tree_role_counts).
  * Send/recv runs as "sendrecv": every rank r builds the SEND schedule to r+d and the RECV schedule
  * from r-d (d = 0 is a self-send), which together behave like one collective.
- * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|alltoall|gather|scatter|sendrecv] with NAME
+ * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|allreduce-tree|alltoall|gather|scatter|sendrecv] with NAME
  * one of allreduce, allgather, reducescatter, broadcast, reduce (default: all; NAME: ring and
- * direct).
+ * direct, and tree for allreduce).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -150,6 +157,28 @@ static uint64_t expected_elems(int coll, int algo, uint64_t count, int n, int r,
         return count;
     if (n == 1)
         return 0;
+    if (algo == WEFT_ALGO_TREE) {
+        /* Pieces P of 2*chunk (one piece of len when chunk >= ceil(len/2)); half 0 (ceil(P/2))
+         * goes over tree 0, half 1 (floor(P/2)) over tree 1, and rank r sends each half once to
+         * every neighbour it has in that tree: up to its parent, down to each child. */
+        int deg[2];
+        for (int t = 0; t < 2; t++) {
+            int nb[3];
+            weft_sched_tree(n, t, r, &nb[0], &nb[1], &nb[2]);
+            deg[t] = (nb[0] >= 0) + (nb[1] >= 0) + (nb[2] >= 0);
+        }
+        uint64_t total = 0;
+        for (int ch = 0; ch < nch; ch++) {
+            uint64_t off, len;
+            weft_sched_range(count, ch, nch, &off, &len);
+            uint64_t piece = chunk >= len - len / 2 ? len : 2 * chunk;
+            for (uint64_t po = 0; po < len; po += piece) {
+                uint64_t p = len - po < piece ? len - po : piece;
+                total += (p - p / 2) * (uint64_t)deg[0] + p / 2 * (uint64_t)deg[1];
+            }
+        }
+        return total;
+    }
     if (is_direct(coll, algo)) {
         switch (coll) {
         case WEFT_COLL_ALLREDUCE:
@@ -276,6 +305,20 @@ static int peers_ok(const struct cfg *c, int r, const struct weft_step *s)
         return 0;
     if (!recvs && rp != -1)
         return 0;
+    if (c->algo == WEFT_ALGO_TREE) { /* tree neighbours only; n == 1: COPY only */
+        int ok_s = !sends, ok_r = !recvs;
+        if (n == 1)
+            return s->op == WEFT_STEP_COPY;
+        for (int t = 0; t < 2; t++) {
+            int nb[3];
+            weft_sched_tree(n, t, r, &nb[0], &nb[1], &nb[2]);
+            for (int j = 0; j < 3; j++) {
+                ok_s |= nb[j] >= 0 && sp == nb[j];
+                ok_r |= nb[j] >= 0 && rp == nb[j];
+            }
+        }
+        return s->op != WEFT_STEP_COPY && s->op != WEFT_STEP_RECV_REDUCE_COPY_SEND && ok_s && ok_r;
+    }
     if (is_direct(c->coll, c->algo)) { /* n == 1: COPY only */
         int any_s = sp >= 0 && sp < n, any_r = rp >= 0 && rp < n;
         if (n == 1)
@@ -381,6 +424,12 @@ static uint64_t recv_elem(const struct cfg *c, int a, const struct weft_step *s)
     return s->dst_off - (out_blocks(c->coll) ? (uint64_t)a * c->count : 0);
 }
 
+/* Tree steps touch the same element index in whichever buffer they use. */
+static uint64_t step_elem(const struct weft_step *s)
+{
+    return s->src != WEFT_BUF_NONE ? s->src_off : s->dst_off;
+}
+
 /* Per channel: the k-th send a->b has the count of the k-th receive at b from a; none is left.
  * Sends are first grouped by pair, in order: idx[first[a*n+b] ..) are a's steps that send to b. */
 static void check_matching(const struct cfg *c, int ch, struct weft_step **steps, uint64_t *ns,
@@ -439,6 +488,11 @@ static void check_matching(const struct cfg *c, int ch, struct weft_step **steps
                 FAIL("%s ch %d: %d->%d message %llu: sent %llu, received %llu", name, ch, a, b,
                      (unsigned long long)matched[p], (unsigned long long)t->count,
                      (unsigned long long)s->count);
+                ok = 0;
+            } else if (c->algo == WEFT_ALGO_TREE && step_elem(t) != step_elem(s)) {
+                FAIL("%s ch %d: %d->%d message %llu: sends element %llu, lands at %llu", name, ch,
+                     a, b, (unsigned long long)matched[p], (unsigned long long)step_elem(t),
+                     (unsigned long long)step_elem(s));
                 ok = 0;
             } else if (cfg_unforwarded(c) && send_elem(c, b, t) != recv_elem(c, a, s)) {
                 FAIL("%s ch %d: %d->%d message %llu: sends block element %llu, lands at %llu",
@@ -725,6 +779,279 @@ static void check_direct_pieces(const struct cfg *c, int r, int ch, const struct
     free(want);
 }
 
+/* The tree of the block comment in sched.c, restated from the parent side: position q (1-based)
+ * with lowbit c hangs below q + c when q/c = 1 mod 4 and q + c <= n, else below q - c; the root is
+ * the largest power of two <= n. Tree 0 puts rank r at r+1, tree 1 at (r+1) mod n + 1. */
+static int tree_parent_ref(int n, int t, int r)
+{
+    int q = t == 0 ? r + 1 : (r + 1) % n + 1, c = q & -q, root = 1;
+    while (2 * root <= n)
+        root *= 2;
+    if (q == root)
+        return -1;
+    int p = (q / c) % 4 == 1 && q + c <= n ? q + c : q - c;
+    return t == 0 ? p - 1 : mod(p - 2, n);
+}
+
+/* In-order walk of tree t from rank r: appends positions to seq (checks the order). */
+static void tree_inorder(int n, int t, int r, int *seq, int *len, int depth, int *maxdepth)
+{
+    int p, c0, c1;
+    weft_sched_tree(n, t, r, &p, &c0, &c1);
+    if (depth > *maxdepth)
+        *maxdepth = depth;
+    if (*len > n)
+        return; /* a cycle: the caller sees the overrun */
+    if (c0 >= 0)
+        tree_inorder(n, t, c0, seq, len, depth + 1, maxdepth);
+    seq[(*len)++] = t == 0 ? r + 1 : (r + 1) % n + 1;
+    if (c1 >= 0)
+        tree_inorder(n, t, c1, seq, len, depth + 1, maxdepth);
+}
+
+static void check_tree_shape(int n)
+{
+    int *seq = malloc(((size_t)n + 2) * sizeof(int)), internal[2] = {0, 0}, both = 0, ok = 1;
+    int log2n = 0;
+    while ((2 << log2n) <= n)
+        log2n++;
+    for (int t = 0; t < 2; t++) {
+        int root = -1, nroots = 0;
+        for (int r = 0; r < n; r++) {
+            int p, c0, c1, pp, q0, q1;
+            weft_sched_tree(n, t, r, &p, &c0, &c1);
+            if (p != tree_parent_ref(n, t, r) || (c1 >= 0 && c0 < 0))
+                ok = 0;
+            if (p < 0) {
+                root = r;
+                nroots++;
+            } else { /* the parent lists r as a child */
+                weft_sched_tree(n, t, p, &pp, &q0, &q1);
+                ok &= q0 == r || q1 == r;
+            }
+            for (int j = 0; j < 2; j++) { /* the children name r as their parent */
+                int c = j == 0 ? c0 : c1;
+                if (c >= 0)
+                    ok &= tree_parent_ref(n, t, c) == r && c != r;
+            }
+            /* tree 1 is tree 0 shifted: r in tree 1 stands where r+1 stands in tree 0 */
+            if (t == 1) {
+                int p0, d0, d1;
+                weft_sched_tree(n, 0, (r + 1) % n, &p0, &d0, &d1);
+                ok &= p == (p0 < 0 ? -1 : mod(p0 - 1, n)) && c0 == (d0 < 0 ? -1 : mod(d0 - 1, n)) &&
+                      c1 == (d1 < 0 ? -1 : mod(d1 - 1, n));
+            }
+        }
+        int len = 0, depth = 0;
+        if (nroots == 1)
+            tree_inorder(n, t, root, seq, &len, 0, &depth);
+        ok &= nroots == 1 && len == n && depth == log2n;
+        for (int i = 0; i < len && i < n && ok; i++)
+            ok &= seq[i] == i + 1;
+    }
+    for (int r = 0; r < n; r++) {
+        int in[2];
+        for (int t = 0; t < 2; t++) {
+            int p, c0, c1;
+            weft_sched_tree(n, t, r, &p, &c0, &c1);
+            in[t] = c0 >= 0;
+            internal[t] += in[t];
+        }
+        both += in[0] && in[1];
+        ok &= n % 2 == 1 || n == 1 || in[0] || in[1];
+    }
+    EXPECT(ok && both == 0 && internal[0] == n / 2,
+           "tree shape n %d: ok %d, %d ranks internal in both, %d internal in tree 0", n, ok, both,
+           internal[0]);
+    free(seq);
+}
+
+/* Per half of tree t: how often rank r reads each input element, writes and reads each output
+ * element (from the step list of the block comment). */
+static void tree_role_counts(int n, int t, int r, int *in_rd, int *out_wr, int *out_rd)
+{
+    *in_rd = 1;
+    if (n == 1) {
+        *out_wr = 1;
+        *out_rd = 0;
+        return;
+    }
+    int p, c0, c1;
+    weft_sched_tree(n, t, r, &p, &c0, &c1);
+    int k = (c0 >= 0) + (c1 >= 0);
+    *out_wr = p < 0 ? k : (k == 2) + 1;        /* reductions into output; the broadcast's copy */
+    *out_rd = p < 0 ? (k == 2) + k : 2 * (k == 2); /* 2nd child's reduce; sends from output */
+}
+
+/* The steps of rank r for half t (up or down) of cnt elements at e, restated from the block
+ * comment of sched.c. Returns how many (at most 2). */
+static int tree_half(int n, int t, int r, int down, uint64_t e, uint64_t cnt, struct weft_step *w)
+{
+    int k = 0, p, c0, c1;
+    if (n == 1) {
+        if (!down)
+            put_step(w, &k, WEFT_STEP_COPY, WEFT_BUF_INPUT, e, WEFT_BUF_OUTPUT, e, -1, -1,
+                     WEFT_STEP_FINAL, cnt);
+        return k;
+    }
+    weft_sched_tree(n, t, r, &p, &c0, &c1);
+    if (!down) {
+        if (c0 < 0) {
+            put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, e, WEFT_BUF_NONE, 0, p, -1, 0, cnt);
+        } else if (c1 < 0 && p >= 0) {
+            put_step(w, &k, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, e, WEFT_BUF_NONE, 0, p, c0,
+                     0, cnt);
+        } else if (c1 < 0) {
+            put_step(w, &k, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, e, WEFT_BUF_OUTPUT, e, -1,
+                     c0, WEFT_STEP_FINAL, cnt);
+        } else {
+            put_step(w, &k, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, e, WEFT_BUF_OUTPUT, e, -1,
+                     c0, 0, cnt);
+            if (p >= 0)
+                put_step(w, &k, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_OUTPUT, e, WEFT_BUF_NONE, 0,
+                         p, c1, 0, cnt);
+            else
+                put_step(w, &k, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_OUTPUT, e, WEFT_BUF_OUTPUT, e,
+                         -1, c1, WEFT_STEP_FINAL, cnt);
+        }
+        return k;
+    }
+    if (p < 0)
+        put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_OUTPUT, e, WEFT_BUF_NONE, 0, c0, -1, 0, cnt);
+    else if (c0 < 0)
+        put_step(w, &k, WEFT_STEP_RECV, WEFT_BUF_NONE, 0, WEFT_BUF_OUTPUT, e, -1, p, 0, cnt);
+    else
+        put_step(w, &k, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, 0, WEFT_BUF_OUTPUT, e, c0, p, 0,
+                 cnt);
+    if (c1 >= 0)
+        put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_OUTPUT, e, WEFT_BUF_NONE, 0, c1, -1, 0, cnt);
+    return k;
+}
+
+/* Pieces of 2*chunk elements (one piece of len when chunk >= ceil(len/2)), halves ceil and floor
+ * of P/2. Calls fn for each non-empty half in schedule order: all pieces up (tree 0's half, then
+ * tree 1's), then all pieces down in the same order. */
+static uint64_t tree_piece_ref(uint64_t len, uint64_t chunk)
+{
+    return chunk >= len - len / 2 ? (len > 0 ? len : 1) : 2 * chunk;
+}
+
+/* A tree schedule, rank r on channel ch: exactly the steps of tree_half in the order above. */
+static void check_tree_pieces(const struct cfg *c, int r, int ch, const struct weft_step *st,
+                              uint64_t ns, const char *name)
+{
+    uint64_t off, len, i = 0;
+    weft_sched_range(c->count, ch, c->nch, &off, &len);
+    uint64_t piece = tree_piece_ref(len, c->chunk);
+    struct weft_step want[2];
+    const char *why = NULL;
+    const struct weft_step *w = NULL;
+    for (int down = 0; down < 2 && why == NULL; down++)
+        for (uint64_t po = 0; po < len && why == NULL; po += piece) {
+            uint64_t p = len - po < piece ? len - po : piece;
+            for (int j = 0; j < 2 && why == NULL; j++) {
+                /* up: the tree r is a leaf in first; down: the tree r is internal in first */
+                int pr, c0[2], c1;
+                weft_sched_tree(c->n, 0, r, &pr, &c0[0], &c1);
+                weft_sched_tree(c->n, 1, r, &pr, &c0[1], &c1);
+                int t = j ^ (c0[down] >= 0);
+                uint64_t h = t == 0 ? p - p / 2 : p / 2, e = off + po + (t == 0 ? 0 : p - p / 2);
+                int k = h > 0 ? tree_half(c->n, t, r, down, e, h, want) : 0;
+                for (int j = 0; j < k; j++, i++) {
+                    w = &want[j];
+                    if (i == ns)
+                        why = "list ends inside a piece";
+                    else if (!step_eq(w, &st[i]))
+                        why = "not the documented step";
+                    if (why != NULL)
+                        break;
+                }
+            }
+        }
+    if (why == NULL && i != ns) {
+        why = "steps after the last piece";
+        w = NULL;
+    }
+    if (why != NULL) {
+        char got[160] = "none", exp[160] = "none";
+        if (i < ns)
+            step_str(&st[i], got, sizeof(got));
+        if (w != NULL)
+            step_str(w, exp, sizeof(exp));
+        FAIL("%s ch %d rank %d step %llu of %llu: %s: got %s, want %s", name, ch, r,
+             (unsigned long long)i, (unsigned long long)ns, why, got, exp);
+    } else {
+        npass++;
+    }
+}
+
+/* The expected coverage of a tree all-reduce for rank r: per half, the role counts. */
+static void tree_expected_cover(const struct cfg *c, int r, struct cover *in_rd,
+                                struct cover *out_wr, struct cover *out_rd)
+{
+    for (int ch = 0; ch < c->nch; ch++) {
+        uint64_t off, len;
+        weft_sched_range(c->count, ch, c->nch, &off, &len);
+        uint64_t piece = tree_piece_ref(len, c->chunk);
+        for (uint64_t po = 0; po < len; po += piece) {
+            uint64_t p = len - po < piece ? len - po : piece;
+            for (int t = 0; t < 2; t++) {
+                uint64_t h = t == 0 ? p - p / 2 : p / 2, e = off + po + (t == 0 ? 0 : p - p / 2);
+                int ir, ow, orr;
+                tree_role_counts(c->n, t, r, &ir, &ow, &orr);
+                for (int j = 0; j < ir && h > 0; j++)
+                    cover_add(in_rd, e, h);
+                for (int j = 0; j < ow && h > 0; j++)
+                    cover_add(out_wr, e, h);
+                for (int j = 0; j < orr && h > 0; j++)
+                    cover_add(out_rd, e, h);
+            }
+        }
+    }
+}
+
+/* Level of coverage as a step function: positions where it changes and the new level. */
+static size_t cover_levels(struct cover *cv, uint64_t *pos, int64_t *lvl)
+{
+    cover_sort(cv);
+    size_t m = 0;
+    int64_t level = 0;
+    for (size_t i = 0; i < cv->n;) {
+        uint64_t at = cv->ev[i].pos;
+        while (i < cv->n && cv->ev[i].pos == at)
+            level += cv->ev[i++].delta;
+        if (m > 0 && lvl[m - 1] == level)
+            continue;
+        if (m == 0 && level == 0)
+            continue;
+        pos[m] = at;
+        lvl[m++] = level;
+    }
+    return m;
+}
+
+/* Both covers count every element the same number of times. */
+static void cover_equal(struct cover *got, struct cover *want, const char *what)
+{
+    size_t cap = got->n + want->n + 1;
+    uint64_t *gp = malloc(cap * sizeof(*gp)), *wp = malloc(cap * sizeof(*wp));
+    int64_t *gl = malloc(cap * sizeof(*gl)), *wl = malloc(cap * sizeof(*wl));
+    size_t gm = cover_levels(got, gp, gl), wm = cover_levels(want, wp, wl);
+    size_t i = 0;
+    while (i < gm && i < wm && gp[i] == wp[i] && gl[i] == wl[i])
+        i++;
+    if (i == gm && i == wm)
+        npass++;
+    else
+        FAIL("%s: coverage differs from element %llu (level %lld, want %lld)", what,
+             (unsigned long long)(i < gm ? gp[i] : i < wm ? wp[i] : 0),
+             (long long)(i < gm ? gl[i] : 0), (long long)(i < wm ? wl[i] : 0));
+    free(gp);
+    free(wp);
+    free(gl);
+    free(wl);
+}
+
 static void run_cfg(const struct cfg *c)
 {
     char name[160];
@@ -779,6 +1106,8 @@ static void run_cfg(const struct cfg *c)
             }
             if (is_direct(c->coll, c->algo))
                 check_direct_pieces(c, r, ch, steps[r], got, name);
+            if (c->algo == WEFT_ALGO_TREE)
+                check_tree_pieces(c, r, ch, steps[r], got, name);
         }
         check_matching(c, ch, steps, ns, name);
         for (int r = 0; r < n; r++) {
@@ -792,6 +1121,23 @@ static void run_cfg(const struct cfg *c)
         EXPECT(elems[r] == want, "%s rank %d: sends %llu elements, formula %llu", name, r,
                (unsigned long long)elems[r], (unsigned long long)want);
         char what[200];
+        if (c->algo == WEFT_ALGO_TREE) {
+            struct cover want[3];
+            memset(want, 0, sizeof(want));
+            tree_expected_cover(c, r, &want[0], &want[1], &want[2]);
+            snprintf(what, sizeof(what), "%s rank %d: input", name, r);
+            cover_equal(&rdv[r], &want[0], what);
+            snprintf(what, sizeof(what), "%s rank %d: output", name, r);
+            cover_equal(&wrv[r], &want[1], what);
+            snprintf(what, sizeof(what), "%s rank %d: output read", name, r);
+            cover_equal(&rdo[r], &want[2], what);
+            for (int j = 0; j < 3; j++)
+                free(want[j].ev);
+            free(rdv[r].ev);
+            free(wrv[r].ev);
+            free(rdo[r].ev);
+            continue;
+        }
         snprintf(what, sizeof(what), "%s rank %d: input", name, r);
         cover_check(&rdv[r], isz, expected_reads(c->coll, c->algo, n, r, c->root), what);
         snprintf(what, sizeof(what), "%s rank %d: output", name, r);
@@ -894,8 +1240,9 @@ static void misc(void)
     for (int algo = 0; algo < WEFT_ALGO_COUNT; algo++)
         for (int coll = 0; coll < WEFT_COLL_COUNT; coll++) {
             struct weft_sched_args a = {coll, algo, 100, 4, 1, 0, 0, 1, 64};
-            /* DIRECT has every collective (its own or RING's schedule); TREE none yet. */
-            int supported = algo == WEFT_ALGO_RING || algo == WEFT_ALGO_DIRECT;
+            /* DIRECT has every collective (its own or RING's schedule); TREE all-reduce only. */
+            int supported = algo == WEFT_ALGO_RING || algo == WEFT_ALGO_DIRECT ||
+                            coll == WEFT_COLL_ALLREDUCE;
             uint64_t got = weft_sched_build(&a, st, 64);
             EXPECT(supported ? got != UINT64_MAX && got > 0 : got == UINT64_MAX,
                    "%s/%s: build returned %llu", weft_algo_name(algo), weft_coll_name(coll),
@@ -923,6 +1270,43 @@ static void misc(void)
         EXPECT(weft_sched_build(&bad[i], st, 64) == UINT64_MAX &&
                    weft_sched_max_steps(&bad[i]) == 0,
                "bad arguments %zu accepted", i);
+
+    /* The double binary tree's shape: every n up to 1100, and around 2^11 and 2^12. */
+    static const int big_trees[] = {2047, 2048, 2049, 3000, 4095, 4096};
+    for (int n = 1; n <= 1100; n++)
+        check_tree_shape(n);
+    for (size_t i = 0; i < sizeof(big_trees) / sizeof(big_trees[0]); i++)
+        check_tree_shape(big_trees[i]);
+
+    /* The exact order for a 4-rank tree all-reduce, rank 1, one piece of 4 elements. Tree 0:
+     * 3 <- 1 <- {0, 2}; tree 1: 2 <- 0 <- {3, 1}. Rank 1 is internal in tree 0, a leaf in 1: up,
+     * tree 1 first; down, tree 0 first. */
+    {
+        struct weft_sched_args ta = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE, 4, 4, 1, 0, 0, 1, 2};
+        static const struct weft_step want_tree[] = {
+            {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 0, -1, 0, 2, 0, 2},
+            {WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0, 0, 2},
+            {WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, 3, 2, 0, 0, 0, 2},
+            {WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, 0, 3, 0, 0, 0, 2},
+            {WEFT_STEP_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, 2, -1, 0, 0, 0, 2},
+            {WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0, 2, 2},
+        };
+        memset(st, 0xff, sizeof(st));
+        uint64_t tg = weft_sched_build(&ta, st, 64);
+        EXPECT(tg == 6 && weft_sched_max_steps(&ta) == 6 &&
+                   memcmp(st, want_tree, sizeof(want_tree)) == 0,
+               "tree allreduce n 4 rank 1: %llu steps, or not in the documented order",
+               (unsigned long long)tg);
+        /* The root of tree 1 (rank 2) finishes with FINAL and broadcasts from its output. */
+        ta.rank = 2;
+        tg = weft_sched_build(&ta, st, 64);
+        EXPECT(tg == 4 && st[0].op == WEFT_STEP_SEND && st[0].send_peer == 1 &&
+                   st[1].op == WEFT_STEP_RECV_REDUCE_COPY && st[1].recv_peer == 0 &&
+                   st[1].flags == WEFT_STEP_FINAL && st[1].src_off == 2 && st[2].op == WEFT_STEP_SEND &&
+                   st[2].src == WEFT_BUF_OUTPUT && st[2].src_off == 2 && st[2].send_peer == 0 &&
+                   st[3].op == WEFT_STEP_RECV && st[3].recv_peer == 1,
+               "tree allreduce n 4 rank 2: %llu steps", (unsigned long long)tg);
+    }
 
     /* Names. */
     EXPECT(strcmp(weft_coll_name(WEFT_COLL_ALLREDUCE), "AllReduce") == 0, "coll name");
@@ -1023,6 +1407,7 @@ int main(int argc, char **argv)
     } tests[] = {
         {"allreduce-ring", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING},
         {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT},
+        {"allreduce-tree", WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE},
         {"allgather-ring", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
         {"allgather-direct", WEFT_COLL_ALLGATHER, WEFT_ALGO_DIRECT},
         {"reducescatter-ring", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},

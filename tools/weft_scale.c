@@ -1,0 +1,309 @@
+/*
+ * weft-scale: projects all-reduce time at scale by running the real schedules (weft_sched_build)
+ * of every rank through an event simulation of a fabric, and prints the cost model's prediction
+ * (weft_cost_fabric_us, what the tuner compares) next to it.
+ *
+ * Fabric: hosts of --ranks-per-host consecutive ranks; a message between hosts costs --lat-us plus
+ * bytes / --bw-gbps (GB/s) and goes through the sending host's one NIC, which serialises the
+ * inter-host messages of all its ranks; within a host --intra-lat-us and --intra-bw-gbps. Each
+ * rank runs its steps in order, one at a time: a step starts when the rank finished the previous
+ * one and, for a receive, when the message has arrived; a send occupies the sender (and the NIC)
+ * for bytes / bw, and its message arrives latency later. FIFOs are unbounded (the schedules are
+ * deadlock-free with two chunks; credit is not modelled). Reductions cost nothing. One channel,
+ * float elements; the step size (chunk) is 128 KiB, larger where the step lists would not fit.
+ *
+ * Output: one row per size: time (us) and busbw (GB/s, 2(n-1)/n * bytes / time) of ring, tree and
+ * direct, each with the model's time, then the algorithm the model picks and the one the
+ * simulation finds fastest ("-" where a schedule is too large to simulate).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/cost.h"
+#include "algo/sched.h"
+
+#define SCALE_STEP_BUDGET (48u << 20) /* steps of all ranks together */
+
+struct sstep {
+    int32_t sp, rp;
+    uint32_t count;
+    uint8_t op;
+};
+
+struct msg {
+    double arrival;
+    int64_t next;
+};
+
+struct slot {
+    uint64_t key; /* src * n + dst + 1; 0: empty */
+    int64_t head, tail;
+};
+
+struct scale {
+    int n, k;
+    double lat, bpu, ilat, ibpu; /* us, us per byte: inter, intra */
+    struct sstep *steps;
+    uint64_t *first; /* [n+1] */
+    struct slot *tab;
+    uint64_t tabcap;
+    struct msg *msgs;
+    uint64_t nmsgs, msgcap;
+};
+
+static struct slot *scale_slot(struct scale *s, int src, int dst)
+{
+    uint64_t key = (uint64_t)src * (uint64_t)s->n + (uint64_t)dst + 1;
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = h % s->tabcap;; i = (i + 1) % s->tabcap) {
+        if (s->tab[i].key == key)
+            return &s->tab[i];
+        if (s->tab[i].key == 0) {
+            s->tab[i].key = key;
+            s->tab[i].head = s->tab[i].tail = -1;
+            return &s->tab[i];
+        }
+    }
+}
+
+/* Simulated microseconds of one all-reduce, or -1 when it does not fit the budget. */
+static double scale_run(struct scale *s, int algo, uint64_t count)
+{
+    int n = s->n;
+    uint64_t chunk = 32768, total;
+    for (;;) {
+        total = 0;
+        for (int r = 0; r < n && total <= SCALE_STEP_BUDGET; r++) {
+            struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, algo, count, n, r, 0, 0, 1, chunk};
+            total += weft_sched_max_steps(&a);
+        }
+        if (total <= SCALE_STEP_BUDGET)
+            break;
+        if (chunk >= count)
+            return -1;
+        chunk *= 2;
+    }
+    s->steps = malloc((total + 1) * sizeof(*s->steps));
+    s->first = malloc(((size_t)n + 1) * sizeof(*s->first));
+    struct weft_step *tmp = NULL;
+    uint64_t tmpcap = 0, at = 0, npairs = 0;
+    for (int r = 0; r < n; r++) {
+        struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, algo, count, n, r, 0, 0, 1, chunk};
+        uint64_t m = weft_sched_max_steps(&a);
+        if (m > tmpcap) {
+            tmpcap = m;
+            tmp = realloc(tmp, m * sizeof(*tmp));
+        }
+        uint64_t got = weft_sched_build(&a, tmp, m);
+        s->first[r] = at;
+        for (uint64_t i = 0; i < got; i++) {
+            struct sstep *d = &s->steps[at++];
+            d->sp = tmp[i].send_peer;
+            d->rp = tmp[i].recv_peer;
+            d->count = (uint32_t)tmp[i].count;
+            d->op = tmp[i].op;
+            npairs += d->sp >= 0;
+        }
+    }
+    s->first[n] = at;
+    free(tmp);
+    s->tabcap = 2 * (npairs < (uint64_t)n * n ? npairs : (uint64_t)n * n) + 16;
+    s->tab = calloc(s->tabcap, sizeof(*s->tab));
+    s->msgcap = 1024;
+    s->msgs = malloc(s->msgcap * sizeof(*s->msgs));
+    s->nmsgs = 0;
+
+    double *t = calloc((size_t)n, sizeof(double));
+    int nhosts = (n + s->k - 1) / s->k;
+    double *nic = calloc((size_t)nhosts, sizeof(double));
+    uint64_t *idx = malloc((size_t)n * sizeof(*idx));
+    int *stack = malloc((size_t)n * sizeof(int)), *queued = calloc((size_t)n, sizeof(int));
+    int top = 0;
+    for (int r = 0; r < n; r++) {
+        idx[r] = s->first[r];
+        stack[top++] = n - 1 - r;
+        queued[n - 1 - r] = 1;
+    }
+    while (top > 0) {
+        int r = stack[--top];
+        queued[r] = 0;
+        while (idx[r] < s->first[r + 1]) {
+            const struct sstep *st = &s->steps[idx[r]];
+            double start = t[r], bytes = 4.0 * st->count;
+            if (st->rp >= 0) {
+                struct slot *q = scale_slot(s, st->rp, r);
+                if (q->head < 0)
+                    break; /* woken when the message is sent */
+                struct msg *m = &s->msgs[q->head];
+                q->head = m->next;
+                if (q->head < 0)
+                    q->tail = -1;
+                start = start > m->arrival ? start : m->arrival;
+            }
+            if (st->sp >= 0) {
+                int inter = r / s->k != st->sp / s->k;
+                double arrival;
+                if (inter) {
+                    double *free_at = &nic[r / s->k];
+                    double dep = start > *free_at ? start : *free_at;
+                    *free_at = dep + bytes * s->bpu;
+                    t[r] = dep + bytes * s->bpu;
+                    arrival = t[r] + s->lat;
+                } else {
+                    t[r] = start + bytes * s->ibpu;
+                    arrival = t[r] + s->ilat;
+                }
+                if (s->nmsgs == s->msgcap) {
+                    s->msgcap *= 2;
+                    s->msgs = realloc(s->msgs, s->msgcap * sizeof(*s->msgs));
+                }
+                struct slot *q = scale_slot(s, r, st->sp);
+                s->msgs[s->nmsgs] = (struct msg){arrival, -1};
+                if (q->tail >= 0)
+                    s->msgs[q->tail].next = (int64_t)s->nmsgs;
+                else
+                    q->head = (int64_t)s->nmsgs;
+                q->tail = (int64_t)s->nmsgs++;
+                if (!queued[st->sp] && st->sp != r) {
+                    queued[st->sp] = 1;
+                    stack[top++] = st->sp;
+                }
+            } else if (st->op == WEFT_STEP_COPY) {
+                t[r] = start + bytes * s->ibpu;
+            } else {
+                t[r] = start;
+            }
+            idx[r]++;
+        }
+    }
+    double end = 0;
+    int stuck = 0;
+    for (int r = 0; r < n; r++) {
+        end = t[r] > end ? t[r] : end;
+        stuck |= idx[r] < s->first[r + 1];
+    }
+    free(t);
+    free(nic);
+    free(idx);
+    free(stack);
+    free(queued);
+    free(s->steps);
+    free(s->first);
+    free(s->tab);
+    free(s->msgs);
+    if (stuck) {
+        fprintf(stderr, "weft-scale: %s with %d ranks did not finish\n", weft_algo_name(algo), n);
+        exit(1);
+    }
+    return end;
+}
+
+static uint64_t parse_size(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1024 * 1024; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+    }
+    return (uint64_t)v;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: weft-scale [--ranks N] [--ranks-per-host k] [--lat-us L] [--bw-gbps B]"
+                    " [--intra-lat-us L] [--intra-bw-gbps B] [--sizes 8,1K,1M,...]\n"
+                    "  bandwidths in GB/s; sizes in bytes (K, M, G suffixes), default 8 B .. 1 GiB"
+                    " by 8x\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    struct scale s = {0};
+    int n = 1024, k = 8;
+    double lat = 2.0, bw = 25.0, ilat = 0.5, ibw = 100.0;
+    uint64_t sizes[64];
+    int nsizes = 0;
+    for (uint64_t b = 8; b <= (1ull << 30); b *= 8)
+        sizes[nsizes++] = b;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v == NULL)
+            usage();
+        if (strcmp(o, "--ranks") == 0)
+            n = atoi(v);
+        else if (strcmp(o, "--ranks-per-host") == 0)
+            k = atoi(v);
+        else if (strcmp(o, "--lat-us") == 0)
+            lat = atof(v);
+        else if (strcmp(o, "--bw-gbps") == 0)
+            bw = atof(v);
+        else if (strcmp(o, "--intra-lat-us") == 0)
+            ilat = atof(v);
+        else if (strcmp(o, "--intra-bw-gbps") == 0)
+            ibw = atof(v);
+        else if (strcmp(o, "--sizes") == 0) {
+            nsizes = 0;
+            char *dup = strdup(v);
+            for (char *tok = strtok(dup, ","); tok != NULL && nsizes < 64; tok = strtok(NULL, ","))
+                sizes[nsizes++] = parse_size(tok);
+            free(dup);
+        } else
+            usage();
+        i++;
+    }
+    if (n < 1 || k < 1 || bw <= 0 || ibw <= 0 || nsizes == 0)
+        usage();
+    s.n = n;
+    s.k = k;
+    s.lat = lat;
+    s.bpu = 1.0 / (bw * 1e3);
+    s.ilat = ilat;
+    s.ibpu = 1.0 / (ibw * 1e3);
+    struct weft_cost_fabric f = {ilat, s.ibpu, lat, s.bpu, k};
+    static const int algos[3] = {WEFT_ALGO_RING, WEFT_ALGO_TREE, WEFT_ALGO_DIRECT};
+    static const char *const names[3] = {"ring", "tree", "direct"};
+
+    printf("# weft-scale: all-reduce, %d ranks, %d per host, inter %.2f us %.1f GB/s, intra %.2f us "
+           "%.1f GB/s\n",
+           n, k, lat, bw, ilat, ibw);
+    printf("# %12s %12s %9s %12s %12s %9s %12s %12s %9s %12s %7s %7s\n", "bytes", "ring_us",
+           "ring_bw", "ring_model", "tree_us", "tree_bw", "tree_model", "direct_us", "direct_bw",
+           "direct_model", "model", "sim");
+    for (int si = 0; si < nsizes; si++) {
+        uint64_t bytes = sizes[si] < 4 ? 4 : sizes[si] / 4 * 4;
+        double best = -1, bestm = -1;
+        int pick = 0, pickm = 0;
+        printf("%14llu", (unsigned long long)bytes);
+        for (int a = 0; a < 3; a++) {
+            double us = scale_run(&s, algos[a], bytes / 4);
+            double model = weft_cost_fabric_us(WEFT_COLL_ALLREDUCE, algos[a], bytes, n, &f);
+            if (us < 0) {
+                printf(" %12s %9s", "-", "-");
+            } else {
+                double busbw = us > 0 ? (double)bytes / us / 1e3 * 2 * (n - 1) / n : 0;
+                printf(" %12.2f %9.3f", us, busbw);
+                if (best < 0 || us < best) {
+                    best = us;
+                    pick = a;
+                }
+            }
+            printf(" %12.2f", model);
+            if (bestm < 0 || model < bestm) {
+                bestm = model;
+                pickm = a;
+            }
+        }
+        printf(" %7s %7s\n", names[pickm], names[pick]);
+        fflush(stdout);
+    }
+    return 0;
+}
