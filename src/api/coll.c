@@ -53,15 +53,16 @@ static ncclResult_t weft_check_usable(const struct ncclComm *comm, const char *a
  * or a foreign stream (the operation is complete when the call or its group returns), or a Weft
  * host stream (asynchronous, in issue order).
  */
+/* root_name: "root" or "peer" when root is a rank to check, NULL when the operation has none. */
 static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbuff,
                                    void *recvbuff, size_t count, ncclDataType_t dtype, int reduce,
-                                   ncclRedOp_t op, int root, int rooted, ncclComm_t comm,
+                                   ncclRedOp_t op, int root, const char *root_name, ncclComm_t comm,
                                    cudaStream_t stream, int send_needed, int recv_needed)
 {
     WEFT_CHECK(weft_check_usable(comm, api));
     WEFT_CHECK(weft_check_dtype(dtype, api));
-    if (rooted)
-        WEFT_CHECK(weft_check_root(comm, root, "root", api));
+    if (root_name != NULL)
+        WEFT_CHECK(weft_check_root(comm, root, root_name, api));
     struct weft_task task = {
         .comm = comm,
         .coll = coll,
@@ -77,7 +78,7 @@ static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbu
     if (reduce)
         WEFT_CHECK(weft_redop_build(comm, op, dtype, api, &task.redop));
     if (count == 0)
-        return ncclSuccess; /* NCCL discards empty collectives */
+        return ncclSuccess; /* NCCL discards empty collectives; empty send/recv are no-ops */
     if (send_needed)
         WEFT_CHECK(weft_check_buf(sendbuff, "sendbuff", api));
     if (recv_needed)
@@ -91,8 +92,8 @@ static ncclResult_t weft_coll(int coll, const char *api, const void *sendbuff, v
                               int send_needed, int recv_needed)
 {
     return weft_group_record(weft_coll_task(coll, api, sendbuff, recvbuff, count, dtype, reduce,
-                                            op, root, rooted, comm, stream, send_needed,
-                                            recv_needed));
+                                            op, root, rooted ? "root" : NULL, comm, stream,
+                                            send_needed, recv_needed));
 }
 
 static int weft_is_root(const struct ncclComm *comm, int root)
@@ -168,25 +169,8 @@ static ncclResult_t weft_p2p(int coll, const char *api, const void *sendbuff, vo
                              size_t count, ncclDataType_t dtype, int peer, ncclComm_t comm,
                              cudaStream_t stream)
 {
-    WEFT_CHECK(weft_check_usable(comm, api));
-    WEFT_CHECK(weft_check_dtype(dtype, api));
-    WEFT_CHECK(weft_check_root(comm, peer, "peer", api));
-    if (count == 0)
-        return ncclSuccess;
-    WEFT_CHECK(weft_check_buf(coll == WEFT_COLL_SEND ? sendbuff : recvbuff,
-                              coll == WEFT_COLL_SEND ? "sendbuff" : "recvbuff", api));
-    struct weft_task task = {
-        .comm = comm,
-        .coll = coll,
-        .sendbuf = sendbuff,
-        .recvbuf = recvbuff,
-        .count = count,
-        .dtype = dtype,
-        .root = peer,
-        .api = api,
-        .stream = stream,
-    };
-    return weft_group_enqueue(&task);
+    return weft_coll_task(coll, api, sendbuff, recvbuff, count, dtype, 0, ncclSum, peer, "peer",
+                          comm, stream, coll == WEFT_COLL_SEND, coll == WEFT_COLL_RECV);
 }
 
 WEFT_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype,
