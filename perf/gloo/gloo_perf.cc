@@ -296,7 +296,8 @@ template <template <typename> class A> struct ArLegacy {
         static std::unique_ptr<Bound> call(const perf_op *op, const void *, void *recv)
         {
             std::vector<T *> ptrs{(T *)recv};
-            auto a = std::make_unique<A<T>>(g.run_ctx, ptrs, (int)op->c.count, legacy_fn<T>(op->op));
+            auto a =
+                std::make_unique<A<T>>(g.run_ctx, ptrs, (int)op->c.count, legacy_fn<T>(op->op));
             return std::make_unique<InPlaceBound<A<T>>>(std::move(a), op->c.count * sizeof(T));
         }
     };
@@ -418,7 +419,8 @@ template <typename T> struct BcOneMake {
     static std::unique_ptr<Bound> call(const perf_op *op, const void *, void *recv)
     {
         std::vector<T *> ptrs{(T *)recv};
-        auto a = std::make_unique<gloo::BroadcastOneToAll<T>>(g.run_ctx, ptrs, op->c.count, op->root);
+        auto a = std::make_unique<gloo::BroadcastOneToAll<T>>(g.run_ctx, ptrs, op->c.count,
+                                                              op->root);
         /* Only the root's recv must hold the data before the broadcast. */
         size_t bytes = g.rank == op->root ? op->c.count * sizeof(T) : 0;
         return std::make_unique<InPlaceBound<gloo::BroadcastOneToAll<T>>>(std::move(a), bytes);

@@ -280,6 +280,9 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
     weft_exec_wait_policy(lanes[0].task->comm, &spins, &yields);
     int64_t idle = 0;
     uint64_t idle_since = 0, last_check = 0;
+    int multi_comm = 0;
+    for (int i = 1; i < nlanes; i++)
+        multi_comm |= lanes[i].task->comm != lanes[0].task->comm;
     for (;;) {
         struct weft_exec_block block = {-1, -1, 0};
         int ndone = 0;
@@ -313,7 +316,7 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
             r = weft_exec_round(lanes, nlanes, &ndone, &block);
             /* One comm: its doorbell hears every post; several: poll at 100 us. */
             if (r == 0)
-                weft_futex_wait(&bell->seq, seq, nlanes > comm->nchannels ? 100000 : 50000000);
+                weft_futex_wait(&bell->seq, seq, multi_comm ? 100000 : 50000000);
             __atomic_fetch_sub(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
             if (r < 0)
                 return weft_exec_lane_error(&lanes[block.lane]);
