@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/elem.h"
 #include "nccl.h"
 #include "redop.h"
 #include "weft.h"
@@ -46,31 +47,6 @@ static int check(ncclResult_t res, const char *what)
         return 0;
     }
     return 1;
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-static void store(int t, void *p, size_t i, double v)
-{
-    switch (t) {
-    /* integers wrap like the library's arithmetic (through int64: no undefined conversion) */
-    case ncclInt8: ((int8_t *)p)[i] = (int8_t)(int64_t)v; break;
-    case ncclUint8: ((uint8_t *)p)[i] = (uint8_t)(int64_t)v; break;
-    case ncclInt32: ((int32_t *)p)[i] = (int32_t)(int64_t)v; break;
-    case ncclInt64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case ncclFloat16: ((uint16_t *)p)[i] = weft_float_to_half((float)v); break;
-    case ncclBfloat16: ((uint16_t *)p)[i] = weft_float_to_bf16((float)v); break;
-    case ncclFloat32: ((float *)p)[i] = (float)v; break;
-    default: ((double *)p)[i] = v; break;
-    }
 }
 
 /*
