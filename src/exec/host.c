@@ -350,14 +350,30 @@ struct weft_fused {
     char *stage;
 };
 
-static int weft_fusable(const struct weft_task *a, const struct weft_task *b, size_t total,
-                        size_t limit)
+/* Longest run packed into one all-reduce (bounds the dependency check below). */
+#define WEFT_FUSE_MAX_TASKS 256
+
+/*
+ * run[0 .. nrun) are already packed; b joins them if it is the same kind of all-reduce, fits, and
+ * does not read what one of them writes (packing reads every input before any result exists).
+ */
+static int weft_fusable(const struct weft_task *run, int nrun, const struct weft_task *b,
+                        size_t total, size_t limit)
 {
+    const struct weft_task *a = &run[0];
     size_t es = weft_dtype_size(b->dtype);
-    return a->coll == WEFT_COLL_ALLREDUCE && b->coll == WEFT_COLL_ALLREDUCE &&
-           a->comm == b->comm && a->dtype == b->dtype &&
-           memcmp(&a->redop, &b->redop, sizeof(a->redop)) == 0 && b->count * es <= limit &&
-           total + b->count * es <= limit;
+    if (nrun >= WEFT_FUSE_MAX_TASKS || a->coll != WEFT_COLL_ALLREDUCE ||
+        b->coll != WEFT_COLL_ALLREDUCE || a->comm != b->comm || a->dtype != b->dtype ||
+        memcmp(&a->redop, &b->redop, sizeof(a->redop)) != 0 || b->count * es > limit ||
+        total + b->count * es > limit)
+        return 0;
+    const char *in = b->sendbuf;
+    for (int k = 0; k < nrun; k++) {
+        const char *out = run[k].recvbuf;
+        if (in < out + run[k].count * es && out < in + b->count * es)
+            return 0;
+    }
+    return 1;
 }
 
 static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct weft_task **out_p,
@@ -376,7 +392,7 @@ static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct w
         size_t total = tasks[t].count * es;
         int run = 1;
         if (tasks[t].coll == WEFT_COLL_ALLREDUCE && total <= limit)
-            while (t + run < ntasks && weft_fusable(&tasks[t], &tasks[t + run], total, limit))
+            while (t + run < ntasks && weft_fusable(&tasks[t], run, &tasks[t + run], total, limit))
                 total += tasks[t + run++].count * es;
         out[nout] = tasks[t];
         if (tasks[t].coll == WEFT_COLL_ALLTOALL && tasks[t].sendbuf == tasks[t].recvbuf) {

@@ -256,6 +256,23 @@ static void test_nested_groups(ncclComm_t comm)
     }
 }
 
+/* In one group, a small all-reduce that reads the previous one's result sees that result. */
+static void test_group_dependency(ncclComm_t comm)
+{
+    int n = g_nranks;
+    float x[16], y[16], z[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = (float)(g_rank + 1);
+    NCCLOK(ncclGroupStart());
+    NCCLOK(ncclAllReduce(x, y, 16, ncclFloat, ncclSum, comm, NULL));
+    NCCLOK(ncclAllReduce(y, z, 16, ncclFloat, ncclSum, comm, NULL));
+    NCCLOK(ncclGroupEnd());
+    int bad = 0;
+    for (int i = 0; i < 16; i++)
+        bad += y[i] != (float)(n * (n + 1) / 2) || z[i] != (float)(n * n * (n + 1) / 2);
+    CHECK(bad == 0, "dependent all-reduces in one group: y %g z %g", y[0], z[0]);
+}
+
 /* PreMulSum for every floating type, host-immediate and pointer scalars. */
 static void test_premulsum(ncclComm_t comm)
 {
@@ -399,6 +416,7 @@ static int rank_main(ncclUniqueId id)
         test_gather_scatter(comm, 50001, g_nranks - 1, inplace);
     }
     test_nested_groups(comm);
+    test_group_dependency(comm);
     test_premulsum(comm);
     test_host_stream(comm);
     test_nonblocking(comm);
