@@ -204,20 +204,29 @@ WEFT_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
     return res != ncclSuccess ? res : fres;
 }
 
+/*
+ * After abort or revoke set their flag: wakes a thread sleeping in an operation on this comm (it
+ * sees the flag within one sleep period) and waits up to max_ms for every such thread to leave.
+ * Returns 1 when none is left.
+ */
+static int weft_comm_wake_and_drain(struct ncclComm *comm, int max_ms)
+{
+    if (comm->bell != NULL) {
+        __atomic_fetch_add(&comm->bell->seq, 1, __ATOMIC_SEQ_CST);
+        weft_futex_wake(&comm->bell->seq);
+    }
+    for (int i = 0; i < max_ms && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0; i++)
+        usleep(1000);
+    return __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) == 0;
+}
+
 WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
 {
     if (comm == NULL)
         return ncclSuccess;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommAbort"));
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
-    if (comm->bell != NULL) {
-        __atomic_fetch_add(&comm->bell->seq, 1, __ATOMIC_SEQ_CST);
-        weft_futex_wake(&comm->bell->seq);
-    }
-    /* A thread stuck in an operation sees the flag within one sleep period; wait for it. */
-    for (int i = 0; i < 1000 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0; i++)
-        usleep(1000);
-    if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0) {
+    if (!weft_comm_wake_and_drain(comm, 1000)) {
         WEFT_WARN("ncclCommAbort: an operation is still running on rank %d; resources leaked",
                   comm->rank);
         return ncclSuccess;
@@ -238,12 +247,7 @@ WEFT_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags)
      * then the communicator is quiescent: only destroy, split and shrink remain valid.
      */
     __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
-    if (comm->bell != NULL) {
-        __atomic_fetch_add(&comm->bell->seq, 1, __ATOMIC_SEQ_CST);
-        weft_futex_wake(&comm->bell->seq);
-    }
-    for (int i = 0; i < 10000 && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0; i++)
-        usleep(1000);
+    weft_comm_wake_and_drain(comm, 10000);
     return ncclSuccess;
 }
 
