@@ -1,0 +1,1 @@
+/* ckpt.c: not written yet */

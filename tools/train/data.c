@@ -1,0 +1,1 @@
+/* data.c: not written yet */

@@ -1,0 +1,1 @@
+/* dp.c: not written yet */

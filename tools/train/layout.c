@@ -1,0 +1,1 @@
+/* layout.c: not written yet */

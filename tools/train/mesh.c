@@ -1,0 +1,1 @@
+/* mesh.c: not written yet */

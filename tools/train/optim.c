@@ -1,0 +1,1 @@
+/* optim.c: not written yet */

@@ -1,0 +1,1 @@
+/* pp.c: not written yet */
