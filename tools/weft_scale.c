@@ -70,6 +70,73 @@ static struct slot *scale_slot(struct scale *s, int src, int dst)
     }
 }
 
+/* A binary min-heap of ranks by the start time of their next step (ties: lower rank). */
+struct hent {
+    double time;
+    int rank;
+};
+
+struct heap {
+    struct hent *e;
+    int len;
+    char *in; /* [n]: rank is in the heap */
+};
+
+static int hent_less(struct hent a, struct hent b)
+{
+    return a.time < b.time || (a.time == b.time && a.rank < b.rank);
+}
+
+static void heap_push(struct heap *h, struct hent x)
+{
+    int i = h->len++;
+    while (i > 0 && hent_less(x, h->e[(i - 1) / 2])) {
+        h->e[i] = h->e[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->e[i] = x;
+    h->in[x.rank] = 1;
+}
+
+static struct hent heap_pop(struct heap *h)
+{
+    struct hent top = h->e[0], x = h->e[--h->len];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= h->len)
+            break;
+        if (c + 1 < h->len && hent_less(h->e[c + 1], h->e[c]))
+            c++;
+        if (!hent_less(h->e[c], x))
+            break;
+        h->e[i] = h->e[c];
+        i = c;
+    }
+    if (h->len > 0)
+        h->e[i] = x;
+    h->in[top.rank] = 0;
+    return top;
+}
+
+/* Queues rank r if it has a next step that can start: no receive, or its message is sent. */
+static void scale_ready(struct scale *s, struct heap *h, const double *t, const uint64_t *idx,
+                        int r)
+{
+    if (idx[r] >= s->first[r + 1])
+        return;
+    const struct sstep *st = &s->steps[idx[r]];
+    double start = t[r];
+    if (st->rp >= 0) {
+        struct slot *q = scale_slot(s, st->rp, r);
+        if (q->head < 0)
+            return; /* queued again when the message is sent */
+        double arr = s->msgs[q->head].arrival;
+        start = start > arr ? start : arr;
+    }
+    heap_push(h, (struct hent){start, r});
+}
+
 /* Simulated microseconds of one all-reduce, or -1 when it does not fit the budget. */
 static double scale_run(struct scale *s, int algo, uint64_t count)
 {
@@ -121,64 +188,57 @@ static double scale_run(struct scale *s, int algo, uint64_t count)
     int nhosts = (n + s->k - 1) / s->k;
     double *nic = calloc((size_t)nhosts, sizeof(double));
     uint64_t *idx = malloc((size_t)n * sizeof(*idx));
-    int *stack = malloc((size_t)n * sizeof(int)), *queued = calloc((size_t)n, sizeof(int));
-    int top = 0;
+    struct heap h = {malloc((size_t)n * sizeof(*h.e)), 0, calloc((size_t)n, 1)};
     for (int r = 0; r < n; r++) {
         idx[r] = s->first[r];
-        stack[top++] = n - 1 - r;
-        queued[n - 1 - r] = 1;
+        scale_ready(s, &h, t, idx, r);
     }
-    while (top > 0) {
-        int r = stack[--top];
-        queued[r] = 0;
-        while (idx[r] < s->first[r + 1]) {
-            const struct sstep *st = &s->steps[idx[r]];
-            double start = t[r], bytes = 4.0 * st->count;
-            if (st->rp >= 0) {
-                struct slot *q = scale_slot(s, st->rp, r);
-                if (q->head < 0)
-                    break; /* woken when the message is sent */
-                struct msg *m = &s->msgs[q->head];
-                q->head = m->next;
-                if (q->head < 0)
-                    q->tail = -1;
-                start = start > m->arrival ? start : m->arrival;
-            }
-            if (st->sp >= 0) {
-                int inter = r / s->k != st->sp / s->k;
-                double arrival;
-                if (inter) {
-                    double *free_at = &nic[r / s->k];
-                    double dep = start > *free_at ? start : *free_at;
-                    *free_at = dep + bytes * s->bpu;
-                    t[r] = dep + bytes * s->bpu;
-                    arrival = t[r] + s->lat;
-                } else {
-                    t[r] = start + bytes * s->ibpu;
-                    arrival = t[r] + s->ilat;
-                }
-                if (s->nmsgs == s->msgcap) {
-                    s->msgcap *= 2;
-                    s->msgs = realloc(s->msgs, s->msgcap * sizeof(*s->msgs));
-                }
-                struct slot *q = scale_slot(s, r, st->sp);
-                s->msgs[s->nmsgs] = (struct msg){arrival, -1};
-                if (q->tail >= 0)
-                    s->msgs[q->tail].next = (int64_t)s->nmsgs;
-                else
-                    q->head = (int64_t)s->nmsgs;
-                q->tail = (int64_t)s->nmsgs++;
-                if (!queued[st->sp] && st->sp != r) {
-                    queued[st->sp] = 1;
-                    stack[top++] = st->sp;
-                }
-            } else if (st->op == WEFT_STEP_COPY) {
-                t[r] = start + bytes * s->ibpu;
-            } else {
-                t[r] = start;
-            }
-            idx[r]++;
+    /* Steps run in the order of their start times, so that each NIC serves its senders first
+     * come, first served. */
+    while (h.len > 0) {
+        struct hent top = heap_pop(&h);
+        int r = top.rank;
+        const struct sstep *st = &s->steps[idx[r]];
+        double start = top.time, bytes = 4.0 * st->count;
+        if (st->rp >= 0) {
+            struct slot *q = scale_slot(s, st->rp, r);
+            q->head = s->msgs[q->head].next;
+            if (q->head < 0)
+                q->tail = -1;
         }
+        if (st->sp >= 0) {
+            int inter = r / s->k != st->sp / s->k;
+            double arrival;
+            if (inter) {
+                double *free_at = &nic[r / s->k];
+                double dep = start > *free_at ? start : *free_at;
+                *free_at = dep + bytes * s->bpu;
+                t[r] = dep + bytes * s->bpu;
+                arrival = t[r] + s->lat;
+            } else {
+                t[r] = start + bytes * s->ibpu;
+                arrival = t[r] + s->ilat;
+            }
+            if (s->nmsgs == s->msgcap) {
+                s->msgcap *= 2;
+                s->msgs = realloc(s->msgs, s->msgcap * sizeof(*s->msgs));
+            }
+            struct slot *q = scale_slot(s, r, st->sp);
+            s->msgs[s->nmsgs] = (struct msg){arrival, -1};
+            if (q->tail >= 0)
+                s->msgs[q->tail].next = (int64_t)s->nmsgs;
+            else
+                q->head = (int64_t)s->nmsgs;
+            q->tail = (int64_t)s->nmsgs++;
+        } else if (st->op == WEFT_STEP_COPY) {
+            t[r] = start + bytes * s->ibpu;
+        } else {
+            t[r] = start;
+        }
+        idx[r]++;
+        scale_ready(s, &h, t, idx, r);
+        if (st->sp >= 0 && st->sp != r && !h.in[st->sp])
+            scale_ready(s, &h, t, idx, st->sp);
     }
     double end = 0;
     int stuck = 0;
@@ -189,8 +249,8 @@ static double scale_run(struct scale *s, int algo, uint64_t count)
     free(t);
     free(nic);
     free(idx);
-    free(stack);
-    free(queued);
+    free(h.e);
+    free(h.in);
     free(s->steps);
     free(s->first);
     free(s->tab);

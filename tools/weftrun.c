@@ -1,7 +1,7 @@
 /*
  * weftrun -- start N ranks of a program on this host.
  *
- *   weftrun -n N [--prefix|--no-prefix] [--timeout SEC] [--] program [args...]
+ *   weftrun -n N [--prefix|--no-prefix] [--timeout SEC] [--restarts K] [--] program [args...]
  *
  * weftrun makes the job's unique id with ncclGetUniqueId (which starts the bootstrap root listener
  * inside weftrun; it lives as long as weftrun does) and starts N children with WEFT_RANK,
@@ -22,9 +22,18 @@
  *
  * When a rank exits non-zero or dies by a signal, weftrun reports it, sends SIGTERM to the others
  * and SIGKILL after a 2 s grace period, and exits with that rank's status (128+signal for a
- * signal). --timeout SEC does the same to all ranks after SEC seconds and exits 124. Exit 0 only
+ * signal); with --linger SEC the others first get SEC seconds to notice the failure through the
+ * library and exit on their own (fault-tolerance tests need that). --timeout SEC does the same to
+ * all ranks after SEC seconds and exits 124. Exit 0 only
  * when every rank exits 0. Usage errors exit 2, a program that cannot be found 127, one that cannot
  * be executed 126, other failures of weftrun itself 1.
+ *
+ * --restarts K: when a rank fails, once the others are stopped as above, the whole job starts
+ * again with a fresh unique id (a new ncclGetUniqueId, so a new bootstrap root), up to K times.
+ * Every rank gets WEFT_RESTART=<attempt> (0 for the first run), so a program can resume from its
+ * last checkpoint. One line on stderr per restart says why. No restart after --timeout (the limit
+ * covers the whole run, restarts included), after a termination signal to weftrun, or when the
+ * program cannot be started. The exit status is that of the last attempt.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -80,6 +89,10 @@ struct weftrun {
     int nranks;
     int prefix;
     double timeout_s; /* 0: none */
+    int restarts;     /* --restarts K */
+    double linger_s;  /* --linger SEC */
+    int attempt;      /* 0 for the first run, then 1..restarts */
+    double deadline;  /* --timeout as an absolute time over all attempts; 0: none */
     char **argv;      /* program and its arguments */
     const char *path; /* resolved program */
     char id_hex[WEFT_HEXID_LEN + 1];
@@ -95,6 +108,7 @@ struct weftrun {
     int aborting;     /* weftrun itself failed: reap quietly */
     int nsignals;     /* termination signals received */
     double kill_at;   /* SIGKILL deadline after SIGTERM; 0: none */
+    double term_at;   /* SIGTERM to the others after a failure (--linger); 0: none */
     double drain_at;  /* close pipes deadline once all ranks are gone; 0: none */
     int dest_broken[3];
 };
@@ -123,17 +137,24 @@ static void msg(const char *fmt, ...)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: %s -n N [--prefix|--no-prefix] [--timeout SEC] [--] program [args...]\n"
+            "usage: %s -n N [--prefix|--no-prefix] [--timeout SEC] [--restarts K] [--linger SEC]"
+            " [--] program "
+            "[args...]\n"
             "  -n, -np, --nranks N   number of ranks to start (1..%d)\n"
             "  --prefix              prefix each output line with [rank] (default)\n"
             "  --no-prefix           ranks write straight to weftrun's stdout/stderr\n"
-            "  --timeout SEC         kill all ranks and exit 124 after SEC seconds\n"
+            "  --timeout SEC         kill all ranks and exit 124 after SEC seconds (in all)\n"
+            "  --restarts K          when a rank fails, start the whole job again, up to K\n"
+            "                        times (WEFT_RESTART=attempt in each rank's environment)\n"
+            "  --linger SEC          when a rank fails, give the others SEC seconds to notice\n"
+            "                        and exit on their own before SIGTERM (default 0)\n"
             "  -h, --help            this text\n"
             "Ranks run in their own process group with stdin from /dev/null; weftrun forwards\n"
             "SIGINT/SIGTERM/SIGHUP to them (a third one kills them). When a rank fails, the\n"
             "others get SIGTERM, then SIGKILL 2 s later, and weftrun exits with its status.\n"
             "Each rank gets WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK, WEFT_LOCAL_SIZE and\n"
-            "WEFT_UNIQUE_ID in its environment (see weftLaunchInfo in weft.h).\n",
+            "WEFT_UNIQUE_ID in its environment (see weftLaunchInfo in weft.h), and\n"
+            "WEFT_RESTART (0 on the first run).\n",
             prog_name, WEFTRUN_MAX_RANKS);
 }
 
@@ -185,6 +206,18 @@ static double parse_timeout(const char *text)
     return v;
 }
 
+static int parse_restarts(const char *text)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || v < 0 || v > 1000000)
+        usage_error("--restarts needs a number from 0 to 1000000, got '%s'", text);
+    return (int)v;
+}
+
 static void parse_args(struct weftrun *w, int argc, char **argv)
 {
     int i;
@@ -192,6 +225,7 @@ static void parse_args(struct weftrun *w, int argc, char **argv)
     w->nranks = 0;
     w->prefix = 1;
     w->timeout_s = 0;
+    w->restarts = 0;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -225,6 +259,16 @@ static void parse_args(struct weftrun *w, int argc, char **argv)
             w->timeout_s = parse_timeout(val);
         } else if (strncmp(a, "--timeout=", 10) == 0) {
             w->timeout_s = parse_timeout(a + 10);
+        } else if (strcmp(a, "--linger") == 0) {
+            if (i + 1 >= argc)
+                usage_error("--linger needs a value");
+            w->linger_s = parse_timeout(argv[++i]);
+        } else if (strcmp(a, "--restarts") == 0) {
+            if (i + 1 >= argc)
+                usage_error("--restarts needs a value");
+            w->restarts = parse_restarts(argv[++i]);
+        } else if (strncmp(a, "--restarts=", 11) == 0) {
+            w->restarts = parse_restarts(a + 11);
         } else {
             usage_error("unknown option '%s'", a);
         }
@@ -285,7 +329,7 @@ static int resolve_program(const char *prog, char **path_p)
 static int is_our_var(const char *entry)
 {
     static const char *const names[] = {"WEFT_RANK=", "WEFT_NRANKS=", "WEFT_LOCAL_RANK=",
-                                        "WEFT_LOCAL_SIZE=", "WEFT_UNIQUE_ID="};
+                                        "WEFT_LOCAL_SIZE=", "WEFT_UNIQUE_ID=", "WEFT_RESTART="};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strncmp(entry, names[i], strlen(names[i])) == 0)
@@ -294,14 +338,14 @@ static int is_our_var(const char *entry)
 }
 
 /* The parent's environment without stale WEFT_* launch variables, plus this rank's. */
-static char **make_env(const struct weftrun *w, int rank, char vars[5][WEFT_HEXID_LEN + 32])
+static char **make_env(const struct weftrun *w, int rank, char vars[6][WEFT_HEXID_LEN + 32])
 {
     size_t n = 0, k = 0;
     char **envp;
 
     while (environ[n] != NULL)
         n++;
-    envp = malloc((n + 6) * sizeof(*envp));
+    envp = malloc((n + 7) * sizeof(*envp));
     if (envp == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++)
@@ -312,7 +356,8 @@ static char **make_env(const struct weftrun *w, int rank, char vars[5][WEFT_HEXI
     snprintf(vars[2], sizeof(vars[2]), "WEFT_LOCAL_RANK=%d", rank);
     snprintf(vars[3], sizeof(vars[3]), "WEFT_LOCAL_SIZE=%d", w->nranks);
     snprintf(vars[4], sizeof(vars[4]), "WEFT_UNIQUE_ID=%s", w->id_hex);
-    for (int i = 0; i < 5; i++)
+    snprintf(vars[5], sizeof(vars[5]), "WEFT_RESTART=%d", w->attempt);
+    for (int i = 0; i < 6; i++)
         envp[k++] = vars[i];
     envp[k] = NULL;
     return envp;
@@ -529,9 +574,15 @@ static void reap_children(struct weftrun *w)
             describe_status(status, how, sizeof(how));
             w->failed_rank = r;
             if (w->nalive > 0) {
-                msg("rank %d (pid %d) %s; terminating the other %d rank%s", r, (int)pid, how,
-                    w->nalive, w->nalive == 1 ? "" : "s");
-                terminate_ranks(w);
+                if (w->linger_s > 0) {
+                    msg("rank %d (pid %d) %s; the other %d rank%s get %g s to exit", r, (int)pid,
+                        how, w->nalive, w->nalive == 1 ? "" : "s", w->linger_s);
+                    w->term_at = now_s() + w->linger_s;
+                } else {
+                    msg("rank %d (pid %d) %s; terminating the other %d rank%s", r, (int)pid, how,
+                        w->nalive, w->nalive == 1 ? "" : "s");
+                    terminate_ranks(w);
+                }
             } else {
                 msg("rank %d (pid %d) %s", r, (int)pid, how);
             }
@@ -573,7 +624,7 @@ static int spawn_ranks(struct weftrun *w)
     for (int r = 0; r < w->nranks; r++) {
         struct rank_proc *rp = &w->ranks[r];
         int outp[2][2] = {{-1, -1}, {-1, -1}}, errp[2], child_fds[2], err = 0;
-        char vars[5][WEFT_HEXID_LEN + 32];
+        char vars[6][WEFT_HEXID_LEN + 32];
         char **envp;
         pid_t pid;
         ssize_t k;
@@ -641,6 +692,24 @@ static int spawn_ranks(struct weftrun *w)
     return 0;
 }
 
+/* Per-attempt state back to "nothing started" (the ranks of the last attempt are all reaped and
+ * their pipes closed when run_loop returns). Signals received and broken destinations carry
+ * over. */
+static void start_attempt(struct weftrun *w)
+{
+    memset(w->ranks, 0, (size_t)w->nranks * sizeof(*w->ranks));
+    for (int r = 0; r < w->nranks; r++)
+        w->ranks[r].out[0].fd = w->ranks[r].out[1].fd = -1;
+    w->nalive = 0;
+    w->nopen = 0;
+    w->failed_rank = -1;
+    w->timed_out = 0;
+    w->kill_at = 0;
+    w->term_at = 0;
+    w->drain_at = 0;
+    w->pgid = 0;
+}
+
 static void raise_fd_limit(int nranks)
 {
     struct rlimit rl;
@@ -655,10 +724,10 @@ static void raise_fd_limit(int nranks)
 static int poll_timeout_ms(const struct weftrun *w, double deadline_timeout)
 {
     double next = 0, t = now_s();
-    double cands[3] = {deadline_timeout, w->kill_at, w->drain_at};
+    double cands[4] = {deadline_timeout, w->kill_at, w->drain_at, w->term_at};
     int ms;
 
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (cands[i] != 0 && (next == 0 || cands[i] < next))
             next = cands[i];
     if (next == 0)
@@ -671,7 +740,7 @@ static int poll_timeout_ms(const struct weftrun *w, double deadline_timeout)
 
 static int run_loop(struct weftrun *w)
 {
-    double deadline_timeout = w->timeout_s > 0 ? now_s() + w->timeout_s : 0;
+    double deadline_timeout = w->deadline;
     struct pollfd *pfds = calloc((size_t)w->nranks * 2 + 1, sizeof(*pfds));
     int *map = calloc((size_t)w->nranks * 2 + 1, sizeof(*map));
 
@@ -721,6 +790,14 @@ static int run_loop(struct weftrun *w)
             if (w->nalive > 0) {
                 msg("timeout after %g s: terminating %d rank%s", w->timeout_s, w->nalive,
                     w->nalive == 1 ? "" : "s");
+                terminate_ranks(w);
+            }
+        }
+        if (w->term_at != 0 && t >= w->term_at) {
+            w->term_at = 0;
+            if (w->nalive > 0) {
+                msg("%d rank%s still running %g s after the failure: terminating", w->nalive,
+                    w->nalive == 1 ? "" : "s", w->linger_s);
                 terminate_ranks(w);
             }
         }
@@ -803,35 +880,50 @@ int main(int argc, char **argv)
     }
     w.path = path;
 
-    res = ncclGetUniqueId(&id);
-    if (res != ncclSuccess) {
-        const char *last = ncclGetLastError(NULL);
-        msg("ncclGetUniqueId failed: %s%s%s", ncclGetErrorString(res),
-            last && *last ? ": " : "", last ? last : "");
-        return 1;
-    }
-    weft_hexid_encode(&id, w.id_hex);
-
     raise_fd_limit(w.nranks);
     w.ranks = calloc((size_t)w.nranks, sizeof(*w.ranks));
     if (w.ranks == NULL) {
         msg("out of memory");
         return 1;
     }
-    for (int r = 0; r < w.nranks; r++)
-        w.ranks[r].out[0].fd = w.ranks[r].out[1].fd = -1;
+    if (w.timeout_s > 0)
+        w.deadline = now_s() + w.timeout_s;
 
-    fflush(stdout);
-    fflush(stderr);
-    rc = spawn_ranks(&w);
-    if (rc != 0) {
-        /* Some ranks may be running: stop them and still collect their output. */
-        w.aborting = 1;
-        signal_ranks(&w, SIGKILL);
-        run_loop(&w);
-        return rc;
+    for (w.attempt = 0;; w.attempt++) {
+        char how[128];
+
+        /* A fresh id per attempt: the failed attempt's root may still hold state (or be gone
+         * with the rank that ran it, under NCCL_COMM_ID), and stale ranks must not join. */
+        res = ncclGetUniqueId(&id);
+        if (res != ncclSuccess) {
+            const char *last = ncclGetLastError(NULL);
+            msg("ncclGetUniqueId failed: %s%s%s", ncclGetErrorString(res),
+                last && *last ? ": " : "", last ? last : "");
+            return 1;
+        }
+        weft_hexid_encode(&id, w.id_hex);
+        start_attempt(&w);
+
+        fflush(stdout);
+        fflush(stderr);
+        rc = spawn_ranks(&w);
+        if (rc != 0) {
+            /* Some ranks may be running: stop them and still collect their output. */
+            w.aborting = 1;
+            signal_ranks(&w, SIGKILL);
+            run_loop(&w);
+            return rc;
+        }
+        rc = run_loop(&w);
+        if (rc == 0 || w.timed_out || w.failed_rank < 0 || w.attempt >= w.restarts)
+            break;
+        handle_signals(&w); /* a Ctrl-C that came in as the last rank ended */
+        if (w.nsignals > 0)
+            break; /* being stopped from outside: do not start again */
+        describe_status(w.ranks[w.failed_rank].status, how, sizeof(how));
+        msg("job failed (rank %d %s), restart %d of %d", w.failed_rank, how, w.attempt + 1,
+            w.restarts);
     }
-    rc = run_loop(&w);
     free(path);
     free(w.ranks);
     return rc;

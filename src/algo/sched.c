@@ -335,24 +335,47 @@ static void tree_down(struct sched_out *o, const struct tree_node *t, uint64_t e
         sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, t->c1, -1, e, 0, c);
 }
 
+/* Edges from rank up to the root of tree `tree`. */
+static int tree_depth(int n, int tree, int rank)
+{
+    int d = 0, p, c0, c1;
+    for (;;) {
+        weft_sched_tree(n, tree, rank, &p, &c0, &c1);
+        if (p < 0)
+            return d;
+        rank = p;
+        d++;
+    }
+}
+
 static void tree_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks;
     uint64_t off, len;
     weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
     struct tree_node t[2];
-    for (int k = 0; k < 2; k++)
+    int depth[2], dmax = 0;
+    for (int k = 0; k < 2; k++) {
         weft_sched_tree(n, k, a->rank, &t[k].parent, &t[k].c0, &t[k].c1);
+        depth[k] = tree_depth(n, k, a->rank);
+    }
+    while ((2 << dmax) <= n)
+        dmax++;
 
     /* Up: the tree the rank is a leaf in first (a SEND that waits for nobody); down: the tree
-     * it is internal in first (forwarding before receiving its own copy), so both trees flow. */
+     * it is internal in first (forwarding before receiving its own copy). Piece P of tree k runs
+     * in slot P + dmax - depth up, P + depth down (see the block comment). */
     int first[2] = {t[0].c0 >= 0, t[1].c0 >= 0};
     uint64_t piece = tree_piece(len, a->chunk);
+    uint64_t npieces = len == 0 ? 0 : sched_div_up(len, piece);
     for (int down = 0; down < 2; down++) {
-        for (uint64_t po = 0; po < len; po += piece) {
-            uint64_t psize = sched_min(piece, len - po);
+        for (uint64_t slot = 0; slot < npieces + (uint64_t)dmax; slot++) {
             for (int j = 0; j < 2; j++) {
                 int k = j ^ first[down];
+                uint64_t lag = (uint64_t)(down ? depth[k] : dmax - depth[k]);
+                if (slot < lag || slot - lag >= npieces)
+                    continue;
+                uint64_t po = (slot - lag) * piece, psize = sched_min(piece, len - po);
                 uint64_t ho, hl;
                 sched_split(psize, 2, (uint64_t)k, &ho, &hl);
                 uint64_t e = off + po + ho;

@@ -8,6 +8,11 @@
 #   net.sh DRIVER kill                         3 hosts x 2 ranks; rank 5 is killed mid-run; the
 #                                              others must fail naming it and its host
 #   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
+#   net.sh DRIVER algos PERFDIR [HxR ...]      all-reduce time by size (8 B .. 1 MiB, every 4x)
+#                                              with NCCL_ALGO=ring, tree and unset (the tuner),
+#                                              on H hosts x R ranks (default 2x2 2x4), repeated
+#                                              WEFT_NET_REPEATS times (default 5): medians; and
+#                                              the inter-host alpha/beta from sendrecv_perf 2x1
 #
 # DRIVER is tests/net/net_colls. Needs root and iproute2 (exit 77, SKIP, otherwise). Everything
 # it creates is named weftnet-<pid>-* and removed on exit, whatever happens.
@@ -196,6 +201,62 @@ bench)
         "$logs/rank0")
     awk -v b="$busbw" -v i="$iperf" 'BEGIN { if (i > 0) printf "# summary: all-reduce busbw " \
         "%.2f GB/s, iperf3 bidir %.2f GB/s per direction: %.0f%%\n", b, i, 100 * b / i }'
+    ;;
+algos)
+    perfdir=$1
+    shift
+    layouts=${*:-2x2 2x4}
+    reps=${WEFT_NET_REPEATS:-5}
+    hosts 2
+    # median of the out-of-place time (us) by size over the runs in $logs/NAME.*
+    median() {
+        cat "$logs/$1".* | awk '$1 ~ /^[0-9]+$/ && NF >= 12 { t[$1] = t[$1] " " $6 }
+            END { for (s in t) { n = split(t[s], v, " "); for (i = 1; i <= n; i++)
+                    for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { x = v[i]; v[i] = v[j]; v[j] = x }
+                  printf "%d %.2f\n", s, n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 } }' |
+            sort -n
+    }
+    # run NAME H R PROG ARGS...: one run; rank 0's output appended as $logs/NAME.<run>
+    run() {
+        local name=$1 nh=$2 rph=$3 r
+        shift 3
+        launch "$nh" "$rph" "$@"
+        collect 120
+        for r in "${!status[@]}"; do
+            if [ "${status[r]}" != 0 ]; then
+                show_logs
+                echo "FAIL: $name: rank $r exited with ${status[r]}"
+                exit 1
+            fi
+        done
+        cp "$logs/rank0" "$logs/$name.$i"
+    }
+    echo "# inter-host link: sendrecv_perf, 2 hosts x 1 rank, median of $reps runs (time: us)"
+    for ((i = 0; i < reps; i++)); do
+        run sendrecv 2 1 "$perfdir/sendrecv_perf" -b 8 -e 4M -f 4 -n 50 -w 10
+    done
+    median sendrecv | awk '{ t[NR] = $2; s[NR] = $1; printf "#   %9d B %10.2f us\n", $1, $2 }
+        END { printf "# alpha %.1f us, beta %.3f us/KiB (%.2f GB/s) from %d B and %d B\n", t[1],
+              (t[NR] - t[1]) / (s[NR] - s[1]) * 1024, (s[NR] - s[1]) / (t[NR] - t[1]) / 1e3,
+              s[1], s[NR] }'
+    for hr in $layouts; do
+        nh=${hr%x*} rph=${hr#*x}
+        ((nh <= 2)) || { echo "algos: at most 2 hosts ($hr)"; exit 2; }
+        for ((i = 0; i < reps; i++)); do
+            for a in ring tree auto; do
+                if [ $a = auto ]; then
+                    run "$hr-$a" "$nh" "$rph" "$perfdir/all_reduce_perf" -b 8 -e 1M -f 4 -n 100 -w 10
+                else
+                    run "$hr-$a" "$nh" "$rph" env NCCL_ALGO=$a "$perfdir/all_reduce_perf" \
+                        -b 8 -e 1M -f 4 -n 100 -w 10
+                fi
+            done
+        done
+        echo "# all_reduce_perf $nh hosts x $rph ranks: median out-of-place time (us) of $reps runs"
+        printf "# %10s %10s %10s %10s %8s\n" bytes ring tree auto tree/ring
+        join <(median "$hr-ring") <(median "$hr-tree") | join - <(median "$hr-auto") |
+            awk '{ printf "%12d %10.2f %10.2f %10.2f %8.2f\n", $1, $2, $3, $4, $3 / $2 }'
+    done
     ;;
 *)
     echo "unknown mode $mode"

@@ -929,11 +929,21 @@ static int tree_half(int n, int t, int r, int down, uint64_t e, uint64_t cnt, st
 }
 
 /* Pieces of 2*chunk elements (one piece of len when chunk >= ceil(len/2)), halves ceil and floor
- * of P/2. Calls fn for each non-empty half in schedule order: all pieces up (tree 0's half, then
- * tree 1's), then all pieces down in the same order. */
+ * of P/2. Piece P of tree t runs in slot P + D - depth_t(r) up and P + depth_t(r) down (D =
+ * floor(log2 n), depth: edges to the root), so that every message is taken one slot after it is
+ * sent; the steps go up slot by slot, then down slot by slot, and within a slot up takes the tree
+ * r is a leaf in first, down the tree r is internal in first. */
 static uint64_t tree_piece_ref(uint64_t len, uint64_t chunk)
 {
     return chunk >= len - len / 2 ? (len > 0 ? len : 1) : 2 * chunk;
+}
+
+static int tree_depth_ref(int n, int t, int r)
+{
+    int d = 0;
+    for (int p = tree_parent_ref(n, t, r); p >= 0; p = tree_parent_ref(n, t, p))
+        d++;
+    return d;
 }
 
 /* A tree schedule, rank r on channel ch: exactly the steps of tree_half in the order above. */
@@ -942,19 +952,25 @@ static void check_tree_pieces(const struct cfg *c, int r, int ch, const struct w
 {
     uint64_t off, len, i = 0;
     weft_sched_range(c->count, ch, c->nch, &off, &len);
-    uint64_t piece = tree_piece_ref(len, c->chunk);
+    uint64_t piece = tree_piece_ref(len, c->chunk), npieces = (len + piece - 1) / piece;
+    int dmax = 0, depth[2] = {tree_depth_ref(c->n, 0, r), tree_depth_ref(c->n, 1, r)};
+    while ((2 << dmax) <= c->n)
+        dmax++;
     struct weft_step want[2];
     const char *why = NULL;
     const struct weft_step *w = NULL;
     for (int down = 0; down < 2 && why == NULL; down++)
-        for (uint64_t po = 0; po < len && why == NULL; po += piece) {
-            uint64_t p = len - po < piece ? len - po : piece;
+        for (uint64_t slot = 0; slot < npieces + (uint64_t)dmax && why == NULL; slot++) {
             for (int j = 0; j < 2 && why == NULL; j++) {
-                /* up: the tree r is a leaf in first; down: the tree r is internal in first */
                 int pr, c0[2], c1;
                 weft_sched_tree(c->n, 0, r, &pr, &c0[0], &c1);
                 weft_sched_tree(c->n, 1, r, &pr, &c0[1], &c1);
                 int t = j ^ (c0[down] >= 0);
+                int64_t pi = (int64_t)slot - (down ? depth[t] : dmax - depth[t]);
+                if (pi < 0 || (uint64_t)pi >= npieces)
+                    continue;
+                uint64_t po = (uint64_t)pi * piece;
+                uint64_t p = len - po < piece ? len - po : piece;
                 uint64_t h = t == 0 ? p - p / 2 : p / 2, e = off + po + (t == 0 ? 0 : p - p / 2);
                 int k = h > 0 ? tree_half(c->n, t, r, down, e, h, want) : 0;
                 for (int j = 0; j < k; j++, i++) {
