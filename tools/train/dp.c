@@ -7,7 +7,7 @@
  *
  *   zero   params              grads                               m, v
  *   0      full                full                                full
- *   1      full                full + shard                        shard
+ *   1      full                full (its shard reduced in place)   shard
  *   2      full                shard + live unit buffers           shard
  *   3      shard + gathered    shard + live unit buffers           shard
  *
@@ -67,7 +67,7 @@ struct wt_dp {
     float *params;             /* full (zero 0-2) */
     float *pshard;             /* zero 3 */
     float *grads;              /* full (zero 0-1) */
-    float *gshard;             /* zero 1-3 */
+    float *gshard;             /* zero 2-3 */
     float *adam_m, *adam_v;    /* full (zero 0) or shards */
 
     int *pending;              /* units with a reduce-scatter in flight (zero 2/3) */
@@ -84,6 +84,16 @@ struct wt_dp {
 static weftStream_t dp_stream(struct wt_dp *dp)
 {
     return dp->overlap ? dp->stream : NULL;
+}
+
+/* This rank's reduced gradient shard of a unit. ZeRO-1 reduce-scatters in place (NCCL's
+ * recvbuff == sendbuff + rank * recvcount), so its shard is part of the full gradient buffer and
+ * model states stay at the formula's (w + g) psi + o psi / N. */
+static float *grad_shard(const struct wt_dp *dp, const struct dp_unit *u)
+{
+    if (dp->zero == 1)
+        return dp->grads + u->off + (size_t)u->r * u->shard;
+    return dp->gshard + u->soff;
 }
 
 static void complete_unit(struct wt_dp *dp, int ui)
@@ -288,11 +298,9 @@ static ncclResult_t hook_grads_done(void *ctx, int ui)
     if (dp->zero == 1) {
         if (!dp->last_mb)
             return ncclSuccess;
-        if (u->comm == NULL)
-            memcpy(dp->gshard + u->soff, dp->grads + u->off, u->shard * sizeof(float));
-        else
-            WT_CHECK(wt_reducescatter(dp->grads + u->off, dp->gshard + u->soff, u->shard,
-                                      u->comm, s));
+        if (u->comm != NULL) /* alone, the shard is the whole unit already */
+            WT_CHECK(wt_reducescatter(dp->grads + u->off, grad_shard(dp, u), u->shard, u->comm,
+                                      s));
         return ncclSuccess;
     }
 
@@ -429,7 +437,7 @@ ncclResult_t wt_dp_create(struct wt_model *m, int zero, int overlap, struct wt_d
         dp->pshard = wt_alloc(WT_MEM_PARAMS, sb);
     if (zero < 2)
         dp->grads = wt_alloc(WT_MEM_GRADS, fb);
-    if (zero >= 1)
+    if (zero >= 2)
         dp->gshard = wt_alloc(WT_MEM_GRADS, sb);
     dp->adam_m = wt_alloc(WT_MEM_OPTIM, zero == 0 ? fb : sb);
     dp->adam_v = wt_alloc(WT_MEM_OPTIM, zero == 0 ? fb : sb);
@@ -607,7 +615,7 @@ static float *final_grad(struct wt_dp *dp, int ui, size_t *lo, size_t *hi)
     }
     *lo = (size_t)u->r * u->shard;
     *hi = *lo + u->shard;
-    return dp->gshard + u->soff;
+    return grad_shard(dp, u);
 }
 
 ncclResult_t wt_dp_reduce_finish(struct wt_dp *dp)
@@ -677,7 +685,7 @@ ncclResult_t wt_dp_grad_norm(struct wt_dp *dp, double *norm_p)
         if (dp->zero == 0)
             g = dp->grads + u->off + lo;
         else
-            g = dp->gshard + u->soff;
+            g = grad_shard(dp, u);
         for (int t = lu->first_tensor; t < lu->first_tensor + lu->ntensors; t++) {
             const struct wt_tensor *tt = &lay->tensors[t];
             if (!tt->canon_owner)
@@ -713,7 +721,7 @@ ncclResult_t wt_dp_optimizer_step(struct wt_dp *dp, const struct wt_adamw *opt, 
         const struct dp_unit *u = &dp->u[i];
         float *p = dp->zero == 3 ? dp->pshard + u->soff
                                  : dp->params + u->off + (size_t)u->r * u->shard;
-        wt_adamw_update(opt, step, scale, p, dp->gshard + u->soff, dp->adam_m + u->soff,
+        wt_adamw_update(opt, step, scale, p, grad_shard(dp, u), dp->adam_m + u->soff,
                         dp->adam_v + u->soff, NULL, u->shard);
     }
     if (dp->zero == 3)
@@ -791,10 +799,11 @@ ncclResult_t wt_dp_gather_canon(struct wt_dp *dp, enum wt_state which, float *ca
         for (int i = 0; i < dp->nunits && res == ncclSuccess; i++) {
             const struct dp_unit *u = &dp->u[i];
             uptr[i] = scratch + u->off;
+            const float *mine = which == WT_STATE_GRADS ? grad_shard(dp, u) : shard + u->soff;
             if (u->comm == NULL)
-                memcpy(uptr[i], shard + u->soff, u->padded * sizeof(float));
+                memcpy(uptr[i], mine, u->padded * sizeof(float));
             else
-                res = wt_allgather(shard + u->soff, uptr[i], u->shard, u->comm, NULL);
+                res = wt_allgather(mine, uptr[i], u->shard, u->comm, NULL);
         }
     }
 

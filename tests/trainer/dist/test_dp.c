@@ -206,7 +206,7 @@ static void run_steps(const struct setup *S, int zero, int overlap, int m,
     /* Memory right after creation: what the ZeRO stage holds. */
     size_t F = sh.full * 4, Sh = sh.shard * 4;
     size_t want_p = zero == 3 ? Sh : F;
-    size_t want_g = zero == 0 ? F : zero == 1 ? F + Sh : Sh;
+    size_t want_g = zero <= 1 ? F : Sh; /* ZeRO-1 reduce-scatters in place */
     size_t want_o = 2 * (zero == 0 ? F : Sh);
     size_t got_p = wt_mem.now[WT_MEM_PARAMS] - base[WT_MEM_PARAMS];
     size_t got_g = wt_mem.now[WT_MEM_GRADS] - base[WT_MEM_GRADS];
