@@ -180,6 +180,24 @@ void wt_mesh_single(struct wt_mesh *mesh)
     mesh->world = mesh->dp = mesh->tp = mesh->pp = mesh->ep = mesh->edp = 1;
 }
 
+void wt_mesh_coords(struct wt_mesh *m, int dp, int tp, int pp, int ep, int sp, int rank)
+{
+    memset(m, 0, sizeof(*m));
+    m->world = dp * tp * pp;
+    m->rank = rank;
+    m->dp = dp;
+    m->tp = tp;
+    m->pp = pp;
+    m->ep = ep;
+    m->edp = dp / ep;
+    m->sp = sp;
+    m->tp_rank = rank % tp;
+    m->dp_rank = (rank / tp) % dp;
+    m->pp_rank = rank / (tp * dp);
+    m->ep_rank = m->dp_rank % ep;
+    m->edp_rank = m->dp_rank / ep;
+}
+
 /* Members of a group share every coordinate outside it; the color encodes those, the key is the
  * coordinate inside it, so group rank == that coordinate. */
 static ncclResult_t split(ncclComm_t world, int color, int key, ncclComm_t *comm_p)
@@ -209,21 +227,8 @@ ncclResult_t wt_mesh_init(struct wt_mesh *mesh, ncclComm_t world, int dp, int tp
         sp = 0; /* sequence parallelism lives inside the TP group */
 
     struct wt_mesh m;
-    memset(&m, 0, sizeof(m));
-    m.world = nranks;
-    m.rank = rank;
-    m.dp = dp;
-    m.tp = tp;
-    m.pp = pp;
-    m.ep = ep;
-    m.edp = dp / ep;
-    m.sp = sp;
+    wt_mesh_coords(&m, dp, tp, pp, ep, sp, rank);
     m.world_comm = world;
-    m.tp_rank = rank % tp;
-    m.dp_rank = (rank / tp) % dp;
-    m.pp_rank = rank / (tp * dp);
-    m.ep_rank = m.dp_rank % ep;
-    m.edp_rank = m.dp_rank / ep;
 
     /* Every rank joins every split (ncclCommSplit is collective over world); a rank that does
      * not belong to the tie group passes NCCL_SPLIT_NOCOLOR. */

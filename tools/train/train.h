@@ -138,6 +138,9 @@ ncclResult_t wt_mesh_init(struct wt_mesh *mesh, ncclComm_t world, int dp, int tp
 void wt_mesh_fini(struct wt_mesh *mesh);
 /* A mesh of one rank with no communicators (the single-rank reference model). */
 void wt_mesh_single(struct wt_mesh *mesh);
+/* Sizes and coordinates of world rank `rank` in a dp x tp x pp mesh (ep, sp as above), with no
+ * communicators: what wt_mesh_init computes before it splits (tests build layouts from it). */
+void wt_mesh_coords(struct wt_mesh *mesh, int dp, int tp, int pp, int ep, int sp, int rank);
 
 /* ------------------------------------------------------------------------------------------
  * Model configuration and canonical layout

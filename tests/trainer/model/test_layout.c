@@ -31,20 +31,7 @@ static struct wt_mesh fake_mesh(int dp, int tp, int pp, int ep, int sp, int dpr,
                                 int ppr)
 {
     struct wt_mesh m;
-    memset(&m, 0, sizeof(m));
-    m.dp = dp;
-    m.tp = tp;
-    m.pp = pp;
-    m.ep = ep;
-    m.edp = dp / ep;
-    m.sp = sp;
-    m.world = dp * tp * pp;
-    m.dp_rank = dpr;
-    m.tp_rank = tpr;
-    m.pp_rank = ppr;
-    m.ep_rank = dpr % ep;
-    m.edp_rank = dpr / ep;
-    m.rank = tpr + tp * (dpr + dp * ppr);
+    wt_mesh_coords(&m, dp, tp, pp, ep, sp, tpr + tp * (dpr + dp * ppr));
     return m;
 }
 
