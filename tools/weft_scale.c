@@ -1,16 +1,21 @@
 /*
  * weft-scale: projects all-reduce time at scale by running the real schedules (weft_sched_build)
  * of every rank through an event simulation of a fabric, and prints the cost model's prediction
- * (weft_cost_fabric_us, what the tuner compares) next to it.
+ * (weft_cost_layout_us, what the tuner compares) next to it. With --tuner it prints instead what
+ * the tuner chooses by size for a layout of hosts, and its predictions, without running anything.
  *
  * Fabric: hosts of --ranks-per-host consecutive ranks; a message between hosts costs --lat-us plus
  * bytes / --bw-gbps (GB/s) and goes through the sending host's one NIC, which serialises the
- * inter-host messages of all its ranks; within a host --intra-lat-us and --intra-bw-gbps. Each
- * rank runs its steps in order, one at a time: a step starts when the rank finished the previous
- * one and, for a receive, when the message has arrived; a send occupies the sender (and the NIC)
- * for bytes / bw, and its message arrives latency later. FIFOs are unbounded (the schedules are
- * deadlock-free with two chunks; credit is not modelled). Reductions cost nothing. One channel,
- * float elements; the step size (chunk) is 128 KiB, larger where the step lists would not fit.
+ * inter-host messages of all its ranks, first come first served; within a host --intra-lat-us and
+ * --intra-bw-gbps. Each rank runs its steps in order, one at a time: a step starts when the rank
+ * finished the previous one and, for a receive, when the message has arrived; a send occupies the
+ * sender (and the NIC) for --msg-us plus bytes / bw, and its message arrives latency later. Steps
+ * run in the order of their start times (a heap), so that a NIC is reserved in time order: a rank
+ * that ran ahead in the simulation must not delay a sender of its host that starts earlier. FIFOs
+ * are unbounded (the schedules are deadlock-free with two chunks; credit is not modelled), a step
+ * is stored and forwarded whole (the executor slices it), receives and reductions cost nothing.
+ * One channel, float elements; the step size (chunk) is 128 KiB, larger where the step lists would
+ * not fit; the model is given the same.
  *
  * Output: one row per size: time (us) and busbw (GB/s, 2(n-1)/n * bytes / time) of ring, tree and
  * direct, each with the model's time, then the algorithm the model picks and the one the
@@ -25,6 +30,9 @@
 
 #include "algo/cost.h"
 #include "algo/sched.h"
+#include "algo/tuner.h"
+#include "core/param.h"
+#include "exec/lane.h"
 
 #define SCALE_STEP_BUDGET (48u << 20) /* steps of all ranks together */
 
@@ -47,6 +55,7 @@ struct slot {
 struct scale {
     int n, k;
     double lat, bpu, ilat, ibpu; /* us, us per byte: inter, intra */
+    double msg;                  /* us a message occupies its sender (and NIC) besides its bytes */
     struct sstep *steps;
     uint64_t *first; /* [n+1] */
     struct slot *tab;
@@ -137,8 +146,9 @@ static void scale_ready(struct scale *s, struct heap *h, const double *t, const 
     heap_push(h, (struct hent){start, r});
 }
 
-/* Simulated microseconds of one all-reduce, or -1 when it does not fit the budget. */
-static double scale_run(struct scale *s, int algo, uint64_t count)
+/* Simulated microseconds of one all-reduce, or -1 when it does not fit the budget; the step
+ * size used (elements) in *chunk_p. */
+static double scale_run(struct scale *s, int algo, uint64_t count, uint64_t *chunk_p)
 {
     int n = s->n;
     uint64_t chunk = 32768, total;
@@ -154,6 +164,7 @@ static double scale_run(struct scale *s, int algo, uint64_t count)
             return -1;
         chunk *= 2;
     }
+    *chunk_p = chunk;
     s->steps = malloc((total + 1) * sizeof(*s->steps));
     s->first = malloc(((size_t)n + 1) * sizeof(*s->first));
     struct weft_step *tmp = NULL;
@@ -212,11 +223,11 @@ static double scale_run(struct scale *s, int algo, uint64_t count)
             if (inter) {
                 double *free_at = &nic[r / s->k];
                 double dep = start > *free_at ? start : *free_at;
-                *free_at = dep + bytes * s->bpu;
-                t[r] = dep + bytes * s->bpu;
+                *free_at = dep + s->msg + bytes * s->bpu;
+                t[r] = *free_at;
                 arrival = t[r] + s->lat;
             } else {
-                t[r] = start + bytes * s->ibpu;
+                t[r] = start + s->msg + bytes * s->ibpu;
                 arrival = t[r] + s->ilat;
             }
             if (s->nmsgs == s->msgcap) {
@@ -278,30 +289,77 @@ static uint64_t parse_size(const char *s)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: weft-scale [--ranks N] [--ranks-per-host k] [--lat-us L] [--bw-gbps B]"
-                    " [--intra-lat-us L] [--intra-bw-gbps B] [--sizes 8,1K,1M,...]\n"
-                    "  bandwidths in GB/s; sizes in bytes (K, M, G suffixes), default 8 B .. 1 GiB"
-                    " by 8x\n");
+    fprintf(stderr,
+            "usage: weft-scale [--ranks N] [--ranks-per-host k] [--lat-us L] [--bw-gbps B]"
+            " [--intra-lat-us L] [--intra-bw-gbps B] [--msg-us O] [--sizes 8,1K,1M,...]\n"
+            "       weft-scale --tuner [--ranks N] [--hosts H] [--oversubscribed 0|1]"
+            " [--sizes ...]\n"
+            "  O: us a message occupies its sender (and NIC) besides its bytes (default 0.2)\n"
+            "  bandwidths in GB/s; sizes in bytes (K, M, G suffixes), default 8 B .. 1 GiB by 8x\n"
+            "  (--tuner: 8 B .. 32 MiB by 4x, and 64 MiB). --tuner prints the algorithm the\n"
+            "  tuner chooses for an all-reduce on H hosts of N/H consecutive ranks (NCCL_ALGO and\n"
+            "  WEFT_ALGO apply) and its predictions, without running anything.\n");
     exit(2);
+}
+
+WEFT_PARAM_DECL(ShmSlotBytes);
+WEFT_PARAM_DECL(SocketSlotBytes);
+
+/* The tuner's choices by size for a layout, as a communicator on it would make them. */
+static int tuner_table(int n, int nhosts, int oversubscribed, const uint64_t *sizes, int nsizes)
+{
+    if (nhosts < 1 || nhosts > n || n % nhosts != 0) {
+        fprintf(stderr, "weft-scale: --hosts %d must divide --ranks %d\n", nhosts, n);
+        return 2;
+    }
+    /* The executor's step: 4 slots of the largest slot size among the transports in use. */
+    int64_t slot = weft_param_ShmSlotBytes();
+    if (nhosts > 1 && weft_param_SocketSlotBytes() > slot)
+        slot = weft_param_SocketSlotBytes();
+    struct weft_tune_comm tc;
+    if (weft_tune_comm_blocks(&tc, n, n / nhosts, oversubscribed,
+                              (double)(slot - WEFT_SLOT_HEADER) * (WEFT_STEPS / 2)) != ncclSuccess)
+        return 1;
+    const struct weft_cost_layout *l = &tc.layout;
+    printf("# weft-scale --tuner: all-reduce, %d ranks on %d hosts of %d%s; %s model, step %.0f "
+           "KiB\n# layout: ring leaves hosts %d times; tree depth %d, %d inter-host edges on the "
+           "longest path, a NIC sends %d+%d halves per piece\n",
+           n, nhosts, n / nhosts, oversubscribed ? " (oversubscribed)" : "",
+           nhosts > 1 ? "socket" : "shared-memory", tc.chunk_bytes / 1024, l->ring_cross,
+           l->tree_depth, l->tree_path_inter, l->tree_nic_halves[0], l->tree_nic_halves[1]);
+    printf("# %12s %8s %12s %12s %12s\n", "bytes", "choice", "ring_us", "tree_us", "direct_us");
+    for (int i = 0; i < nsizes; i++) {
+        double us[WEFT_ALGO_COUNT];
+        int a = weft_tune_algo_quiet(WEFT_COLL_ALLREDUCE, sizes[i], &tc, us);
+        printf("%14llu %8s %12.1f %12.1f %12.1f\n", (unsigned long long)sizes[i],
+               weft_algo_name(a), us[WEFT_ALGO_RING], us[WEFT_ALGO_TREE], us[WEFT_ALGO_DIRECT]);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     struct scale s = {0};
-    int n = 1024, k = 8;
-    double lat = 2.0, bw = 25.0, ilat = 0.5, ibw = 100.0;
+    int n = 1024, k = 8, tuner = 0, nhosts = 1, oversub = 0, sizes_set = 0;
+    double lat = 2.0, bw = 25.0, ilat = 0.5, ibw = 100.0, msg = 0.2;
     uint64_t sizes[64];
     int nsizes = 0;
-    for (uint64_t b = 8; b <= (1ull << 30); b *= 8)
-        sizes[nsizes++] = b;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--tuner") == 0) {
+            tuner = 1;
+            continue;
+        }
         if (v == NULL)
             usage();
         if (strcmp(o, "--ranks") == 0)
             n = atoi(v);
         else if (strcmp(o, "--ranks-per-host") == 0)
             k = atoi(v);
+        else if (strcmp(o, "--hosts") == 0)
+            nhosts = atoi(v);
+        else if (strcmp(o, "--oversubscribed") == 0)
+            oversub = atoi(v);
         else if (strcmp(o, "--lat-us") == 0)
             lat = atof(v);
         else if (strcmp(o, "--bw-gbps") == 0)
@@ -310,8 +368,11 @@ int main(int argc, char **argv)
             ilat = atof(v);
         else if (strcmp(o, "--intra-bw-gbps") == 0)
             ibw = atof(v);
+        else if (strcmp(o, "--msg-us") == 0)
+            msg = atof(v);
         else if (strcmp(o, "--sizes") == 0) {
             nsizes = 0;
+            sizes_set = 1;
             char *dup = strdup(v);
             for (char *tok = strtok(dup, ","); tok != NULL && nsizes < 64; tok = strtok(NULL, ","))
                 sizes[nsizes++] = parse_size(tok);
@@ -320,7 +381,16 @@ int main(int argc, char **argv)
             usage();
         i++;
     }
-    if (n < 1 || k < 1 || bw <= 0 || ibw <= 0 || nsizes == 0)
+    if (!sizes_set) {
+        uint64_t top = tuner ? 64ull << 20 : 1ull << 30;
+        for (uint64_t b = 8; b <= top; b *= tuner ? 4 : 8)
+            sizes[nsizes++] = b;
+        if (sizes[nsizes - 1] < top)
+            sizes[nsizes++] = top;
+    }
+    if (tuner)
+        return n < 1 ? 2 : tuner_table(n, nhosts, oversub, sizes, nsizes);
+    if (n < 1 || k < 1 || bw <= 0 || ibw <= 0 || msg < 0 || nsizes == 0)
         usage();
     s.n = n;
     s.k = k;
@@ -328,13 +398,19 @@ int main(int argc, char **argv)
     s.bpu = 1.0 / (bw * 1e3);
     s.ilat = ilat;
     s.ibpu = 1.0 / (ibw * 1e3);
-    struct weft_cost_fabric f = {ilat, s.ibpu, lat, s.bpu, k};
+    s.msg = msg;
+    struct weft_cost_fabric f = {.intra_alpha_us = ilat, .intra_us_per_byte = s.ibpu,
+                                 .inter_alpha_us = lat, .inter_us_per_byte = s.bpu,
+                                 .msg_us = msg, .ranks_per_host = k};
+    struct weft_cost_layout layout;
+    if (weft_cost_layout_blocks(&layout, n, k) != ncclSuccess)
+        return 1;
     static const int algos[3] = {WEFT_ALGO_RING, WEFT_ALGO_TREE, WEFT_ALGO_DIRECT};
     static const char *const names[3] = {"ring", "tree", "direct"};
 
     printf("# weft-scale: all-reduce, %d ranks, %d per host, inter %.2f us %.1f GB/s, intra %.2f us "
-           "%.1f GB/s\n",
-           n, k, lat, bw, ilat, ibw);
+           "%.1f GB/s, %.2f us per message\n",
+           n, k, lat, bw, ilat, ibw, msg);
     printf("# %12s %12s %9s %12s %12s %9s %12s %12s %9s %12s %7s %7s\n", "bytes", "ring_us",
            "ring_bw", "ring_model", "tree_us", "tree_bw", "tree_model", "direct_us", "direct_bw",
            "direct_model", "model", "sim");
@@ -344,8 +420,10 @@ int main(int argc, char **argv)
         int pick = 0, pickm = 0;
         printf("%14llu", (unsigned long long)bytes);
         for (int a = 0; a < 3; a++) {
-            double us = scale_run(&s, algos[a], bytes / 4);
-            double model = weft_cost_fabric_us(WEFT_COLL_ALLREDUCE, algos[a], bytes, n, &f);
+            uint64_t chunk = 32768;
+            double us = scale_run(&s, algos[a], bytes / 4, &chunk);
+            f.chunk_bytes = 4.0 * (double)chunk; /* the model pipelines in the sim's steps */
+            double model = weft_cost_layout_us(WEFT_COLL_ALLREDUCE, algos[a], bytes, &layout, &f);
             if (us < 0) {
                 printf(" %12s %9s", "-", "-");
             } else {

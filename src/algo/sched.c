@@ -92,11 +92,17 @@
  * Every p != R has exactly one parent: p + lowbit(p) when p/lowbit(p) = 1 mod 4 and that is <= n,
  * else p - lowbit(p); lowbits double going up, so the depth is floor(log2 n). The tree is in
  * order (left subtree < p < right subtree), so low levels join neighbouring ranks (on a host).
- * Tree 0 puts rank r at position r+1, tree 1 (shifted) at (r+1) mod n + 1. Internal nodes are the
- * even positions: the odd ranks in tree 0, the even ranks but n-1 in tree 1, so no rank is internal
- * in both (for even n each rank is internal in exactly one) and every rank forwards about as many
- * bytes as every other. Piece P (2*chunk elements; one piece of len when chunk >= ceil(len/2)) is
- * cut into halves h0 = ceil(P/2), h1 = floor(P/2) at o0 = 0, o1 = h0: tree t carries half t.
+ * Tree 0 puts rank r at position r+1; tree 1 mirrors it for even n (r at n - r) and shifts it for
+ * odd n (r at (r+1) mod n + 1). Internal nodes are the even positions: the odd ranks in tree 0,
+ * the even ranks in tree 1 (odd n: but n-1), so no rank is internal in both (for even n each rank
+ * is internal in exactly one) and every rank forwards about as many bytes as every other. The
+ * mirror keeps tree 1 aligned, as tree 0 is, with blocks of consecutive ranks (a host's, usually),
+ * where the shift cuts every block apart: with hosts of 8 ranks a host's NIC sends 6 halves per
+ * piece instead of 10 (weft-scale, 64 ranks, 16 MiB, 25 GB/s between hosts: 2065 us, not 3397).
+ * Piece P (2*chunk elements; one piece of len when chunk >= ceil(len/2)) is cut into halves
+ * h0 = ceil(P/2), h1 = floor(P/2) at o0 = 0, o1 = h0: tree t carries half t. A piece of at most
+ * min(chunk, WEFT_SCHED_TREE_ONE_MAX) elements goes whole over tree 0 (h0 = P, h1 = 0): where
+ * latency rules, a second tree only doubles the messages (a rank sends 4 instead of 1 to 3).
  * Per half at e, rank with parent p, children c0 (c1):
  *   up:   leaf: SEND input[e] -> p;
  *         one child: RECV_REDUCE_SEND c0 + input -> p (root: RECV_REDUCE_COPY FINAL -> output);
@@ -104,41 +110,44 @@
  *         -> p (root: RECV_REDUCE_COPY FINAL c1 + output -> output);
  *   down: root: SEND output -> c0, SEND output -> c1; leaf: RECV output <- p; others:
  *         RECV_COPY_SEND output <- p -> c0, then SEND output -> c1 when there is a c1.
- * Order: every piece's up steps, piece by piece, then every piece's down steps. Within a piece, up
- * runs first the tree the rank is a leaf in (its SEND waits for nobody; tree 0 when it is a leaf in
- * both), down first the tree it is internal in (it forwards before it takes its own copy; tree 0
- * when it is internal in neither); a fixed tree order would make the two trees alternate instead
- * of flowing at once (with 2 ranks, a ping-pong). Both halves run in the one lane of the channel
- * (two channels would
- * halve the channels the host can use for ranges and tie tree t to channel parity); the lane is
- * serial, so overlapping one piece's broadcast with a later piece's reduction would not shorten
- * any rank's work, while up-then-down per piece would cost 2*depth hops per piece; this order
- * pipelines each direction over the pieces and pays the depth twice per collective. All ranks
- * get the root's bits: the root computes every element once (FINAL: integer avg divides there)
- * and the broadcast copies it. n == 1: COPY FINAL per half. Steps per half and tree, k children:
- * up max(k, 1), down k at the root, max(k, 1) elsewhere. Bytes sent: h0 * deg0 + h1 * deg1 summed
- * over the pieces, deg_t = children plus parent of the rank in tree t.
- *   No deadlock with FIFOs that hold one chunk (ours hold two). A connection a -> b carries at
- *   most one message per position (phase, piece), ordered lexicographically: a is b's child (or
- *   parent) in at most one tree, since b - a would equal lowbit(a+1) in tree 0 and lowbit(a+2) in
- *   tree 1, one odd and one even (the wrapped rank n-1 stands at a leaf of tree 1). So each rank's
- *   order of the two trees inside a position cannot mismatch messages, and every rank's steps are
- *   in position order. Suppose every unfinished rank is blocked; a blocked rank a at position X
- *   waits for some rank w:
- *   - a SEND (or the send half of a step) to b is blocked: b's FIFO is full, so it holds slices of
- *     a message before X that b has not freed: b is at a position < X;
- *   - a receive from x at X is blocked: x has not posted its message of X, so x is at a position
- *     < X, or at X and blocked at an earlier step of X. x cannot wait for credit to a (a has freed
- *     everything before X and the message fits). Up, x is a's child in tree t: if x is a leaf in
- *     t, its SEND to a comes first and only credit can block it; so x is internal in t, and it is
- *     either at its leaf tree's SEND (credit: a position < X) or at t, waiting for its own child
- *     in t. Down, x is a's parent in t, so internal in t, which x runs first: x waits for its parent
- *     in t, or for credit to its first child while a is the second (that child is at a position
- *     < X).
- *   So along any chain of waits the position never grows, and while it stays equal the chain moves
- *   strictly down the tree (up phase) or strictly up (down phase): every chain is finite. A waited
- *   for rank is unfinished (a finished rank has sent all and freed all), so all ranks blocked would
- *   give an infinite chain over finitely many ranks: impossible, some rank always progresses.
+ * Order: slots. D = floor(log2 n) is the depth of both trees and depth_t(r) the edges from r to
+ * the root of tree t. Piece P of tree t runs in slot P + D - depth_t(r) in the up phase (a rank
+ * sends a piece up one slot before its parent takes it) and in slot P + depth_t(r) in the down
+ * phase (a child takes it one slot after its parent sends it). The rank runs every up step slot
+ * by slot, then every down step slot by slot; within a slot up runs first the tree the rank is a
+ * leaf in (tree 0 when it is a leaf in both), down first the tree it is internal in (tree 0 when
+ * internal in neither), so that it forwards before it takes its own copy. Both halves run in the
+ * one lane of the channel (two channels would halve the channels the host can use for ranges and
+ * tie tree t to channel parity), and the lane is serial: a rank's steps of the two trees wait for
+ * each other. Ordered piece by piece instead (both trees' steps of piece P, then of P+1), a
+ * rank's leaf step of piece P+1 waits for its internal steps of piece P, which wait for its
+ * children's internal steps of piece P in the other tree, and so on down: every piece crosses the
+ * whole depth before the next can start, and the time grows with depth x bytes (weft-scale, 64
+ * ranks, 16 MiB, 2 us and 25 GB/s links: 6428 us, 4.8 times the 1342 us of 2 x 16 MiB / 25 GB/s).
+ * With slots a step waits only for steps of the slot before, so the pieces pipeline through the
+ * depth once per phase (1432 us there). Overlapping the broadcast of one piece with the reduction
+ * of a later one would not shorten any rank's serial work.
+ * All ranks get the root's bits: the root computes every element once (FINAL: integer avg divides
+ * there) and the broadcast copies it. n == 1: COPY FINAL per half. Steps per half and tree, k
+ * children: up max(k, 1), down k at the root, max(k, 1) elsewhere. Bytes sent: h0 * deg0 + h1 *
+ * deg1 summed over the pieces, deg_t = children plus parent of the rank in tree t.
+ *   No deadlock with FIFOs that hold two chunks (ours do). Give each message the slot its sender
+ *   sends it in, counting the down phase's slots after all of the up phase's: it is taken in the
+ *   next slot, and every rank runs its steps in slot order. A connection a -> b carries one
+ *   message per slot at most: up it is used by the tree in which a is b's child, down by the one
+ *   in which b is a's child, and a is b's child in one tree at most, since |b - a| would be the
+ *   lowbit of a's position in both, a+1 in tree 0 and n-a (even n) or a+2 (odd n) in tree 1, one
+ *   odd and one even (the wrapped rank n-1 stands at a leaf of tree 1); so both ends order its
+ *   messages alike, one per piece in consecutive slots of a phase. Suppose every unfinished rank
+ *   is blocked, and take one, a, whose current step has the smallest slot S:
+ *   - a receive from x is blocked: x has not sent its message of slot S-1, so x is unfinished and
+ *     blocked at a slot <= S-1 < S;
+ *   - a send to b is blocked: b's FIFO from a is full, so it holds slices of two earlier messages
+ *     of that connection (a message fills at most half the FIFO, and the one a is sending is not
+ *     complete), the older from slot S-2 or before, which b takes in slot S-1 or before: b is
+ *     blocked at a slot < S.
+ *   Either way some blocked rank is at a slot below the smallest: impossible, so some rank always
+ *   progresses.
  */
 #include "algo/sched.h"
 
@@ -257,12 +266,12 @@ static void ring_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 /* Tree positions are 1-based; see the block comment. */
 static inline int tree_pos(int n, int tree, int r)
 {
-    return tree == 0 ? r + 1 : (r + 1) % n + 1;
+    return tree == 0 ? r + 1 : n % 2 == 0 ? n - r : (r + 1) % n + 1;
 }
 
 static inline int tree_rank(int n, int tree, int p)
 {
-    return tree == 0 ? p - 1 : sched_mod(p - 2, n);
+    return tree == 0 ? p - 1 : n % 2 == 0 ? n - p : sched_mod(p - 2, n);
 }
 
 void weft_sched_tree(int nranks, int tree, int rank, int *parent_p, int *child0_p, int *child1_p)
@@ -290,6 +299,23 @@ static uint64_t tree_piece(uint64_t len, uint64_t chunk)
     if (chunk >= len - len / 2)
         return len > 0 ? len : 1;
     return 2 * chunk;
+}
+
+/* Pieces of at most this many elements go whole over tree 0. */
+static uint64_t tree_one_max(uint64_t chunk)
+{
+    return chunk < WEFT_SCHED_TREE_ONE_MAX ? chunk : WEFT_SCHED_TREE_ONE_MAX;
+}
+
+/* Half k of a piece of p elements: ceil and floor of p/2, or all of it on tree 0 for small p. */
+static void tree_half(uint64_t p, uint64_t chunk, int k, uint64_t *off, uint64_t *len)
+{
+    if (p <= tree_one_max(chunk)) {
+        *off = k == 0 ? 0 : p;
+        *len = k == 0 ? p : 0;
+        return;
+    }
+    sched_split(p, 2, (uint64_t)k, off, len);
 }
 
 struct tree_node {
@@ -377,7 +403,7 @@ static void tree_allreduce(const struct weft_sched_args *a, struct sched_out *o)
                     continue;
                 uint64_t po = (slot - lag) * piece, psize = sched_min(piece, len - po);
                 uint64_t ho, hl;
-                sched_split(psize, 2, (uint64_t)k, &ho, &hl);
+                tree_half(psize, a->chunk, k, &ho, &hl);
                 uint64_t e = off + po + ho;
                 if (n == 1) {
                     if (!down)
@@ -706,7 +732,8 @@ static uint64_t ring_allreduce_count(const struct weft_sched_args *a, uint64_t l
 }
 
 /* Tree all-reduce: per non-empty half of tree k, up max(ch, 1) steps and down ch at the root,
- * max(ch, 1) elsewhere (ch children); n == 1: one COPY per half. Half 1 is empty when P < 2. */
+ * max(ch, 1) elsewhere (ch children); n == 1: one COPY per half. Half 1 is empty when
+ * P <= min(chunk, WEFT_SCHED_TREE_ONE_MAX). */
 static uint64_t tree_allreduce_count(const struct weft_sched_args *a, uint64_t len)
 {
     if (len == 0)
@@ -720,8 +747,9 @@ static uint64_t tree_allreduce_count(const struct weft_sched_args *a, uint64_t l
         st[k] = a->nranks == 1 ? 1 : m + (t.parent < 0 ? ch : m);
     }
     uint64_t piece = tree_piece(len, a->chunk), rem = len % piece;
-    return len / piece * (st[0] + (piece >= 2 ? st[1] : 0)) + (rem >= 1 ? st[0] : 0) +
-           (rem >= 2 ? st[1] : 0);
+    uint64_t one = tree_one_max(a->chunk);
+    return len / piece * (st[0] + (piece > one ? st[1] : 0)) + (rem >= 1 ? st[0] : 0) +
+           (rem > one ? st[1] : 0);
 }
 
 /* Step counts; only called once sched_lookup accepted the arguments. */

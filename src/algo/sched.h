@@ -111,6 +111,9 @@ struct weft_sched_args {
 /* Elements [*off, *off + *len) of a block of `count` elements that channel `channel` handles. */
 void weft_sched_range(uint64_t count, int channel, int nchannels, uint64_t *off, uint64_t *len);
 
+/* Tree all-reduce: pieces of at most min(chunk, this) elements go whole over tree 0 (sched.c). */
+#define WEFT_SCHED_TREE_ONE_MAX 1024
+
 /* Upper bound on the number of steps weft_sched_build produces for these arguments. */
 uint64_t weft_sched_max_steps(const struct weft_sched_args *args);
 

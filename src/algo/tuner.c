@@ -1,6 +1,7 @@
 /*
- * Ring/chain schedules for bandwidth; direct (one-hop) schedules where latency dominates; the
- * double binary tree where NCCL_ALGO allows it and the cost model predicts it faster.
+ * One host: ring/chain schedules for bandwidth, direct (one-hop) schedules where latency
+ * dominates, the double binary tree where NCCL_ALGO allows it and the cost model predicts it
+ * faster. Several hosts: whichever the socket fabric model predicts fastest.
  * The size compared with each threshold is the bytes one rank contributes (NCCL's count times the
  * element size; for all-gather and reduce-scatter the per-rank block).
  */
@@ -10,6 +11,7 @@
 #include "algo/cost.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/param.h"
 
@@ -167,7 +169,7 @@ ncclResult_t weft_tune_check(void)
                       m & (1u << WEFT_ALGO_RING) ? " ring" : "",
                       m & (1u << WEFT_ALGO_TREE) ? " tree" : "",
                       m & (1u << WEFT_ALGO_DIRECT) ? " direct" : "",
-                      tune_cfg.algo_set ? " (NCCL_ALGO)" : " (default: tree not considered)");
+                      tune_cfg.algo_set ? " (NCCL_ALGO)" : " (default: tree across hosts only)");
             if (tune_cfg.proto[c] != TUNE_ALL)
                 WEFT_INFO(WEFT_LOG_TUNING,
                           "%s: NCCL_PROTO accepted (LL %d LL128 %d Simple %d); the host has one "
@@ -209,12 +211,25 @@ static int tune_rule(size_t bytes, int nranks, int oversubscribed, unsigned mask
     return WEFT_ALGO_RING;
 }
 
-int weft_tune_algo(int coll, size_t bytes, int nranks, int oversubscribed)
+/* The choice and, where us is not NULL, every prediction; *why names what decided it. */
+static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us,
+                       const char **why)
 {
+    int nranks = tc->layout.nranks, multi = tc->layout.nhosts > 1;
     unsigned avail = tune_available(coll);
+    struct weft_cost_fabric f;
+    weft_cost_fabric_socket(&f, tc->chunk_bytes, tc->oversubscribed);
+    if (us != NULL) {
+        for (int a = 0; a < WEFT_ALGO_COUNT; a++)
+            us[a] = !(avail & (1u << a)) ? -1
+                    : multi             ? weft_cost_layout_us(coll, a, bytes, &tc->layout, &f)
+                                        : weft_cost_us(coll, a, bytes, nranks);
+    }
+    *why = "";
     if (avail == 1u << WEFT_ALGO_RING)
         return WEFT_ALGO_RING; /* the pairwise schedules are the same under both names */
     const char *force = weft_param_Algo();
+    *why = " (WEFT_ALGO)";
     if (strcasecmp(force, "ring") == 0)
         return WEFT_ALGO_RING;
     if (strcasecmp(force, "direct") == 0)
@@ -224,6 +239,7 @@ int weft_tune_algo(int coll, size_t bytes, int nranks, int oversubscribed)
 
     tune_load();
     unsigned mask = avail;
+    *why = tune_cfg.algo_set ? " (NCCL_ALGO)" : "";
     if (tune_cfg.algo_set) {
         mask &= weft_tune_allowed(coll);
         if (mask == 0) {
@@ -233,24 +249,69 @@ int weft_tune_algo(int coll, size_t bytes, int nranks, int oversubscribed)
                           "NCCL_ALGO %s allows no algorithm %s has; using the default choice",
                           weft_param_NcclAlgo(), weft_coll_name(coll));
             mask = avail;
+            *why = "";
         }
-    } else {
+    } else if (!multi) {
         mask &= ~(1u << WEFT_ALGO_TREE);
     }
-    int algo = tune_rule(bytes, nranks, oversubscribed, mask);
+    if (multi && nranks > 1) {
+        /* Every allowed algorithm on the socket fabric; the fastest wins (ties: lower enum). */
+        int best = -1;
+        double tbest = 0;
+        for (int a = 0; a < WEFT_ALGO_COUNT; a++) {
+            if (!(mask & (1u << a)))
+                continue;
+            double t = weft_cost_layout_us(coll, a, bytes, &tc->layout, &f);
+            if (best < 0 || t < tbest) {
+                best = a;
+                tbest = t;
+            }
+        }
+        return best;
+    }
+    int algo = tune_rule(bytes, nranks, tc->oversubscribed, mask);
     if ((mask & (1u << WEFT_ALGO_TREE)) && nranks > 1) {
         double t_tree = weft_cost_us(coll, WEFT_ALGO_TREE, bytes, nranks);
         double t_other = algo < 0 ? 0 : weft_cost_us(coll, algo, bytes, nranks);
-        if (algo < 0 || t_tree < t_other) {
-            WEFT_INFO(WEFT_LOG_TUNING, "%s %zu bytes %d ranks: tree (%.1f us predicted) over %s "
-                      "(%.1f us)", weft_coll_name(coll), bytes, nranks, t_tree,
-                      algo < 0 ? "nothing" : weft_algo_name(algo), t_other);
+        if (algo < 0 || t_tree < t_other)
             return WEFT_ALGO_TREE;
-        }
     }
-    if (algo < 0)
-        algo = WEFT_ALGO_RING;
-    WEFT_INFO(WEFT_LOG_TUNING, "%s %zu bytes %d ranks: %s (%.1f us predicted)", weft_coll_name(coll),
-              bytes, nranks, weft_algo_name(algo), weft_cost_us(coll, algo, bytes, nranks));
+    return algo < 0 ? WEFT_ALGO_RING : algo;
+}
+
+int weft_tune_algo_quiet(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us_p)
+{
+    const char *why;
+    return tune_choose(coll, bytes, tc, us_p, &why);
+}
+
+int weft_tune_algo(int coll, size_t bytes, const struct weft_tune_comm *tc)
+{
+    if (__builtin_expect(weft_log_level < 0, 0))
+        weft_log_init();
+    if (weft_log_level < WEFT_LOG_LEVEL_INFO || !(weft_log_mask & WEFT_LOG_TUNING)) {
+        const char *why;
+        return tune_choose(coll, bytes, tc, NULL, &why);
+    }
+    double us[WEFT_ALGO_COUNT];
+    const char *why;
+    int algo = tune_choose(coll, bytes, tc, us, &why);
+    WEFT_INFO(WEFT_LOG_TUNING,
+              "%s %zu bytes, %d ranks on %d hosts: %s%s (predicted us: ring %.1f tree %.1f "
+              "direct %.1f; %s model)",
+              weft_coll_name(coll), bytes, tc->layout.nranks, tc->layout.nhosts,
+              weft_algo_name(algo), why, us[WEFT_ALGO_RING], us[WEFT_ALGO_TREE],
+              us[WEFT_ALGO_DIRECT], tc->layout.nhosts > 1 ? "socket" : "shared-memory");
     return algo;
+}
+
+ncclResult_t weft_tune_comm_blocks(struct weft_tune_comm *tc, int nranks, int ranks_per_host,
+                                   int oversubscribed, double chunk_bytes)
+{
+    struct weft_tune_comm t;
+    WEFT_CHECK(weft_cost_layout_blocks(&t.layout, nranks, ranks_per_host));
+    t.oversubscribed = oversubscribed;
+    t.chunk_bytes = chunk_bytes;
+    *tc = t;
+    return ncclSuccess;
 }

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "algo/cost.h"
 #include "nccl.h"
 
 /*
@@ -30,15 +31,35 @@ ncclResult_t weft_tune_check(void);
  */
 unsigned weft_tune_allowed(int coll);
 
+/* What the tuner knows of a communicator: values every rank computes alike at setup. */
+struct weft_tune_comm {
+    struct weft_cost_layout layout; /* ranks, hosts (from the peers' host_hash), ranks per host */
+    int oversubscribed;             /* one host: it runs more ranks than it has cores; several:
+                                     * some machine does (namespaces of one machine count as one) */
+    double chunk_bytes;             /* the executor's bytes per step (4 slots) */
+};
+
 /*
- * enum weft_algo for coll (enum weft_coll) moving `bytes` (NCCL's count x element size) among
- * nranks; oversubscribed: the host runs more ranks than it has cores (the same on every rank).
- * Unset NCCL_ALGO keeps the measured single-host rule (direct up to WEFT_DIRECT_MAX_BYTES, ring
- * above). Tree is a candidate
- * only where NCCL_ALGO allows it explicitly (its single-host constants are not measured yet), and
- * is chosen when the cost model predicts it faster than the rule's choice among what is allowed.
- * When nothing allowed has a schedule for coll, the unset rule applies (logged once).
+ * enum weft_algo for coll (enum weft_coll) moving `bytes` (NCCL's count x element size) on tc.
+ * One host: unset NCCL_ALGO keeps the measured single-host rule (direct up to
+ * WEFT_DIRECT_MAX_BYTES, ring above); tree is a candidate only where NCCL_ALGO allows it
+ * explicitly (its single-host constants are not measured yet), and is chosen when the
+ * shared-memory model (weft_cost_us) predicts it faster than the rule's choice among what is
+ * allowed. Several hosts: every algorithm coll has that NCCL_ALGO allows (all by default) is
+ * predicted on the socket fabric (weft_cost_fabric_socket, the layout's counts) and the fastest
+ * wins. When nothing allowed has a schedule for coll, the unset choice applies (logged once).
+ * WEFT_ALGO (ring, direct, tree) forces the algorithm of every collective that has it. The choice
+ * is logged under TUNING unless quiet.
  */
-int weft_tune_algo(int coll, size_t bytes, int nranks, int oversubscribed);
+int weft_tune_algo(int coll, size_t bytes, const struct weft_tune_comm *tc);
+
+/* weft_tune_algo without the log line, and the predicted microseconds of each algorithm on tc's
+ * fabric (-1 where coll has no schedule of that algorithm) in us_p[WEFT_ALGO_COUNT] if not NULL. */
+int weft_tune_algo_quiet(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us_p);
+
+/* Fills tc for nranks on hosts of ranks_per_host consecutive ranks, steps of chunk_bytes (what
+ * weft-scale --tuner prints; a communicator fills it from its peers in weft_comm_connect). */
+ncclResult_t weft_tune_comm_blocks(struct weft_tune_comm *tc, int nranks, int ranks_per_host,
+                                   int oversubscribed, double chunk_bytes);
 
 #endif

@@ -16,6 +16,8 @@
 #include "exec/stream.h"
 #include "transport.h"
 
+int weft_host_oversubscribed;
+
 WEFT_PARAM(HostNChannels, "WEFT_HOST_NCHANNELS", 1,
            "channels per collective on host memory (1..16); host ranks run one thread each");
 WEFT_PARAM(CommBlocking, "NCCL_COMM_BLOCKING", -1,
@@ -44,6 +46,19 @@ static uint64_t weft_hash_bytes(uint64_t h, const void *data, size_t len)
     return h;
 }
 
+/* Adds the boot id to h: one value per running kernel, shared by its namespaces. */
+static uint64_t weft_hash_boot_id(uint64_t h)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        char boot[64] = "";
+        if (fgets(boot, sizeof(boot), f) != NULL)
+            h = weft_hash_bytes(h, boot, strlen(boot));
+        fclose(f);
+    }
+    return h;
+}
+
 /* Ranks with the same value can share memory: hostname and boot id, unless NCCL_HOSTID says. */
 static uint64_t weft_host_hash(void)
 {
@@ -54,14 +69,14 @@ static uint64_t weft_host_hash(void)
     char host[256] = "";
     gethostname(host, sizeof(host) - 1);
     h = weft_hash_bytes(h, host, strlen(host));
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f != NULL) {
-        char boot[64] = "";
-        if (fgets(boot, sizeof(boot), f) != NULL)
-            h = weft_hash_bytes(h, boot, strlen(boot));
-        fclose(f);
-    }
-    return h;
+    return weft_hash_boot_id(h);
+}
+
+/* Ranks with the same value share the cores of one machine: the boot id alone (hosts made of
+ * network and UTS namespaces, or NCCL_HOSTID, still share it). */
+static uint64_t weft_machine_hash(void)
+{
+    return weft_hash_boot_id(0x84222325cbf29ce4ull);
 }
 
 ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *api)
@@ -240,6 +255,59 @@ static ncclResult_t weft_comm_choose(struct ncclComm *comm, int *choice, int *us
     return ncclSuccess;
 }
 
+/*
+ * Groups the ranks by host_hash (hosts numbered in order of their first rank) and fills what the
+ * tuner reads. Only values every rank has (the peer info, the slot size), so every rank gets the
+ * same and chooses the same algorithms.
+ */
+static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
+{
+    int nranks = comm->nranks, nhosts = 0, most = 0;
+    int *host = malloc((size_t)nranks * sizeof(int));
+    if (host == NULL) {
+        WEFT_WARN("out of memory grouping %d ranks by host", nranks);
+        return ncclSystemError;
+    }
+    int over = 0;
+    const struct weft_peer_info *pi = comm->peer_info;
+    for (int p = 0; p < nranks; p++) {
+        int q = 0, local = 0, on_machine = 0, ncpu = pi[p].ncpu;
+        while (pi[q].host_hash != pi[p].host_hash)
+            q++;
+        host[p] = q == p ? nhosts++ : host[q];
+        for (q = 0; q <= p; q++)
+            local += host[q] == host[p];
+        most = local > most ? local : most;
+        for (q = 0; q < nranks; q++) {
+            if (pi[q].machine_hash != pi[p].machine_hash)
+                continue;
+            on_machine++;
+            ncpu = pi[q].ncpu > 0 && pi[q].ncpu < ncpu ? pi[q].ncpu : ncpu;
+        }
+        over |= ncpu > 0 && on_machine > ncpu;
+    }
+    /* One host: the host's own view, as the single-host rule was measured with. */
+    struct weft_tune_comm tc = {.oversubscribed = nhosts > 1 ? over : comm->oversubscribed,
+                                .chunk_bytes = (double)weft_slot_payload(comm->slot_bytes) *
+                                               (WEFT_STEPS / 2)};
+    ncclResult_t res = weft_cost_layout_init(&tc.layout, nranks, host);
+    free(host);
+    if (res != ncclSuccess)
+        return res;
+    comm->nhosts = nhosts;
+    comm->ranks_per_host = most;
+    comm->machines_oversubscribed = over;
+    comm->tune = tc;
+    WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_TUNING,
+              "rank %d: %d ranks on %d hosts (at most %d per host)%s; tree depth %d, %d "
+              "inter-host edges on its longest path, a NIC sends at most %d+%d halves per piece; "
+              "ring leaves hosts %d times", comm->rank, nranks, nhosts, most,
+              over ? ", a machine with more ranks than cores" : "", tc.layout.tree_depth,
+              tc.layout.tree_path_inter, tc.layout.tree_nic_halves[0],
+              tc.layout.tree_nic_halves[1], tc.layout.ring_cross);
+    return ncclSuccess;
+}
+
 /* Exchanges peer info and connects every peer with the first transport that reaches it. */
 static ncclResult_t weft_comm_connect(struct ncclComm *comm)
 {
@@ -254,6 +322,10 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     me->host_hash = weft_host_hash();
     me->comm_hash = comm->comm_hash;
     me->flags = weft_param_ShmDisable() ? WEFT_PEER_NO_SHM : 0;
+    me->machine_hash = weft_machine_hash();
+    cpu_set_t cpus;
+    me->ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                              : (int)sysconf(_SC_NPROCESSORS_ONLN);
     gethostname(me->hostname, sizeof(me->hostname) - 1);
     WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peer_info, sizeof(*me)));
     for (int p = 0; p < nranks; p++) {
@@ -270,12 +342,15 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     int local = 0;
     for (int p = 0; p < nranks; p++)
         local += comm->peer_info[p].host_hash == me->host_hash;
-    cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
-                                                              : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int ncpu = me->ncpu;
     comm->oversubscribed = local > ncpu;
+    if (comm->oversubscribed)
+        __atomic_store_n(&weft_host_oversubscribed, 1, __ATOMIC_RELAXED);
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: %d local ranks on %d cores%s", comm->rank, local, ncpu,
-              comm->oversubscribed ? " (oversubscribed: waits yield at once)" : "");
+              comm->oversubscribed ? " (oversubscribed: waits yield at once)"
+              : __atomic_load_n(&weft_host_oversubscribed, __ATOMIC_RELAXED)
+                  ? " (another communicator of this process is oversubscribed: waits yield at once)"
+                  : "");
 
     int *choice = calloc((size_t)nranks, sizeof(int));
     uint8_t *mask = calloc((size_t)nranks, 1);
@@ -300,6 +375,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
         if (bytes > comm->slot_bytes)
             comm->slot_bytes = bytes;
     }
+    WEFT_CHECK_GOTO(weft_comm_hosts(comm), res, out);
     for (int t = 0; t < WEFT_NTRANSPORTS; t++) {
         if (!used[t])
             continue;

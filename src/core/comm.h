@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "algo/tuner.h"
 #include "exec/lane.h"
 #include "exec/wait.h"
 
@@ -27,7 +28,7 @@ struct weft_transport;
 struct weft_stream;
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather. */
-#define WEFT_PEER_INFO_VERSION 2
+#define WEFT_PEER_INFO_VERSION 3
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;
@@ -36,8 +37,9 @@ struct weft_peer_info {
     uint64_t host_hash; /* same value = same host (shared memory reachable) */
     uint64_t comm_hash; /* must agree on every rank */
     uint32_t flags;     /* WEFT_PEER_* */
-    uint32_t pad;
+    int32_t ncpu;       /* cores the rank may run on; 0: unknown */
     char hostname[WEFT_HOSTNAME_LEN]; /* for messages that name the peer's host */
+    uint64_t machine_hash; /* same value = same machine (boot id), whatever NCCL_HOSTID says */
 };
 
 /* The rank set NCCL_SHM_DISABLE: no pair that includes it uses shared memory. */
@@ -54,6 +56,15 @@ struct weft_user_op {
 
 #define WEFT_MAX_USER_OPS 256
 
+/*
+ * Set once any communicator of this process found more ranks on its host than cores. Then every
+ * communicator of the process waits as an oversubscribed one (exec/host.c): a 2-rank group split
+ * from an 8-rank job on 2 cores is not crowded by its own count, but its peers still share the
+ * cores with the rest of the job. Only waits read it; algorithm choices use comm->oversubscribed,
+ * which every rank of a communicator computes alike.
+ */
+extern int weft_host_oversubscribed;
+
 struct ncclComm {
     uint64_t magic; /* WEFT_COMM_MAGIC while alive */
     int rank;
@@ -65,6 +76,10 @@ struct ncclComm {
 
     struct weft_bootstrap *bootstrap;
     struct weft_peer_info *peer_info; /* [nranks] */
+    /* [nranks] or NULL: where a local peer marks that it destroyed this communicator (set by
+     * the shm transport, NULL entries for peers it does not reach). A peer process that is gone
+     * after marking left cleanly, having finished its part; one gone without marking crashed. */
+    const uint32_t **peer_departed;
 
     /*
      * connections: chan_peers[c][peer]; c == nchannels is the point-to-point channel. The arrays
@@ -96,6 +111,11 @@ struct ncclComm {
     int busy;                         /* threads currently executing on this comm */
     int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
     int oversubscribed;               /* more ranks on this host than cores we may run on */
+    int nhosts;                       /* distinct host_hash values among the peers */
+    int ranks_per_host;               /* the most ranks on one host */
+    int machines_oversubscribed;      /* some machine runs more of our ranks than it has cores
+                                       * (hosts that are namespaces of one machine count as one) */
+    struct weft_tune_comm tune;       /* what the tuner reads: the same on every rank */
 
     /*
      * Issue order: every piece of work takes a ticket (issued++) in the issuing thread and runs

@@ -4,7 +4,10 @@
  * stuck. Each case forks its own ranks and checks the error code, that the error names the peer,
  * and that it came within a bound.
  *
- * Usage: test_faults CASE   (dead-peer, timeout, mismatch, abort)
+ * And the converse: a peer that did its part, destroyed the communicator and exited is not a
+ * fault (early-exit): the root of a gather-like exchange still waits for a slow third rank.
+ *
+ * Usage: test_faults CASE   (dead-peer, timeout, mismatch, abort, early-exit)
  */
 #include <pthread.h>
 #include <signal.h>
@@ -101,6 +104,32 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
         ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
         EXPECT(res != ncclSuccess, "rank %d: mismatched counts succeeded", rank);
         ncclCommAbort(comm);
+    } else if (strcmp(c, "early-exit") == 0) {
+        /* rank 0 receives from 1 and 2; 1 sends, destroys the communicator and exits at once
+         * (a zombie until the harness reaps it), 2 sends half a second later */
+        if (rank == 0) {
+            float in1[64], in2[64];
+            ncclGroupStart();
+            ncclRecv(in1, 64, ncclFloat, 1, comm, NULL);
+            ncclRecv(in2, 64, ncclFloat, 2, comm, NULL);
+            ncclResult_t res = ncclGroupEnd();
+            EXPECT(res == ncclSuccess, "rank 0: receive after rank 1 left cleanly gave %d: %s", res,
+                   ncclGetLastError(NULL));
+            EXPECT(res != ncclSuccess || (in1[7] == 1.0f && in2[7] == 2.0f),
+                   "rank 0: received %g and %g", in1[7], in2[7]);
+            ncclCommDestroy(comm);
+        } else {
+            float out[64];
+            for (int i = 0; i < 64; i++)
+                out[i] = (float)rank;
+            if (rank == 2)
+                usleep(500000);
+            EXPECT(ncclSend(out, 64, ncclFloat, 0, comm, NULL) == ncclSuccess, "rank %d: send",
+                   rank);
+            ncclCommDestroy(comm);
+            if (rank == 1)
+                _exit(g_failed);
+        }
     } else if (strcmp(c, "abort") == 0) {
         /* the victim never joins; the others abort from a second thread */
         if (rank == victim) {
@@ -124,7 +153,7 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s dead-peer|timeout|mismatch|abort\n", argv[0]);
+        fprintf(stderr, "usage: %s dead-peer|timeout|mismatch|abort|early-exit\n", argv[0]);
         return 2;
     }
     const char *c = argv[1];

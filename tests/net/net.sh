@@ -9,8 +9,9 @@
 #                                              others must fail naming it and its host
 #   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
 #   net.sh DRIVER algos PERFDIR [HxR ...]      all-reduce time by size (8 B .. 1 MiB, every 4x)
-#                                              with NCCL_ALGO=ring, tree and unset (the tuner),
-#                                              on H hosts x R ranks (default 2x2 2x4), repeated
+#                                              with NCCL_ALGO=ring, tree, direct and unset (the
+#                                              tuner), on H hosts (at most 4) x R ranks (default
+#                                              2x2 2x4; WEFT_NET_ALGOS picks others), repeated
 #                                              WEFT_NET_REPEATS times (default 5): medians; and
 #                                              the inter-host alpha/beta from sendrecv_perf 2x1
 #
@@ -98,6 +99,7 @@ launch() {
             rank=$((h * rph + l))
             in_host $h env WEFT_RANK=$rank WEFT_NRANKS=$((nh * rph)) WEFT_LOCAL_RANK=$l \
                 WEFT_UNIQUE_ID="$id" NCCL_HOSTID=$tag-${letters[h]} NCCL_SOCKET_IFNAME=veth0 \
+                WEFT_NET_NHOSTS=$nh \
                 WEFT_TIMEOUT=30 "$@" >"$logs/rank$rank" 2>&1 &
             pids[rank]=$!
         done
@@ -207,7 +209,18 @@ algos)
     shift
     layouts=${*:-2x2 2x4}
     reps=${WEFT_NET_REPEATS:-5}
-    hosts 2
+    # The namespaces share this machine's cores, which each "host" counts as its own: with more
+    # ranks in all than cores, every rank must give its core away when it waits (as an
+    # oversubscribed host does), or spinning ranks starve the ones they wait for.
+    spin=()
+    most=2
+    for hr in $layouts; do
+        ((${hr%x*} * ${hr#*x} > $(nproc))) && spin=(WEFT_SPIN_COUNT=0 WEFT_SOCKET_SPIN_US=0)
+        ((${hr%x*} > most)) && most=${hr%x*}
+    done
+    ((most <= ${#letters[@]})) || { echo "algos: at most ${#letters[@]} hosts"; exit 2; }
+    [ ${#spin[@]} = 0 ] || echo "# more ranks than the $(nproc) cores: ${spin[*]}"
+    hosts $most
     # median of the out-of-place time (us) by size over the runs in $logs/NAME.*
     median() {
         cat "$logs/$1".* | awk '$1 ~ /^[0-9]+$/ && NF >= 12 { t[$1] = t[$1] " " $6 }
@@ -233,7 +246,7 @@ algos)
     }
     echo "# inter-host link: sendrecv_perf, 2 hosts x 1 rank, median of $reps runs (time: us)"
     for ((i = 0; i < reps; i++)); do
-        run sendrecv 2 1 "$perfdir/sendrecv_perf" -b 8 -e 4M -f 4 -n 50 -w 10
+        run sendrecv 2 1 env "${spin[@]}" "$perfdir/sendrecv_perf" -b 8 -e 4M -f 4 -n 50 -w 10
     done
     median sendrecv | awk '{ t[NR] = $2; s[NR] = $1; printf "#   %9d B %10.2f us\n", $1, $2 }
         END { printf "# alpha %.1f us, beta %.3f us/KiB (%.2f GB/s) from %d B and %d B\n", t[1],
@@ -241,21 +254,23 @@ algos)
               s[1], s[NR] }'
     for hr in $layouts; do
         nh=${hr%x*} rph=${hr#*x}
-        ((nh <= 2)) || { echo "algos: at most 2 hosts ($hr)"; exit 2; }
         for ((i = 0; i < reps; i++)); do
-            for a in ring tree auto; do
-                if [ $a = auto ]; then
-                    run "$hr-$a" "$nh" "$rph" "$perfdir/all_reduce_perf" -b 8 -e 1M -f 4 -n 100 -w 10
-                else
-                    run "$hr-$a" "$nh" "$rph" env NCCL_ALGO=$a "$perfdir/all_reduce_perf" \
-                        -b 8 -e 1M -f 4 -n 100 -w 10
-                fi
+            for a in ${WEFT_NET_ALGOS:-ring tree direct auto}; do
+                algo=NCCL_ALGO=$a
+                [ $a = auto ] && algo=NCCL_ALGO=
+                run "$hr-$a" "$nh" "$rph" env "${spin[@]}" "$algo" "$perfdir/all_reduce_perf" \
+                    -b 8 -e 1M -f 4 -n 100 -w 10
             done
         done
         echo "# all_reduce_perf $nh hosts x $rph ranks: median out-of-place time (us) of $reps runs"
-        printf "# %10s %10s %10s %10s %8s\n" bytes ring tree auto tree/ring
-        join <(median "$hr-ring") <(median "$hr-tree") | join - <(median "$hr-auto") |
-            awk '{ printf "%12d %10.2f %10.2f %10.2f %8.2f\n", $1, $2, $3, $4, $3 / $2 }'
+        printf "# %10s %10s %10s %10s %10s %8s\n" bytes ring tree direct auto tree/ring
+        if [ -n "${WEFT_NET_ALGOS:-}" ]; then
+            for a in $WEFT_NET_ALGOS; do echo "# $a"; median "$hr-$a"; done
+            continue
+        fi
+        join <(median "$hr-ring") <(median "$hr-tree") | join - <(median "$hr-direct") |
+            join - <(median "$hr-auto") |
+            awk '{ printf "%12d %10.2f %10.2f %10.2f %10.2f %8.2f\n", $1, $2, $3, $4, $5, $3 / $2 }'
     done
     ;;
 *)

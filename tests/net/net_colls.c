@@ -8,7 +8,8 @@
  *   net_colls colls         every collective (all-reduce, reduce, reduce-scatter, all-gather,
  *                           broadcast, all-to-all, gather, scatter, send/recv in groups) over
  *                           several types, ops, counts, roots, in and out of place; every element
- *                           checked against a plain loop over what each rank contributed
+ *                           checked against a plain loop over what each rank contributed; and
+ *                           the tuner's choices, equal on every rank, from WEFT_NET_NHOSTS hosts
  *   net_colls kill V HOST   all-reduces in a loop until one fails (the script kills rank V
  *                           meanwhile): the error must be ncclRemoteError, name "peer V" and HOST,
  *                           and come within 10 s of the last good operation
@@ -27,6 +28,9 @@
 #include "redop.h"
 #include "weft.h"
 
+#include "algo/sched.h"
+#include "algo/tuner.h"
+#include "core/comm.h"
 #include "core/hexid.h"
 
 static int g_rank, g_nranks, g_failed, g_passed;
@@ -251,8 +255,37 @@ static void run_moves(ncclComm_t comm, int t, size_t count, int inplace, uint64_
     free(recv);
 }
 
+/*
+ * The tuner's choices for every collective and size (8 B .. 64 MiB, every 4x) hashed on each rank,
+ * gathered and compared: every rank must choose the same, from the same count of hosts (the
+ * script's WEFT_NET_NHOSTS).
+ */
+static void check_tuner(ncclComm_t comm)
+{
+    uint64_t h = 0xcbf29ce484222325ull, *all = xmalloc((size_t)g_nranks * sizeof(uint64_t));
+    for (int c = 0; c < WEFT_COLL_COUNT; c++)
+        for (size_t b = 8; b <= (64u << 20); b *= 4)
+            h = (h ^ (uint64_t)weft_tune_algo_quiet(c, b, &comm->tune, NULL)) * 0x100000001b3ull;
+    h = (h ^ (uint64_t)comm->nhosts) * 0x100000001b3ull;
+    const char *want = getenv("WEFT_NET_NHOSTS");
+    if (want != NULL && atoi(want) != comm->nhosts) {
+        fprintf(stderr, "rank %d: %d hosts counted, %s expected\n", g_rank, comm->nhosts, want);
+        g_failed++;
+    }
+    if (check(ncclAllGather(&h, all, 1, ncclUint64, comm, NULL), "ncclAllGather (tuner)")) {
+        int same = 1;
+        for (int r = 0; r < g_nranks; r++)
+            same &= all[r] == h;
+        if (!same)
+            fprintf(stderr, "rank %d: the ranks' tuner choices differ\n", g_rank);
+        result(same);
+    }
+    free(all);
+}
+
 static int do_colls(ncclComm_t comm)
 {
+    check_tuner(comm);
     static const size_t counts[] = {0, 1, 7, 1023, 131075};
     static const int types[] = {ncclInt8, ncclUint8, ncclInt32, ncclInt64, ncclFloat16,
                                 ncclBfloat16, ncclFloat32, ncclFloat64};

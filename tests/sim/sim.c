@@ -247,7 +247,11 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
             uint64_t piece = chunk >= len - len / 2 ? len : 2 * chunk;
             for (uint64_t po = 0; po < len; po += piece) {
                 uint64_t p = len - po < piece ? len - po : piece;
-                total += (p - p / 2) * (uint64_t)deg[0] + p / 2 * (uint64_t)deg[1];
+                uint64_t one = chunk < WEFT_SCHED_TREE_ONE_MAX ? chunk : WEFT_SCHED_TREE_ONE_MAX;
+                if (p <= one) /* a small piece goes whole over tree 0 */
+                    total += p * (uint64_t)deg[0];
+                else
+                    total += (p - p / 2) * (uint64_t)deg[0] + p / 2 * (uint64_t)deg[1];
             }
         }
         return total;

@@ -19,12 +19,13 @@
  *     itself only where it loops back); the reducing ones RECV from 0, then RECV_REDUCE_COPY
  *     from 1 .. n-1 in rank order, with FINAL on the last one only.
  *   - the tree all-reduce (double binary tree): the two trees are checked as trees for n = 1 ..
- *     1100 and a few up to 4096 (check_tree_shape: one root, parent and children agree, depth floor(log2 n), in order,
- *     tree 1 is tree 0 shifted by one, no rank internal in both, every rank internal in one for
- *     even n); steps only between tree neighbours; a message carries the element it lands on;
- *     piece by piece the steps are exactly those of the block comment in sched.c
- *     (check_tree_pieces); input, output writes and output reads covered per half as the rank's
- *     role in that half's tree says (tree_role_counts).
+ *     1100 and a few up to 4096 (check_tree_shape: one root, parent and children agree, depth
+ *     floor(log2 n), in order, tree 1 is tree 0 mirrored for even n and shifted by one for odd n,
+ *     no rank internal in both, every rank internal in one for even n, no rank the child of the
+ *     same parent in both); steps only between tree neighbours; a message carries the element it
+ *     lands on; slot by slot the steps are exactly those of the block comment in sched.c, small
+ *     pieces on tree 0 alone (check_tree_pieces); input, output writes and output reads covered
+ *     per half as the rank's role in that half's tree says (tree_role_counts).
  * Send/recv runs as "sendrecv": every rank r builds the SEND schedule to r+d and the RECV schedule
  * from r-d (d = 0 is a self-send), which together behave like one collective.
  * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|allreduce-tree|alltoall|gather|scatter|sendrecv] with NAME
@@ -159,8 +160,9 @@ static uint64_t expected_elems(int coll, int algo, uint64_t count, int n, int r,
         return 0;
     if (algo == WEFT_ALGO_TREE) {
         /* Pieces P of 2*chunk (one piece of len when chunk >= ceil(len/2)); half 0 (ceil(P/2))
-         * goes over tree 0, half 1 (floor(P/2)) over tree 1, and rank r sends each half once to
-         * every neighbour it has in that tree: up to its parent, down to each child. */
+         * goes over tree 0, half 1 (floor(P/2)) over tree 1 (all of P over tree 0 when P <=
+         * min(chunk, WEFT_SCHED_TREE_ONE_MAX)), and rank r sends each half once to every
+         * neighbour it has in that tree: up to its parent, down to each child. */
         int deg[2];
         for (int t = 0; t < 2; t++) {
             int nb[3];
@@ -174,7 +176,11 @@ static uint64_t expected_elems(int coll, int algo, uint64_t count, int n, int r,
             uint64_t piece = chunk >= len - len / 2 ? len : 2 * chunk;
             for (uint64_t po = 0; po < len; po += piece) {
                 uint64_t p = len - po < piece ? len - po : piece;
-                total += (p - p / 2) * (uint64_t)deg[0] + p / 2 * (uint64_t)deg[1];
+                uint64_t one = chunk < WEFT_SCHED_TREE_ONE_MAX ? chunk : WEFT_SCHED_TREE_ONE_MAX;
+                if (p <= one) /* a small piece goes whole over tree 0 */
+                    total += p * (uint64_t)deg[0];
+                else
+                    total += (p - p / 2) * (uint64_t)deg[0] + p / 2 * (uint64_t)deg[1];
             }
         }
         return total;
@@ -781,16 +787,22 @@ static void check_direct_pieces(const struct cfg *c, int r, int ch, const struct
 
 /* The tree of the block comment in sched.c, restated from the parent side: position q (1-based)
  * with lowbit c hangs below q + c when q/c = 1 mod 4 and q + c <= n, else below q - c; the root is
- * the largest power of two <= n. Tree 0 puts rank r at r+1, tree 1 at (r+1) mod n + 1. */
+ * the largest power of two <= n. Tree 0 puts rank r at r+1; tree 1 mirrors it for even n (r at
+ * n - r) and shifts it for odd n (r at (r+1) mod n + 1). */
+static int tree_pos_ref(int n, int t, int r)
+{
+    return t == 0 ? r + 1 : n % 2 == 0 ? n - r : (r + 1) % n + 1;
+}
+
 static int tree_parent_ref(int n, int t, int r)
 {
-    int q = t == 0 ? r + 1 : (r + 1) % n + 1, c = q & -q, root = 1;
+    int q = tree_pos_ref(n, t, r), c = q & -q, root = 1;
     while (2 * root <= n)
         root *= 2;
     if (q == root)
         return -1;
     int p = (q / c) % 4 == 1 && q + c <= n ? q + c : q - c;
-    return t == 0 ? p - 1 : mod(p - 2, n);
+    return t == 0 ? p - 1 : n % 2 == 0 ? n - p : mod(p - 2, n);
 }
 
 /* In-order walk of tree t from rank r: appends positions to seq (checks the order). */
@@ -804,7 +816,7 @@ static void tree_inorder(int n, int t, int r, int *seq, int *len, int depth, int
         return; /* a cycle: the caller sees the overrun */
     if (c0 >= 0)
         tree_inorder(n, t, c0, seq, len, depth + 1, maxdepth);
-    seq[(*len)++] = t == 0 ? r + 1 : (r + 1) % n + 1;
+    seq[(*len)++] = tree_pos_ref(n, t, r);
     if (c1 >= 0)
         tree_inorder(n, t, c1, seq, len, depth + 1, maxdepth);
 }
@@ -834,12 +846,24 @@ static void check_tree_shape(int n)
                 if (c >= 0)
                     ok &= tree_parent_ref(n, t, c) == r && c != r;
             }
-            /* tree 1 is tree 0 shifted: r in tree 1 stands where r+1 stands in tree 0 */
-            if (t == 1) {
+            /* tree 1 is tree 0 mirrored (even n: r stands where n-1-r stands in tree 0) or
+             * shifted (odd n: where r+1 stands) */
+            if (t == 1 && n % 2 == 0) {
+                int p0, d0, d1;
+                weft_sched_tree(n, 0, n - 1 - r, &p0, &d0, &d1);
+                ok &= p == (p0 < 0 ? -1 : n - 1 - p0) && c0 == (d0 < 0 ? -1 : n - 1 - d0) &&
+                      c1 == (d1 < 0 ? -1 : n - 1 - d1);
+            } else if (t == 1) {
                 int p0, d0, d1;
                 weft_sched_tree(n, 0, (r + 1) % n, &p0, &d0, &d1);
                 ok &= p == (p0 < 0 ? -1 : mod(p0 - 1, n)) && c0 == (d0 < 0 ? -1 : mod(d0 - 1, n)) &&
                       c1 == (d1 < 0 ? -1 : mod(d1 - 1, n));
+            }
+            /* one direction of a pair in one tree per phase: r is not a's child in both trees */
+            if (t == 1 && p >= 0) {
+                int p0, d0, d1;
+                weft_sched_tree(n, 0, r, &p0, &d0, &d1);
+                ok &= p0 != p;
             }
         }
         int len = 0, depth = 0;
@@ -938,6 +962,19 @@ static uint64_t tree_piece_ref(uint64_t len, uint64_t chunk)
     return chunk >= len - len / 2 ? (len > 0 ? len : 1) : 2 * chunk;
 }
 
+/* Elements of half t of a piece of p elements, and where it starts in the piece: ceil and floor
+ * of p/2, or all of p on tree 0 when p <= min(chunk, WEFT_SCHED_TREE_ONE_MAX). */
+static uint64_t tree_half_ref(uint64_t p, uint64_t chunk, int t, uint64_t *at)
+{
+    uint64_t one = chunk < WEFT_SCHED_TREE_ONE_MAX ? chunk : WEFT_SCHED_TREE_ONE_MAX;
+    if (p <= one) {
+        *at = t == 0 ? 0 : p;
+        return t == 0 ? p : 0;
+    }
+    *at = t == 0 ? 0 : p - p / 2;
+    return t == 0 ? p - p / 2 : p / 2;
+}
+
 static int tree_depth_ref(int n, int t, int r)
 {
     int d = 0;
@@ -971,7 +1008,7 @@ static void check_tree_pieces(const struct cfg *c, int r, int ch, const struct w
                     continue;
                 uint64_t po = (uint64_t)pi * piece;
                 uint64_t p = len - po < piece ? len - po : piece;
-                uint64_t h = t == 0 ? p - p / 2 : p / 2, e = off + po + (t == 0 ? 0 : p - p / 2);
+                uint64_t at, h = tree_half_ref(p, c->chunk, t, &at), e = off + po + at;
                 int k = h > 0 ? tree_half(c->n, t, r, down, e, h, want) : 0;
                 for (int j = 0; j < k; j++, i++) {
                     w = &want[j];
@@ -1012,7 +1049,7 @@ static void tree_expected_cover(const struct cfg *c, int r, struct cover *in_rd,
         for (uint64_t po = 0; po < len; po += piece) {
             uint64_t p = len - po < piece ? len - po : piece;
             for (int t = 0; t < 2; t++) {
-                uint64_t h = t == 0 ? p - p / 2 : p / 2, e = off + po + (t == 0 ? 0 : p - p / 2);
+                uint64_t at, h = tree_half_ref(p, c->chunk, t, &at), e = off + po + at;
                 int ir, ow, orr;
                 tree_role_counts(c->n, t, r, &ir, &ow, &orr);
                 for (int j = 0; j < ir && h > 0; j++)
@@ -1295,17 +1332,18 @@ static void misc(void)
         check_tree_shape(big_trees[i]);
 
     /* The exact order for a 4-rank tree all-reduce, rank 1, one piece of 4 elements. Tree 0:
-     * 3 <- 1 <- {0, 2}; tree 1: 2 <- 0 <- {3, 1}. Rank 1 is internal in tree 0, a leaf in 1: up,
-     * tree 1 first; down, tree 0 first. */
+     * 3 <- 1 <- {0, 2}; tree 1 (mirrored): 0 <- 2 <- {3, 1}. Rank 1 is internal in tree 0 (depth
+     * 1), a leaf in tree 1 (depth 2): up, tree 1 in slot 0, tree 0 in slot 1; down, tree 0 in
+     * slot 1, tree 1 in slot 2. */
     {
         struct weft_sched_args ta = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE, 4, 4, 1, 0, 0, 1, 2};
         static const struct weft_step want_tree[] = {
-            {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 0, -1, 0, 2, 0, 2},
+            {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 2, -1, 0, 2, 0, 2},
             {WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0, 0, 2},
             {WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, 3, 2, 0, 0, 0, 2},
             {WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, 0, 3, 0, 0, 0, 2},
             {WEFT_STEP_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, 2, -1, 0, 0, 0, 2},
-            {WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0, 2, 2},
+            {WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 2, 0, 0, 2, 2},
         };
         memset(st, 0xff, sizeof(st));
         uint64_t tg = weft_sched_build(&ta, st, 64);
@@ -1313,15 +1351,15 @@ static void misc(void)
                    memcmp(st, want_tree, sizeof(want_tree)) == 0,
                "tree allreduce n 4 rank 1: %llu steps, or not in the documented order",
                (unsigned long long)tg);
-        /* The root of tree 1 (rank 2) finishes with FINAL and broadcasts from its output. */
-        ta.rank = 2;
+        /* The root of tree 1 (rank 0) finishes with FINAL and broadcasts from its output. */
+        ta.rank = 0;
         tg = weft_sched_build(&ta, st, 64);
         EXPECT(tg == 4 && st[0].op == WEFT_STEP_SEND && st[0].send_peer == 1 &&
-                   st[1].op == WEFT_STEP_RECV_REDUCE_COPY && st[1].recv_peer == 0 &&
+                   st[1].op == WEFT_STEP_RECV_REDUCE_COPY && st[1].recv_peer == 2 &&
                    st[1].flags == WEFT_STEP_FINAL && st[1].src_off == 2 && st[2].op == WEFT_STEP_SEND &&
-                   st[2].src == WEFT_BUF_OUTPUT && st[2].src_off == 2 && st[2].send_peer == 0 &&
+                   st[2].src == WEFT_BUF_OUTPUT && st[2].src_off == 2 && st[2].send_peer == 2 &&
                    st[3].op == WEFT_STEP_RECV && st[3].recv_peer == 1,
-               "tree allreduce n 4 rank 2: %llu steps", (unsigned long long)tg);
+               "tree allreduce n 4 rank 0: %llu steps", (unsigned long long)tg);
     }
 
     /* Names. */

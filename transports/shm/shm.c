@@ -32,7 +32,8 @@ struct weft_shm_header {
     uint64_t magic;
     int32_t rank;
     int32_t nranks;
-    char pad[WEFT_CACHELINE - 16];
+    uint32_t departed; /* 1 once the owner destroyed the communicator (comm->peer_departed) */
+    char pad[WEFT_CACHELINE - 20];
     struct weft_doorbell bell;
 };
 
@@ -82,6 +83,11 @@ static ncclResult_t shm_close(struct ncclComm *comm, void *state)
         return ncclSuccess;
     if (st->owns_bell)
         comm->bell = NULL;
+    if (st->segs != NULL && st->segs[comm->rank] != NULL)
+        __atomic_store_n(&((struct weft_shm_header *)st->segs[comm->rank])->departed, 1,
+                         __ATOMIC_RELEASE);
+    free(comm->peer_departed);
+    comm->peer_departed = NULL;
     for (int p = 0; st->segs != NULL && p < st->nranks; p++)
         if (st->segs[p] != NULL)
             munmap(st->segs[p], st->seg_bytes);
@@ -191,6 +197,10 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             comm->chan_peers[c][p].recv = recv;
         }
     }
+    comm->peer_departed = calloc((size_t)nranks, sizeof(*comm->peer_departed));
+    for (int p = 0; comm->peer_departed != NULL && p < nranks; p++)
+        if (st->segs[p] != NULL)
+            comm->peer_departed[p] = &((struct weft_shm_header *)st->segs[p])->departed;
     /* shm is set up first (src/core/comm.c), so the rank sleeps on the doorbell in its segment,
      * the one its shm peers ring; the socket proxies ring it too. */
     if (comm->bell == NULL) {
