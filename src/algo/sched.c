@@ -54,6 +54,14 @@
  *     blocked too, it waits at a RECV before that SEND, at a position strictly before (P, k) (at
  *     (P, k) itself its SEND is done). A wait chain strictly decreases in (P, k), so it is finite
  *     and ends at a rank that can move: some rank always progresses.
+ * DIRECT ALLTOALL (small blocks): the same steps as pairwise, reordered per piece: COPY, then every
+ *   SEND (k = 1 .. n-1), then every RECV (k = 1 .. n-1). A rank posts all its blocks at once, so
+ *   each rank has to run twice per operation instead of once per round: with more ranks than
+ *   cores, every round of the pairwise order costs a context switch. No deadlock, by the pairwise
+ *   argument: a SEND at piece P finds at most the piece P-1 message still in the FIFO (the
+ *   receiver has finished piece P-2, whose RECVs took it), so it never waits; a RECV of a at
+ *   piece P from b waits only until b posts its SENDs of P, which come before any step of b at P
+ *   that can wait, so a wait chain moves strictly back in P and is finite.
  * DIRECT ALLREDUCE (one-shot, for small messages: one message latency instead of 2(n-1)), per
  * piece of chunk elements at e:
  *     SEND input[e] -> r, r+1, ..., r+n-1 (itself included, through the loopback connection);
@@ -553,6 +561,29 @@ static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out 
     }
 }
 
+static void direct_alltoall(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    uint64_t count = a->count, off, len;
+    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
+
+    for (uint64_t po = 0; po < len; po += a->chunk) {
+        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
+        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1,
+                   (uint64_t)r * count + e, (uint64_t)r * count + e, c);
+        for (int k = 1; k < n; k++) {
+            int to = sched_mod(r + k, n);
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1,
+                       (uint64_t)to * count + e, 0, c);
+        }
+        for (int k = 1; k < n; k++) {
+            int from = sched_mod(r - k, n);
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, from, 0,
+                       (uint64_t)from * count + e, c);
+        }
+    }
+}
+
 /* Receives one piece from every rank in rank order and reduces it into output[e] (FINAL last). */
 static void direct_reduce_in_order(struct sched_out *o, int n, uint64_t e, uint64_t c)
 {
@@ -854,6 +885,8 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
             return direct_broadcast;
         case WEFT_COLL_REDUCE:
             return direct_reduce;
+        case WEFT_COLL_ALLTOALL:
+            return direct_alltoall;
         default:
             return sched_gen_pairwise(coll);
         }

@@ -54,8 +54,10 @@ enum weft_coll {
 };
 
 /*
- * All-to-all (pairwise exchange), gather, scatter (the root talks to every peer directly) and
- * send/recv have one schedule each, which RING and DIRECT both select; TREE does not.
+ * All-to-all has a pairwise schedule (RING: one peer per round) and a direct one (DIRECT: every
+ * block posted at once, then every receive); gather, scatter (the root talks to every peer
+ * directly) and send/recv have one schedule each, which RING and DIRECT both select; TREE does
+ * not.
  */
 enum weft_algo {
     WEFT_ALGO_RING = 0, /* rings for all-reduce/all-gather/reduce-scatter, chains for bcast/reduce */

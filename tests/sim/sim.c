@@ -98,7 +98,7 @@ struct cfg {
 /* The schedules DIRECT has of its own (for the others it names RING's). */
 static int cfg_direct(const struct cfg *c)
 {
-    return c->algo == WEFT_ALGO_DIRECT && c->coll < WEFT_COLL_ALLTOALL;
+    return c->algo == WEFT_ALGO_DIRECT && c->coll <= WEFT_COLL_ALLTOALL;
 }
 
 static int mod(int a, int n)
@@ -764,7 +764,7 @@ static void sweep(int coll, int algo, int big)
 
 int main(int argc, char **argv)
 {
-    /* RING and DIRECT share the schedules of all-to-all, gather, scatter and send/recv. */
+    /* RING and DIRECT share the schedules of gather, scatter and send/recv. */
     static const struct {
         const char *name;
         int coll, algo;
@@ -781,6 +781,7 @@ int main(int argc, char **argv)
         {"reduce", WEFT_COLL_REDUCE, WEFT_ALGO_RING},
         {"reduce-direct", WEFT_COLL_REDUCE, WEFT_ALGO_DIRECT},
         {"alltoall", WEFT_COLL_ALLTOALL, WEFT_ALGO_RING},
+        {"alltoall-direct", WEFT_COLL_ALLTOALL, WEFT_ALGO_DIRECT},
         {"gather", WEFT_COLL_GATHER, WEFT_ALGO_RING},
         {"scatter", WEFT_COLL_SCATTER, WEFT_ALGO_RING},
         {"sendrecv", WEFT_COLL_SEND, WEFT_ALGO_RING},

@@ -1395,7 +1395,7 @@ static void misc(void)
     EXPECT(st[3].flags == WEFT_STEP_FINAL && st[0].flags == 0, "allreduce FINAL flag");
 
     /* RING and DIRECT name the same schedule for the collectives that have one. */
-    for (int coll = WEFT_COLL_ALLTOALL; coll < WEFT_COLL_COUNT; coll++)
+    for (int coll = WEFT_COLL_GATHER; coll < WEFT_COLL_COUNT; coll++)
         for (int r = 0; r < 5; r++) {
             struct weft_step st2[64];
             struct weft_sched_args ring = {coll, WEFT_ALGO_RING, 13, 5, r, 2, 1, 2, 3};
@@ -1406,8 +1406,9 @@ static void misc(void)
                    "%s rank %d: RING and DIRECT differ", weft_coll_name(coll), r);
         }
 
-    /* The exact order for a 3-rank all-to-all, rank 1, blocks of 2 elements, one piece. */
-    struct weft_sched_args b = {WEFT_COLL_ALLTOALL, WEFT_ALGO_DIRECT, 2, 3, 1, 0, 0, 1, 2};
+    /* The exact order for a 3-rank all-to-all, rank 1, blocks of 2 elements, one piece:
+     * pairwise (RING), then direct (every send, then every receive). */
+    struct weft_sched_args b = {WEFT_COLL_ALLTOALL, WEFT_ALGO_RING, 2, 3, 1, 0, 0, 1, 2};
     static const struct weft_step want_a2a[] = {
         {WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, 0, 2, 2, 2},
         {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 2, -1, 0, 4, 0, 2},
@@ -1418,6 +1419,12 @@ static void misc(void)
     got = weft_sched_build(&b, st, 64);
     EXPECT(got == 5 && memcmp(st, want_a2a, sizeof(want_a2a)) == 0,
            "alltoall n 3 rank 1: %llu steps, or not in pairwise order", (unsigned long long)got);
+    b.algo = WEFT_ALGO_DIRECT;
+    const struct weft_step want_a2a_direct[] = {want_a2a[0], want_a2a[1], want_a2a[3], want_a2a[2],
+                                                want_a2a[4]};
+    got = weft_sched_build(&b, st, 64);
+    EXPECT(got == 5 && memcmp(st, want_a2a_direct, sizeof(want_a2a_direct)) == 0,
+           "direct alltoall n 3 rank 1: %llu steps, or not sends first", (unsigned long long)got);
 
     /* The exact order for a 3-rank direct all-reduce, rank 1, two pieces of 2 elements. */
     struct weft_sched_args d = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT, 4, 3, 1, 0, 0, 1, 2};

@@ -3,7 +3,8 @@
  *   layout   ring and tree counts of one host, hosts of k consecutive ranks and round-robin hosts
  *            against a brute-force count; the tree's busiest rank sends 2, 3, then 4 halves
  *   shm      weft_cost_us keeps the single-host formulas the rule was measured with
- *   rule     one host, NCCL_ALGO unset: direct up to 8 KiB (32 KiB oversubscribed), ring above,
+ *   rule     one host, NCCL_ALGO unset: direct up to 8 KiB (32 KiB oversubscribed), ring above
+ *            (all-to-all: direct at every size),
  *            never tree, for every collective and 2..8 ranks
  *   hosts    several hosts, NCCL_ALGO unset: the choice is the model's fastest of ring, tree and
  *            direct; tree at small sizes from 16 ranks on, ring at 64 MiB; the layout of a
@@ -164,6 +165,8 @@ static void case_shm(void)
 
 static int rule_want(int coll, size_t bytes, int oversub)
 {
+    if (coll == WEFT_COLL_ALLTOALL) /* every block posted at once, at any size */
+        return WEFT_ALGO_DIRECT;
     if (coll > WEFT_COLL_REDUCE)
         return WEFT_ALGO_RING;
     return bytes <= (oversub ? 32768u : 8192u) ? WEFT_ALGO_DIRECT : WEFT_ALGO_RING;
@@ -243,7 +246,10 @@ static void case_forced(int want_allreduce, int want_other)
         for (int c = 0; c < WEFT_COLL_COUNT; c++)
             for (size_t i = 0; i < NSIZES; i++) {
                 int a = weft_tune_algo(c, sizes[i], &tc), want;
-                if (c > WEFT_COLL_REDUCE)
+                if (c == WEFT_COLL_ALLTOALL) /* NCCL_ALGO does not name it; WEFT_ALGO does */
+                    want = want_other == WEFT_ALGO_DIRECT || h == 1 ? WEFT_ALGO_DIRECT
+                                                                    : WEFT_ALGO_RING;
+                else if (c > WEFT_COLL_REDUCE)
                     want = WEFT_ALGO_RING;
                 else if (c == WEFT_COLL_ALLREDUCE && want_allreduce >= 0)
                     want = want_allreduce;
