@@ -155,7 +155,8 @@ static double scale_run(struct scale *s, int algo, uint64_t count, uint64_t *chu
     for (;;) {
         total = 0;
         for (int r = 0; r < n && total <= SCALE_STEP_BUDGET; r++) {
-            struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, algo, count, n, r, 0, 0, 1, chunk};
+            struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, algo, count, n, r, 0, 0, 1, chunk,
+                                        NULL, NULL, s->k};
             total += weft_sched_max_steps(&a);
         }
         if (total <= SCALE_STEP_BUDGET)
@@ -170,7 +171,8 @@ static double scale_run(struct scale *s, int algo, uint64_t count, uint64_t *chu
     struct weft_step *tmp = NULL;
     uint64_t tmpcap = 0, at = 0, npairs = 0;
     for (int r = 0; r < n; r++) {
-        struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, algo, count, n, r, 0, 0, 1, chunk};
+        struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, algo, count, n, r, 0, 0, 1, chunk,
+                                    NULL, NULL, s->k};
         uint64_t m = weft_sched_max_steps(&a);
         if (m > tmpcap) {
             tmpcap = m;
@@ -327,12 +329,14 @@ static int tuner_table(int n, int nhosts, int oversubscribed, const uint64_t *si
            n, nhosts, n / nhosts, oversubscribed ? " (oversubscribed)" : "",
            nhosts > 1 ? "socket" : "shared-memory", tc.chunk_bytes / 1024, l->ring_cross,
            l->tree_depth, l->tree_path_inter, l->tree_nic_halves[0], l->tree_nic_halves[1]);
-    printf("# %12s %8s %12s %12s %12s\n", "bytes", "choice", "ring_us", "tree_us", "direct_us");
+    printf("# %12s %8s %12s %12s %12s %12s\n", "bytes", "choice", "ring_us", "tree_us",
+           "direct_us", "hier_us");
     for (int i = 0; i < nsizes; i++) {
         double us[WEFT_ALGO_COUNT];
         int a = weft_tune_algo_quiet(WEFT_COLL_ALLREDUCE, sizes[i], &tc, us);
-        printf("%14llu %8s %12.1f %12.1f %12.1f\n", (unsigned long long)sizes[i],
-               weft_algo_name(a), us[WEFT_ALGO_RING], us[WEFT_ALGO_TREE], us[WEFT_ALGO_DIRECT]);
+        printf("%14llu %8s %12.1f %12.1f %12.1f %12.1f\n", (unsigned long long)sizes[i],
+               weft_algo_name(a), us[WEFT_ALGO_RING], us[WEFT_ALGO_TREE], us[WEFT_ALGO_DIRECT],
+               us[WEFT_ALGO_HIER]);
     }
     return 0;
 }
@@ -405,21 +409,25 @@ int main(int argc, char **argv)
     struct weft_cost_layout layout;
     if (weft_cost_layout_blocks(&layout, n, k) != ncclSuccess)
         return 1;
-    static const int algos[3] = {WEFT_ALGO_RING, WEFT_ALGO_TREE, WEFT_ALGO_DIRECT};
-    static const char *const names[3] = {"ring", "tree", "direct"};
+    static const int algos[4] = {WEFT_ALGO_RING, WEFT_ALGO_TREE, WEFT_ALGO_DIRECT, WEFT_ALGO_HIER};
+    static const char *const names[4] = {"ring", "tree", "direct", "hier"};
+    int nalgos = k > 1 && k < n && n % k == 0 ? 4 : 3; /* hier: hosts of k ranks each */
 
     printf("# weft-scale: all-reduce, %d ranks, %d per host, inter %.2f us %.1f GB/s, intra %.2f us "
            "%.1f GB/s, %.2f us per message\n",
            n, k, lat, bw, ilat, ibw, msg);
-    printf("# %12s %12s %9s %12s %12s %9s %12s %12s %9s %12s %7s %7s\n", "bytes", "ring_us",
-           "ring_bw", "ring_model", "tree_us", "tree_bw", "tree_model", "direct_us", "direct_bw",
-           "direct_model", "model", "sim");
+    printf("# %12s %12s %9s %12s %12s %9s %12s %12s %9s %12s", "bytes", "ring_us", "ring_bw",
+           "ring_model", "tree_us", "tree_bw", "tree_model", "direct_us", "direct_bw",
+           "direct_model");
+    if (nalgos == 4)
+        printf(" %12s %9s %12s", "hier_us", "hier_bw", "hier_model");
+    printf(" %7s %7s\n", "model", "sim");
     for (int si = 0; si < nsizes; si++) {
         uint64_t bytes = sizes[si] < 4 ? 4 : sizes[si] / 4 * 4;
         double best = -1, bestm = -1;
         int pick = 0, pickm = 0;
         printf("%14llu", (unsigned long long)bytes);
-        for (int a = 0; a < 3; a++) {
+        for (int a = 0; a < nalgos; a++) {
             uint64_t chunk = 32768;
             double us = scale_run(&s, algos[a], bytes / 4, &chunk);
             f.chunk_bytes = 4.0 * (double)chunk; /* the model pipelines in the sim's steps */

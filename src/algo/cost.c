@@ -84,10 +84,6 @@ static ncclResult_t cost_layout(struct weft_cost_layout *l, int n, const int *ho
         int h = cost_host(host, k, r), halves = 0;
         int *c = &cnt[(size_t)h * (size_t)stride];
         c[0]++;
-        if (n > 1 && cost_host(host, k, (r + 1) % n) != h) {
-            o.ring_cross++;
-            c[1]++;
-        }
         for (int t = 0; t < 2 && n > 1; t++) {
             int nb[3], inter = 0;
             weft_sched_tree(n, t, r, &nb[0], &nb[1], &nb[2]);
@@ -110,8 +106,14 @@ static ncclResult_t cost_layout(struct weft_cost_layout *l, int n, const int *ho
         }
         o.tree_rank_halves = cost_maxi(o.tree_rank_halves, halves);
     }
+    /* The ring runs in host order (weft_sched_ring_order): it leaves every host once. */
+    o.ring_cross = o.nhosts > 1 ? o.nhosts : 0;
+    o.hier_k = o.nhosts > 0 ? n / o.nhosts : 0;
     for (int h = 0; h < o.nhosts; h++) {
         int *c = &cnt[(size_t)h * (size_t)stride];
+        c[1] = o.nhosts > 1 && c[0] > 0;
+        if (c[0] != o.hier_k)
+            o.hier_k = 0;
         o.ranks_per_host = cost_maxi(o.ranks_per_host, c[0]);
         o.ring_nic = cost_maxi(o.ring_nic, c[1]);
         for (int ph = 0; ph < 2; ph++)
@@ -185,7 +187,19 @@ double weft_cost_layout_us(int coll, int algo, size_t bytes, const struct weft_c
             t += (double)k * per_rank * (n - k) / n * bx + pieces * (k - 1) * (n - k) * o;
         return t;
     }
-    /* Ring: a mixed alpha and per-byte cost along the ring; the NIC with most exits gates. */
+    if (coll == WEFT_COLL_ALLREDUCE && algo == WEFT_ALGO_HIER && l->hier_k > 1 && multi) {
+        /* Cells of s = bytes/n, pc messages each. Inside a host: the H part rings of k-1 steps
+         * one after the other (a ring's ranks finish together, so their latencies add up;
+         * weft-scale agrees), twice; across hosts: a ring all-reduce of 2(H-1) steps whose NIC
+         * carries the k rings of its host at once. */
+        double hk = l->hier_k, nh = l->nhosts, s = b / n;
+        double pc = chunk > 0 && s > chunk ? (double)(size_t)(s / chunk + 0.999999) : 1;
+        double intra = (hk - 1) * nh * (pc * (ai + o) + s * bi);
+        double inter = 2 * (nh - 1) * cost_max(pc * hk * o + s * hk * bx, pc * (ax + o) + s * bx);
+        return 2 * intra + inter;
+    }
+    /* Ring (HIER where it has no hierarchy): a mixed alpha and per-byte cost along the ring; the
+     * NIC with most exits gates. */
     double fr = l->ring_cross / n;
     double amix = fr * ax + (1 - fr) * ai, bmix = fr * bx + (1 - fr) * bi;
     double bnic = multi ? cost_max(bi, l->ring_nic * bx) : bi;

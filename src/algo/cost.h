@@ -46,8 +46,9 @@ struct weft_cost_layout {
     int nranks;
     int nhosts;
     int ranks_per_host;      /* the most ranks on one host */
-    int ring_cross;          /* ring hops r -> r+1 that leave a host */
+    int ring_cross;          /* ring hops that leave a host (in ring order: one per host) */
     int ring_nic;            /* the most of those that leave one host */
+    int hier_k;              /* ranks on every host when all hold the same number, else 0 */
     int tree_depth;          /* floor(log2 n): edges from the deepest rank to the root */
     int tree_path_inter;     /* the most inter-host edges on one rank's path to its root */
     int tree_rank_halves;    /* the most halves one rank sends per piece, both phases */
@@ -85,6 +86,15 @@ ncclResult_t weft_cost_layout_blocks(struct weft_cost_layout *l, int nranks, int
  *   direct all-reduce: 1 hop; a rank sends n messages of bytes (itself included) per piece of
  *                      chunk bytes, and a NIC its host's inter-host share, k (n - k) messages:
  *                      a + P n o + n bytes b_i + k (n-k) bytes b_x + P (k-1)(n-k) o;
+ *   hier all-reduce:   H hosts of k ranks (hier_k), cells of s = bytes/n in pc = ceil(s/chunk)
+ *                      messages: reduce-scatter and all-gather inside hosts, H part rings of
+ *                      k-1 steps one after the other; between them a ring all-reduce of each
+ *                      rank's shard across hosts, 2(H-1) steps, the NIC carrying the k rings of
+ *                      its host (NIC bytes per host 2(H-1)/H bytes, the host-order ring's
+ *                      2(n-1)/n: fewer for few hosts):
+ *                      2 H (k-1) (pc (a_i + o) + s b_i)
+ *                        + 2(H-1) max(pc k o + s k b_x, pc (a_x + o) + s b_x);
+ *                      without a hierarchy (k < 2, one host, hosts of unequal size) the ring;
  *   other collectives: ring (n-1 steps of bytes; chains: (n-1) (a + o) + bytes b) and direct
  *                      ((n-1) bytes for all-gather and broadcast).
  * With chunk_bytes 0 (steps stream), msg_us 0 and one host the ring term is 2(n-1) a + 2(n-1)/n

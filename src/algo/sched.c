@@ -9,6 +9,41 @@
  * empty (a piece smaller than n) yield no step on any rank, so sends and receives stay matched.
  * Only reduction results carry WEFT_STEP_FINAL; the copies of all-gather and broadcast do not.
  *
+ * RING ORDER: rings and chains (ring all-reduce, all-gather, reduce-scatter, chain broadcast and
+ * reduce) run on ring positions when args.ring is set (weft_sched_ring_order: hosts in order of
+ * their lowest rank, a host's ranks in rank order, so the ring leaves each host once): below, r,
+ * next, prev and the chain positions are positions, mapped to ranks for the peers; all-gather and
+ * reduce-scatter blocks stay rank-indexed (block of the rank at position r-k), so results keep the
+ * rank layout. All-reduce chunks are indexed by position (any index every rank agrees on works).
+ *
+ * HIER ALLREDUCE (H = n/k hosts of k = local_ranks ranks; ring position h*k + l is local index l
+ * on host h; k == 1 or H == 1: the ring all-reduce). Pieces of n*chunk elements; piece P is cut
+ * into k shards (sched_split), shard s into H parts: cell (s, c), at most chunk elements.
+ *   1. for each part c: ring reduce-scatter among the host's k ranks over cells (., c):
+ *      SEND input cell (l-1, c); RECV_REDUCE_SEND input cells (l-j, c), j = 2 .. k-1;
+ *      RECV_REDUCE_COPY input cell (l, c) -> output (not FINAL: shard l reduced over the host).
+ *   2. ring all-reduce (the RING ALLREDUCE piece pattern, H members, chunk index h) of shard l
+ *      among the ranks of local index l on every host, reducing with the output (src OUTPUT:
+ *      no pre-multiplication again); FINAL on cell (l, h) as in the ring.
+ *   3. for each part c: ring all-gather among the host's ranks: SEND output cell (l, c);
+ *      RECV_COPY_SEND output cells (l-j, c), j = 1 .. k-2; RECV output cell (l+1, c).
+ *   In place works: input cell (l, c) is read last in phase 1, by the step that overwrites it,
+ *   and phase 3 writes only cells phase 1 has consumed. Bytes sent per piece: (k-1)/k P inside
+ *   the host twice, and 2(H-1)/H P/k across hosts (so a host's NIC carries 2(H-1)/H P, the
+ *   host-order ring 2(n-1)/n P); exact: every cell but shard l's and but shard l+1's, plus
+ *   2 size(shard l) - size(cell (l, h)) - size(cell (l, h+1)).
+ *   No deadlock with FIFOs of two chunks: each phase is a set of disjoint rings (intra-host
+ *   connections for 1 and 3, inter-host for 2), each running the ring pattern, in which a
+ *   message sent at round t is received at round t+1 of the same ring. Order every rank's steps
+ *   by (piece, phase, part, round); all ranks run the same sequence. Take the blocked rank whose
+ *   position is least. A blocked RECV waits for a sender at an earlier position (contradiction);
+ *   a blocked SEND finds the FIFO full, but the receiver, at a position not earlier, has taken
+ *   every message sent before the previous round, so at most one chunk is queued. The simulator
+ *   checks it at the executor's chunk (two chunks per FIFO) for 14 host shapes up to 8x8.
+ *   The H part rings run one after the other (a ring's ranks finish together), so the phases
+ *   inside a host cost H(k-1) latencies each: hier wins where NIC bytes or inter-host latency
+ *   dominate, not on intra-host latency (see cost.h).
+ *
  * RING ALLREDUCE (pieces of n*chunk elements; piece P is cut into n chunks, chunk c of
  * P/n + (c < P%n) elements at c*(P/n) + min(c, P%n), identical on every rank):
  *     SEND                  chunk r-1        input -> next
@@ -229,10 +264,46 @@ static uint64_t ring_piece(uint64_t len, int n, uint64_t chunk)
     return (uint64_t)n * chunk;
 }
 
+/* Rank at ring position pos, and ring position of rank (the identity without a ring order). */
+static inline int sched_rank_at(const struct weft_sched_args *a, int pos)
+{
+    return a->ring != NULL ? a->ring[pos] : pos;
+}
+
+static inline int sched_pos_of(const struct weft_sched_args *a, int rank)
+{
+    return a->ring != NULL ? a->ring_pos[rank] : rank;
+}
+
+/* One ring all-reduce piece of psize elements at base among n ring members (this one at position
+ * r): the reduce steps combine with src (the input, or the output a previous phase wrote). */
+static void ring_allreduce_piece(struct sched_out *o, int n, int r, int next, int prev, int src,
+                                 uint64_t base, uint64_t psize)
+{
+    uint64_t co, cl;
+    sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - 1, n), &co, &cl);
+    sched_emit(o, WEFT_STEP_SEND, src, WEFT_BUF_NONE, 0, next, -1, base + co, 0, cl);
+    for (int k = 2; k < n; k++) {
+        sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - k, n), &co, &cl);
+        sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, src, WEFT_BUF_NONE, 0, next, prev, base + co, 0,
+                   cl);
+    }
+    sched_split(psize, (uint64_t)n, (uint64_t)r, &co, &cl);
+    sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY_SEND, src, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, next,
+               prev, base + co, base + co, cl);
+    for (int k = 1; k < n - 1; k++) {
+        sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - k, n), &co, &cl);
+        sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, next, prev, 0,
+                   base + co, cl);
+    }
+    sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r + 1, n), &co, &cl);
+    sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0, base + co, cl);
+}
+
 static void ring_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 {
-    int n = a->nranks, r = a->rank;
-    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    int n = a->nranks, r = sched_pos_of(a, a->rank);
+    int next = sched_rank_at(a, sched_mod(r + 1, n)), prev = sched_rank_at(a, sched_mod(r - 1, n));
     uint64_t off, len;
     weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
 
@@ -245,29 +316,70 @@ static void ring_allreduce(const struct weft_sched_args *a, struct sched_out *o)
         return;
     }
     uint64_t piece = ring_piece(len, n, a->chunk);
-    for (uint64_t po = 0; po < len; po += piece) {
-        uint64_t psize = sched_min(piece, len - po);
-        uint64_t co, cl;
+    for (uint64_t po = 0; po < len; po += piece)
+        ring_allreduce_piece(o, n, r, next, prev, WEFT_BUF_INPUT, off + po,
+                             sched_min(piece, len - po));
+}
 
-        sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - 1, n), &co, &cl);
-        sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, -1, off + po + co, 0,
-                   cl);
-        for (int k = 2; k < n; k++) {
-            sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - k, n), &co, &cl);
-            sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, prev,
-                       off + po + co, 0, cl);
+/* Cell (s, c) of a hierarchical piece of psize elements: shard s of k, part c of H in it. */
+static void hier_cell(uint64_t psize, int k, int H, int s, int c, uint64_t *off, uint64_t *len)
+{
+    uint64_t so, sl, co;
+    sched_split(psize, (uint64_t)k, (uint64_t)s, &so, &sl);
+    sched_split(sl, (uint64_t)H, (uint64_t)c, &co, len);
+    *off = so + co;
+}
+
+static void hier_allreduce(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, k = a->local_ranks > 1 ? a->local_ranks : 1, H = n / k;
+    if (k == 1 || H == 1) {
+        ring_allreduce(a, o);
+        return;
+    }
+    int pos = sched_pos_of(a, a->rank), h = pos / k, l = pos % k;
+    int lnext = sched_rank_at(a, h * k + sched_mod(l + 1, k));
+    int lprev = sched_rank_at(a, h * k + sched_mod(l - 1, k));
+    int xnext = sched_rank_at(a, sched_mod(h + 1, H) * k + l);
+    int xprev = sched_rank_at(a, sched_mod(h - 1, H) * k + l);
+    uint64_t off, len, co, cl;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    uint64_t piece = ring_piece(len, n, a->chunk);
+    for (uint64_t po = 0; po < len; po += piece) {
+        uint64_t psize = sched_min(piece, len - po), base = off + po;
+        /* 1: reduce-scatter inside the host, one ring per part c; shard l ends in the output. */
+        for (int c = 0; c < H; c++) {
+            hier_cell(psize, k, H, sched_mod(l - 1, k), c, &co, &cl);
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, lnext, -1, base + co,
+                       0, cl);
+            for (int j = 2; j < k; j++) {
+                hier_cell(psize, k, H, sched_mod(l - j, k), c, &co, &cl);
+                sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, lnext,
+                           lprev, base + co, 0, cl);
+            }
+            hier_cell(psize, k, H, l, c, &co, &cl);
+            sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1,
+                       lprev, base + co, base + co, cl);
         }
-        sched_split(psize, (uint64_t)n, (uint64_t)r, &co, &cl);
-        sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY_SEND, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT,
-                   WEFT_STEP_FINAL, next, prev, off + po + co, off + po + co, cl);
-        for (int k = 1; k < n - 1; k++) {
-            sched_split(psize, (uint64_t)n, (uint64_t)sched_mod(r - k, n), &co, &cl);
-            sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, next, prev,
-                       0, off + po + co, cl);
+        /* 2: all-reduce of shard l across hosts, a ring of the ranks with local index l. */
+        uint64_t so, sl;
+        sched_split(psize, (uint64_t)k, (uint64_t)l, &so, &sl);
+        ring_allreduce_piece(o, H, h, xnext, xprev, WEFT_BUF_OUTPUT, base + so, sl);
+        /* 3: all-gather inside the host, one ring per part c. */
+        for (int c = 0; c < H; c++) {
+            hier_cell(psize, k, H, l, c, &co, &cl);
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, lnext, -1, base + co,
+                       0, cl);
+            for (int j = 1; j < k - 1; j++) {
+                hier_cell(psize, k, H, sched_mod(l - j, k), c, &co, &cl);
+                sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, lnext,
+                           lprev, 0, base + co, cl);
+            }
+            hier_cell(psize, k, H, sched_mod(l + 1, k), c, &co, &cl);
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, lprev, 0,
+                       base + co, cl);
         }
-        sched_split(psize, (uint64_t)n, (uint64_t)next, &co, &cl);
-        sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0,
-                   off + po + co, cl);
     }
 }
 
@@ -429,8 +541,8 @@ static void tree_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 
 static void ring_allgather(const struct weft_sched_args *a, struct sched_out *o)
 {
-    int n = a->nranks, r = a->rank;
-    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    int n = a->nranks, me = a->rank, r = sched_pos_of(a, me);
+    int next = sched_rank_at(a, sched_mod(r + 1, n)), prev = sched_rank_at(a, sched_mod(r - 1, n));
     uint64_t count = a->count, off, len;
     weft_sched_range(count, a->channel, a->nchannels, &off, &len);
 
@@ -439,12 +551,12 @@ static void ring_allgather(const struct weft_sched_args *a, struct sched_out *o)
         if (n > 1)
             sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, -1, e, 0, c);
         sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, e,
-                   (uint64_t)r * count + e, c);
+                   (uint64_t)me * count + e, c);
         if (n == 1)
             continue;
         for (int k = 1; k < n - 1; k++)
             sched_emit(o, WEFT_STEP_RECV_COPY_SEND, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, next, prev,
-                       0, (uint64_t)sched_mod(r - k, n) * count + e, c);
+                       0, (uint64_t)sched_rank_at(a, sched_mod(r - k, n)) * count + e, c);
         sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0,
                    (uint64_t)next * count + e, c);
     }
@@ -452,8 +564,8 @@ static void ring_allgather(const struct weft_sched_args *a, struct sched_out *o)
 
 static void ring_reducescatter(const struct weft_sched_args *a, struct sched_out *o)
 {
-    int n = a->nranks, r = a->rank;
-    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
+    int n = a->nranks, me = a->rank, r = sched_pos_of(a, me);
+    int next = sched_rank_at(a, sched_mod(r + 1, n)), prev = sched_rank_at(a, sched_mod(r - 1, n));
     uint64_t count = a->count, off, len;
     weft_sched_range(count, a->channel, a->nchannels, &off, &len);
 
@@ -468,17 +580,17 @@ static void ring_reducescatter(const struct weft_sched_args *a, struct sched_out
                    (uint64_t)prev * count + e, 0, c);
         for (int k = 2; k < n; k++)
             sched_emit(o, WEFT_STEP_RECV_REDUCE_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, next, prev,
-                       (uint64_t)sched_mod(r - k, n) * count + e, 0, c);
+                       (uint64_t)sched_rank_at(a, sched_mod(r - k, n)) * count + e, 0, c);
         sched_emit(o, WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL,
-                   -1, prev, (uint64_t)r * count + e, e, c);
+                   -1, prev, (uint64_t)me * count + e, e, c);
     }
 }
 
 static void chain_broadcast(const struct weft_sched_args *a, struct sched_out *o)
 {
-    int n = a->nranks, r = a->rank;
-    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
-    int pos = sched_mod(r - a->root, n);
+    int n = a->nranks, r = sched_pos_of(a, a->rank);
+    int next = sched_rank_at(a, sched_mod(r + 1, n)), prev = sched_rank_at(a, sched_mod(r - 1, n));
+    int pos = sched_mod(r - sched_pos_of(a, a->root), n);
     uint64_t off, len;
     weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
 
@@ -499,9 +611,9 @@ static void chain_broadcast(const struct weft_sched_args *a, struct sched_out *o
 
 static void chain_reduce(const struct weft_sched_args *a, struct sched_out *o)
 {
-    int n = a->nranks, r = a->rank;
-    int next = sched_mod(r + 1, n), prev = sched_mod(r - 1, n);
-    int pos = sched_mod(r - a->root - 1, n);
+    int n = a->nranks, r = sched_pos_of(a, a->rank);
+    int next = sched_rank_at(a, sched_mod(r + 1, n)), prev = sched_rank_at(a, sched_mod(r - 1, n));
+    int pos = sched_mod(r - sched_pos_of(a, a->root) - 1, n);
     uint64_t off, len;
     weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
 
@@ -748,7 +860,7 @@ static void direct_scatter(const struct weft_sched_args *a, struct sched_out *o)
 static uint64_t ring_allreduce_piece_steps(const struct weft_sched_args *a, uint64_t p)
 {
     uint64_t m = sched_min(p, (uint64_t)a->nranks);
-    return p == 0 ? 0 : 2 * m - ((uint64_t)a->rank < m ? 1 : 0);
+    return p == 0 ? 0 : 2 * m - ((uint64_t)sched_pos_of(a, a->rank) < m ? 1 : 0);
 }
 
 static uint64_t ring_allreduce_count(const struct weft_sched_args *a, uint64_t len)
@@ -792,6 +904,11 @@ static uint64_t sched_count(const struct weft_sched_args *a)
     uint64_t pieces = sched_div_up(len, a->chunk);
 
     int is_root = a->rank == a->root;
+    if (a->algo == WEFT_ALGO_HIER) { /* O(steps): counted by a dry run */
+        struct sched_out o = {NULL, 0, 0};
+        hier_allreduce(a, &o);
+        return o.n;
+    }
     if (a->algo == WEFT_ALGO_TREE)
         return a->coll == WEFT_COLL_ALLREDUCE ? tree_allreduce_count(a, len) : 0;
     if (a->algo == WEFT_ALGO_DIRECT) {
@@ -892,6 +1009,8 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
         }
     case WEFT_ALGO_TREE:
         return coll == WEFT_COLL_ALLREDUCE ? tree_allreduce : NULL;
+    case WEFT_ALGO_HIER:
+        return coll == WEFT_COLL_ALLREDUCE ? hier_allreduce : NULL;
     default:
         return NULL;
     }
@@ -907,6 +1026,9 @@ static sched_gen_fn_t sched_lookup(const struct weft_sched_args *a)
                  a->coll == WEFT_COLL_GATHER || a->coll == WEFT_COLL_SCATTER ||
                  a->coll == WEFT_COLL_SEND || a->coll == WEFT_COLL_RECV;
     if (rooted && (a->root < 0 || a->root >= a->nranks))
+        return NULL;
+    if ((a->ring != NULL && a->ring_pos == NULL) ||
+        (a->algo == WEFT_ALGO_HIER && a->local_ranks > 1 && a->nranks % a->local_ranks != 0))
         return NULL;
     return sched_gen(a->algo, a->coll);
 }
@@ -929,6 +1051,21 @@ uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *
     struct sched_out o = {steps, max, 0};
     gen(args, &o);
     return o.n > max ? UINT64_MAX : o.n;
+}
+
+void weft_sched_ring_order(int nranks, const int *host, int *ring, int *ring_pos)
+{
+    int nhosts = 0, pos = 0;
+    for (int r = 0; r < nranks; r++)
+        nhosts = host[r] + 1 > nhosts ? host[r] + 1 : nhosts;
+    for (int h = 0; h < nhosts; h++)
+        for (int r = 0; r < nranks; r++)
+            if (host[r] == h) {
+                ring[pos] = r;
+                if (ring_pos != NULL)
+                    ring_pos[r] = pos;
+                pos++;
+            }
 }
 
 uint64_t weft_sched_bytes_sent(const struct weft_step *steps, uint64_t nsteps, size_t elem_size)
@@ -960,6 +1097,6 @@ const char *weft_coll_name(int coll)
 
 const char *weft_algo_name(int algo)
 {
-    static const char *const names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
+    static const char *const names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct", "Hier"};
     return algo >= 0 && algo < WEFT_ALGO_COUNT ? names[algo] : "Unknown";
 }

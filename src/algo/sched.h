@@ -63,6 +63,7 @@ enum weft_algo {
     WEFT_ALGO_RING = 0, /* rings for all-reduce/all-gather/reduce-scatter, chains for bcast/reduce */
     WEFT_ALGO_TREE,     /* double binary tree: all-reduce only */
     WEFT_ALGO_DIRECT,   /* one-shot all-reduce; pairwise all-to-all, gather, scatter */
+    WEFT_ALGO_HIER,     /* hierarchical all-reduce (hosts of local_ranks ranks): all-reduce only */
     WEFT_ALGO_COUNT,
 };
 
@@ -108,6 +109,15 @@ struct weft_sched_args {
     int channel;      /* 0 .. nchannels-1 */
     int nchannels;
     uint64_t chunk;   /* max elements per step, >= 1 */
+    /*
+     * Ring order (weft_sched_ring_order): ring[i] is the rank at ring position i and ring_pos[r]
+     * the position of rank r (both [nranks], or both NULL for rank order). Rings and chains run on
+     * positions; results keep the rank layout (all-gather block i is rank i's, and so on).
+     */
+    const int *ring;
+    const int *ring_pos;
+    int local_ranks;  /* HIER: ranks per host k (positions h*k .. h*k+k-1 are host h; n % k == 0);
+                       * 0 or 1: one rank per host (HIER is then the ring) */
 };
 
 /* Elements [*off, *off + *len) of a block of `count` elements that channel `channel` handles. */
@@ -132,6 +142,14 @@ uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *
  * same trees.
  */
 void weft_sched_tree(int nranks, int tree, int rank, int *parent_p, int *child0_p, int *child1_p);
+
+/*
+ * The ring order of nranks ranks on hosts host[r] (numbered 0, 1, ... in order of their lowest
+ * rank): hosts in that order, the ranks of a host in rank order, so the ring leaves each host once.
+ * Fills ring[nranks] (rank at each position) and, if not NULL, ring_pos[nranks] (its inverse).
+ * Pure; O(nranks * hosts).
+ */
+void weft_sched_ring_order(int nranks, const int *host, int *ring, int *ring_pos);
 
 /* Bytes this rank sends in total (sum of send step counts times elem_size), for tests and stats. */
 uint64_t weft_sched_bytes_sent(const struct weft_step *steps, uint64_t nsteps, size_t elem_size);

@@ -20,9 +20,11 @@ WEFT_PARAM(DirectMaxBytes, "WEFT_DIRECT_MAX_BYTES", -1,
            "per rank use the direct (one-hop) schedules (0: never; -1: 8 KiB, or 32 KiB when "
            "ranks outnumber cores and every hop of a ring costs a context switch)");
 WEFT_PARAM_STR(Algo, "WEFT_ALGO", "auto",
-               "force the algorithm of every collective that has it: ring, direct, tree or auto");
+               "force the algorithm of every collective that has it: ring, direct, tree, hier "
+               "(all-reduce across hosts of equal size) or auto");
 WEFT_PARAM_STR(NcclAlgo, "NCCL_ALGO", "",
-               "algorithms allowed, NCCL's syntax: Ring,Tree,Direct; ^ excludes; per collective "
+               "algorithms allowed, NCCL's syntax: Ring,Tree,Direct (and Weft's Hier); ^ excludes; "
+               "per collective "
                "allreduce:tree,ring;allgather:ring (empty: the measured default)");
 WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
                "protocols allowed, NCCL's syntax (LL, LL128, Simple); validated and logged: the "
@@ -34,8 +36,9 @@ WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
 static const char *const tune_colls[TUNE_NCOLL] = {"allreduce", "allgather", "reducescatter",
                                                    "broadcast", "reduce"};
 /* Bit i: algorithm i of enum weft_algo; NCCL's others take bits we never schedule. */
-static const char *const tune_algos[] = {"ring", "tree", "direct", "collnetdirect",
-                                         "collnetchain", "nvls", "nvlstree", "pat"};
+static const char *const tune_algos[] = {"ring",         "tree", "direct",   "hier",
+                                         "collnetdirect", "collnetchain", "nvls", "nvlstree",
+                                         "pat"};
 static const char *const tune_protos[] = {"ll", "ll128", "simple"};
 
 /* Parses one list ("a,b" or "^a,b") into *mask. Returns 0, or -1 with the bad token in bad. */
@@ -150,7 +153,7 @@ ncclResult_t weft_tune_check(void)
 {
     tune_load();
     if (!tune_cfg.algo_ok) {
-        WEFT_WARN("NCCL_ALGO %s: unknown algorithm or collective '%s' (Ring, Tree, Direct, "
+        WEFT_WARN("NCCL_ALGO %s: unknown algorithm or collective '%s' (Ring, Tree, Direct, Hier, "
                   "CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT; per collective "
                   "allreduce:tree,ring;allgather:ring)",
                   weft_param_NcclAlgo(), tune_cfg.algo_bad);
@@ -165,10 +168,11 @@ ncclResult_t weft_tune_check(void)
     if (!__atomic_exchange_n(&logged, 1, __ATOMIC_ACQ_REL)) {
         for (int c = 0; c < TUNE_NCOLL; c++) {
             unsigned m = tune_cfg.algo[c];
-            WEFT_INFO(WEFT_LOG_TUNING, "%s: algorithms allowed%s%s%s%s", weft_coll_name(c),
+            WEFT_INFO(WEFT_LOG_TUNING, "%s: algorithms allowed%s%s%s%s%s", weft_coll_name(c),
                       m & (1u << WEFT_ALGO_RING) ? " ring" : "",
                       m & (1u << WEFT_ALGO_TREE) ? " tree" : "",
                       m & (1u << WEFT_ALGO_DIRECT) ? " direct" : "",
+                      m & (1u << WEFT_ALGO_HIER) ? " hier" : "",
                       tune_cfg.algo_set ? " (NCCL_ALGO)" : " (default: tree across hosts only)");
             if (tune_cfg.proto[c] != TUNE_ALL)
                 WEFT_INFO(WEFT_LOG_TUNING,
@@ -191,7 +195,8 @@ unsigned weft_tune_allowed(int coll)
 static unsigned tune_available(int coll)
 {
     if (coll == WEFT_COLL_ALLREDUCE)
-        return 1u << WEFT_ALGO_RING | 1u << WEFT_ALGO_TREE | 1u << WEFT_ALGO_DIRECT;
+        return 1u << WEFT_ALGO_RING | 1u << WEFT_ALGO_TREE | 1u << WEFT_ALGO_DIRECT |
+               1u << WEFT_ALGO_HIER;
     if (coll < TUNE_NCOLL || coll == WEFT_COLL_ALLTOALL)
         return 1u << WEFT_ALGO_RING | 1u << WEFT_ALGO_DIRECT;
     return 1u << WEFT_ALGO_RING;
@@ -221,6 +226,8 @@ static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, 
 {
     int nranks = tc->layout.nranks, multi = tc->layout.nhosts > 1;
     unsigned avail = tune_available(coll);
+    if (!multi || tc->layout.hier_k < 2) /* hier needs hosts of k > 1 ranks each */
+        avail &= ~(1u << WEFT_ALGO_HIER);
     struct weft_cost_fabric f;
     weft_cost_fabric_socket(&f, tc->chunk_bytes, tc->oversubscribed);
     if (us != NULL) {
@@ -240,6 +247,8 @@ static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, 
         return WEFT_ALGO_DIRECT;
     if (strcasecmp(force, "tree") == 0 && (avail & (1u << WEFT_ALGO_TREE)))
         return WEFT_ALGO_TREE;
+    if (strcasecmp(force, "hier") == 0 && (avail & (1u << WEFT_ALGO_HIER)))
+        return WEFT_ALGO_HIER;
 
     tune_load();
     unsigned mask = avail;
@@ -302,10 +311,11 @@ int weft_tune_algo(int coll, size_t bytes, const struct weft_tune_comm *tc)
     int algo = tune_choose(coll, bytes, tc, us, &why);
     WEFT_INFO(WEFT_LOG_TUNING,
               "%s %zu bytes, %d ranks on %d hosts: %s%s (predicted us: ring %.1f tree %.1f "
-              "direct %.1f; %s model)",
+              "direct %.1f hier %.1f; %s model)",
               weft_coll_name(coll), bytes, tc->layout.nranks, tc->layout.nhosts,
               weft_algo_name(algo), why, us[WEFT_ALGO_RING], us[WEFT_ALGO_TREE],
-              us[WEFT_ALGO_DIRECT], tc->layout.nhosts > 1 ? "socket" : "shared-memory");
+              us[WEFT_ALGO_DIRECT], us[WEFT_ALGO_HIER],
+              tc->layout.nhosts > 1 ? "socket" : "shared-memory");
     return algo;
 }
 

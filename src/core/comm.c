@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "algo/sched.h"
 #include "algo/tuner.h"
 #include "exec/stream.h"
 #include "transport.h"
@@ -216,6 +217,8 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
     if (comm->bootstrap != NULL)
         WEFT_CHECK_IGNORE(weft_bootstrap_close(comm->bootstrap), res);
     free(comm->peer_info);
+    free(comm->ring);
+    free(comm->ring_pos);
     pthread_mutex_destroy(&comm->ticket_lock);
     pthread_cond_destroy(&comm->ticket_cond);
     comm->magic = WEFT_COMM_DEAD;
@@ -291,9 +294,31 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
                                 .chunk_bytes = (double)weft_slot_payload(comm->slot_bytes) *
                                                (WEFT_STEPS / 2)};
     ncclResult_t res = weft_cost_layout_init(&tc.layout, nranks, host);
-    free(host);
-    if (res != ncclSuccess)
+    int *ring = malloc((size_t)nranks * sizeof(int));
+    int *ring_pos = malloc((size_t)nranks * sizeof(int));
+    if (res == ncclSuccess && (ring == NULL || ring_pos == NULL)) {
+        WEFT_WARN("out of memory for the ring order of %d ranks", nranks);
+        res = ncclSystemError;
+    }
+    if (res != ncclSuccess) {
+        free(ring_pos);
+        free(ring);
+        free(host);
         return res;
+    }
+    weft_sched_ring_order(nranks, host, ring, ring_pos);
+    free(host);
+    int identity = 1;
+    for (int i = 0; i < nranks; i++)
+        identity &= ring[i] == i;
+    if (identity) { /* hosts of consecutive ranks: the schedules' rank order, no lookups */
+        free(ring);
+        free(ring_pos);
+        ring = ring_pos = NULL;
+    }
+    comm->ring = ring;
+    comm->ring_pos = ring_pos;
+    comm->hier_k = tc.layout.hier_k;
     comm->nhosts = nhosts;
     comm->ranks_per_host = most;
     comm->machines_oversubscribed = over;
@@ -301,10 +326,11 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_TUNING,
               "rank %d: %d ranks on %d hosts (at most %d per host)%s; tree depth %d, %d "
               "inter-host edges on its longest path, a NIC sends at most %d+%d halves per piece; "
-              "ring leaves hosts %d times", comm->rank, nranks, nhosts, most,
+              "ring leaves hosts %d times%s", comm->rank, nranks, nhosts, most,
               over ? ", a machine with more ranks than cores" : "", tc.layout.tree_depth,
               tc.layout.tree_path_inter, tc.layout.tree_nic_halves[0],
-              tc.layout.tree_nic_halves[1], tc.layout.ring_cross);
+              tc.layout.tree_nic_halves[1], tc.layout.ring_cross,
+              comm->ring != NULL ? " (ring in host order, not rank order)" : "");
     return ncclSuccess;
 }
 

@@ -88,6 +88,8 @@ struct ncclComm {
     struct weft_peer_conns *chan_peers[WEFT_MAX_CHANNELS + 1];
     struct weft_peer_conns *peers_mem;
     struct weft_doorbell *bell; /* this rank's doorbell (shm segment, or the socket transport's) */
+    int proxied; /* a proxy thread of this process moves some connections' data (socket
+                  * transport): a waiting rank must not hold a core it may need (exec/host.c) */
     size_t slot_bytes;          /* of every connection of this communicator */
     /* transports set up, in setup order (closed in reverse), with their states */
     const struct weft_transport *transports[WEFT_MAX_TRANSPORTS];
@@ -113,6 +115,11 @@ struct ncclComm {
     int oversubscribed;               /* more ranks on this host than cores we may run on */
     int nhosts;                       /* distinct host_hash values among the peers */
     int ranks_per_host;               /* the most ranks on one host */
+    /* Ring order (weft_sched_ring_order: hosts in order of their lowest rank, each host's ranks
+     * in rank order), [nranks] each; NULL where that is rank order (hosts of consecutive ranks). */
+    int *ring;
+    int *ring_pos;
+    int hier_k;                       /* ranks on every host when all hold the same number, or 0 */
     int machines_oversubscribed;      /* some machine runs more of our ranks than it has cores
                                        * (hosts that are namespaces of one machine count as one) */
     struct weft_tune_comm tune;       /* what the tuner reads: the same on every rank */

@@ -5,6 +5,7 @@
 # NCCL_HOSTID); ranks of different hosts talk over the socket transport on veth0.
 #
 #   net.sh DRIVER colls HOSTS RANKS_PER_HOST   every collective, checked element by element
+#                                              (WEFT_NET_PLACEMENT=rr: ranks round robin)
 #   net.sh DRIVER kill                         3 hosts x 2 ranks; rank 5 is killed mid-run; the
 #                                              others must fail naming it and its host
 #   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
@@ -97,6 +98,8 @@ launch() {
     for ((h = 0; h < nh; h++)); do
         for ((l = 0; l < rph; l++)); do
             rank=$((h * rph + l))
+            # WEFT_NET_PLACEMENT=rr: ranks dealt round robin (host h holds h, h+nh, ...)
+            [ "${WEFT_NET_PLACEMENT:-}" = rr ] && rank=$((l * nh + h))
             in_host $h env WEFT_RANK=$rank WEFT_NRANKS=$((nh * rph)) WEFT_LOCAL_RANK=$l \
                 WEFT_UNIQUE_ID="$id" NCCL_HOSTID=$tag-${letters[h]} NCCL_SOCKET_IFNAME=veth0 \
                 WEFT_NET_NHOSTS=$nh \

@@ -89,11 +89,45 @@ static const struct dcase copy_cases[] = {
 };
 
 /* For sendrecv (coll WEFT_COLL_SEND), root is the distance d: rank r sends to r+d. */
+/* hosts > 0: rank r runs on host r % hosts (round robin) and rings run in host order (ring,
+ * ring_pos: weft_sched_ring_order); HIER then has hosts of n / hosts ranks. */
 struct cfg {
     int coll, algo, n, root, nch, inplace;
     uint64_t count;
     const struct dcase *dc;
+    int hosts;
+    const int *ring, *ring_pos;
 };
+
+static int cfg_pos(const struct cfg *c, int r)
+{
+    return c->ring_pos != NULL ? c->ring_pos[r] : r;
+}
+
+static int cfg_k(const struct cfg *c)
+{
+    return c->algo == WEFT_ALGO_HIER && c->hosts > 0 ? c->n / c->hosts : 1;
+}
+
+/* Elements rank r sends in one hierarchical piece of p elements (see sched.c): cells (shard,
+ * part) of every shard but its own (reduce-scatter) and but l+1's (all-gather) inside the host,
+ * and its shard's ring all-reduce across hosts. */
+static uint64_t hier_piece_elems(const struct cfg *c, int r, uint64_t p)
+{
+    int k = cfg_k(c), H = c->n / k, pos = cfg_pos(c, r), h = pos / k, l = pos % k;
+    uint64_t total = 0, cell[64][64];
+    for (int sh = 0; sh < k; sh++) {
+        uint64_t sl = p / (uint64_t)k + ((uint64_t)sh < p % (uint64_t)k);
+        for (int j = 0; j < H; j++)
+            cell[sh][j] = sl / (uint64_t)H + ((uint64_t)j < sl % (uint64_t)H);
+    }
+    for (int j = 0; j < H; j++) {
+        for (int sh = 0; sh < k; sh++)
+            total += (sh != l ? cell[sh][j] : 0) + (sh != (l + 1) % k ? cell[sh][j] : 0);
+        total += 2 * cell[l][j];
+    }
+    return total - cell[l][h] - cell[l][(h + 1) % H];
+}
 
 /* The schedules DIRECT has of its own (for the others it names RING's). */
 static int cfg_direct(const struct cfg *c)
@@ -269,6 +303,18 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
             break;
         }
     }
+    if (c->algo == WEFT_ALGO_HIER && cfg_k(c) > 1 && cfg_k(c) < n) {
+        uint64_t total = 0;
+        for (int ch = 0; ch < c->nch; ch++) {
+            uint64_t off, len;
+            weft_sched_range(c->count, ch, c->nch, &off, &len);
+            uint64_t piece = chunk > len / (uint64_t)n ? len : chunk * (uint64_t)n;
+            for (uint64_t po = 0; po < len; po += piece)
+                total += hier_piece_elems(c, r, len - po < piece ? len - po : piece);
+        }
+        return total;
+    }
+    r = cfg_pos(c, r); /* rings run on positions */
     switch (c->coll) {
     case WEFT_COLL_ALLREDUCE: {
         uint64_t total = 0;
@@ -288,8 +334,9 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
     case WEFT_COLL_REDUCESCATTER:
         return (uint64_t)(n - 1) * c->count;
     case WEFT_COLL_BROADCAST:
-        return r == (c->root + n - 1) % n ? 0 : c->count;
+        return r == (cfg_pos(c, c->root) + n - 1) % n ? 0 : c->count;
     case WEFT_COLL_REDUCE:
+        return r == cfg_pos(c, c->root) ? 0 : c->count;
     case WEFT_COLL_GATHER:
         return r == c->root ? 0 : c->count;
     case WEFT_COLL_ALLTOALL:
@@ -396,7 +443,9 @@ static int sim_setup(struct sim *s, struct weft_redop *op)
     int n = c->n, nch = c->nch;
     for (int li = 0; li < nch * s->nsub * n; li++) {
         int r = li % n, sub = li / n % s->nsub, ch = li / n / s->nsub;
-        struct weft_sched_args a = {c->coll, c->algo, c->count, n, r, c->root, ch, nch, s->chunk};
+        struct weft_sched_args a = {c->coll, c->algo, c->count, n,           r,
+                                    c->root, ch,      nch,      s->chunk,    c->ring,
+                                    c->ring_pos, cfg_k(c)};
         if (c->coll == WEFT_COLL_SEND) { /* lane 0 sends to r+d, lane 1 receives from r-d */
             a.coll = sub == 0 ? WEFT_COLL_SEND : WEFT_COLL_RECV;
             a.root = mod(sub == 0 ? r + c->root : r - c->root, n);
@@ -668,11 +717,11 @@ static void sim_check(struct sim *s, const char *name)
 static void run_one(const struct cfg *c)
 {
     char name[200];
-    snprintf(name, sizeof(name), "%s/%s %s n %d count %llu %s nch %d %s %d",
+    snprintf(name, sizeof(name), "%s/%s %s n %d hosts %d count %llu %s nch %d %s %d",
              weft_algo_name(c->algo),
              c->coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(c->coll), c->dc->name, c->n,
-             (unsigned long long)c->count, c->inplace ? "in-place" : "out-of-place", c->nch,
-             c->coll == WEFT_COLL_SEND ? "distance" : "root", c->root);
+             c->hosts, (unsigned long long)c->count, c->inplace ? "in-place" : "out-of-place",
+             c->nch, c->coll == WEFT_COLL_SEND ? "distance" : "root", c->root);
     struct sim s;
     memset(&s, 0, sizeof(s));
     int n = c->n, nch = c->nch;
@@ -680,7 +729,7 @@ static void run_one(const struct cfg *c)
     s.es = weft_dtype_size(c->dc->dtype);
     s.slot_bytes = c->count > 4096 ? 1024 : 256;
     s.nsub = cfg_sub(c);
-    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct(c) || c->algo == WEFT_ALGO_TREE)
+    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct(c) || c->algo >= WEFT_ALGO_TREE)
         s.chunk = WEFT_STEPS / 2 * weft_slot_payload(s.slot_bytes) / s.es - 1;
     else
         s.chunk = 2 * weft_slot_payload(s.slot_bytes) / s.es;
@@ -711,9 +760,13 @@ static void run_one(const struct cfg *c)
     sim_free(&s);
 }
 
-static void sweep(int coll, int algo, int big)
+/* hosts: 0 rank order; 1 round robin over 2 hosts (3 for odd n), the ring in host order; 2 (HIER)
+ * the shapes hier_n x hier_h (ranks, hosts), placed round robin. */
+static void sweep(int coll, int algo, int big, int hosts)
 {
     static const int nranks[] = {1, 2, 3, 4, 5, 7, 8, 16, 33, 64};
+    static const int hier_n[] = {1, 2, 3, 4, 6, 6, 8, 8, 9, 16, 16, 33, 64, 64};
+    static const int hier_h[] = {1, 2, 1, 2, 2, 3, 2, 4, 3, 4, 8, 3, 8, 2};
     /* The large count at a few rank counts; all-gather and reduce-scatter buffers grow with n. */
     static const int big_nranks[] = {1, 3, 8};
     static const int big_nranks_ag[] = {1, 2, 3};
@@ -734,6 +787,10 @@ static void sweep(int coll, int algo, int big)
     int ndist = coll == WEFT_COLL_SEND ? 2 : 1;
     const int *ns = !big ? nranks : per_rank ? big_nranks_ag : big_nranks;
     size_t nns = big ? 3 : sizeof(nranks) / sizeof(int);
+    if (hosts == 2 && !big) {
+        ns = hier_n;
+        nns = sizeof(hier_n) / sizeof(int);
+    }
     const uint64_t *cs = big ? big_counts : counts;
     size_t ncs = big ? 1 : sizeof(counts) / sizeof(counts[0]);
     unsigned long runs = 0;
@@ -749,7 +806,19 @@ static void sweep(int coll, int algo, int big)
                                 continue;
                             int n = ns[ni];
                             struct cfg c = {coll, algo, n, 0, nch, inplace, cs[ci],
-                                            &cases[di]};
+                                            &cases[di], 0, NULL, NULL};
+                            int ring[64], ring_pos[64], host[64];
+                            if (hosts > 0) {
+                                if (hosts == 2)
+                                    c.hosts = big ? (n % 2 == 0 ? 2 : 1) : hier_h[ni];
+                                else
+                                    c.hosts = n < 2 ? 1 : n % 2 == 0 ? 2 : n < 3 ? n : 3;
+                                for (int r = 0; r < n; r++)
+                                    host[r] = r % c.hosts;
+                                weft_sched_ring_order(n, host, ring, ring_pos);
+                                c.ring = ring;
+                                c.ring_pos = ring_pos;
+                            }
                             c.root = (int)((cs[ci] + di + (size_t)nch * 5 + (size_t)inplace) %
                                            (uint64_t)n);
                             if (coll == WEFT_COLL_SEND)
@@ -757,7 +826,7 @@ static void sweep(int coll, int algo, int big)
                             run_one(&c);
                             runs++;
                         }
-    printf("%s/%s%s: %lu runs\n", weft_algo_name(algo),
+    printf("%s%s/%s%s: %lu runs\n", weft_algo_name(algo), hosts == 1 ? " (host-order ring)" : "",
            coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll), big ? " (1 MiB + 3)" : "",
            runs);
 }
@@ -767,36 +836,42 @@ int main(int argc, char **argv)
     /* RING and DIRECT share the schedules of gather, scatter and send/recv. */
     static const struct {
         const char *name;
-        int coll, algo;
+        int coll, algo, hosts;
     } tests[] = {
-        {"allreduce", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING},
-        {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT},
-        {"allreduce-tree", WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE},
-        {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING},
-        {"allgather-direct", WEFT_COLL_ALLGATHER, WEFT_ALGO_DIRECT},
-        {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING},
-        {"reducescatter-direct", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_DIRECT},
-        {"broadcast", WEFT_COLL_BROADCAST, WEFT_ALGO_RING},
-        {"broadcast-direct", WEFT_COLL_BROADCAST, WEFT_ALGO_DIRECT},
-        {"reduce", WEFT_COLL_REDUCE, WEFT_ALGO_RING},
-        {"reduce-direct", WEFT_COLL_REDUCE, WEFT_ALGO_DIRECT},
-        {"alltoall", WEFT_COLL_ALLTOALL, WEFT_ALGO_RING},
-        {"alltoall-direct", WEFT_COLL_ALLTOALL, WEFT_ALGO_DIRECT},
-        {"gather", WEFT_COLL_GATHER, WEFT_ALGO_RING},
-        {"scatter", WEFT_COLL_SCATTER, WEFT_ALGO_RING},
-        {"sendrecv", WEFT_COLL_SEND, WEFT_ALGO_RING},
+        {"allreduce-perm", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 1},
+        {"allgather-perm", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING, 1},
+        {"reducescatter-perm", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING, 1},
+        {"broadcast-perm", WEFT_COLL_BROADCAST, WEFT_ALGO_RING, 1},
+        {"reduce-perm", WEFT_COLL_REDUCE, WEFT_ALGO_RING, 1},
+        {"allreduce-hier", WEFT_COLL_ALLREDUCE, WEFT_ALGO_HIER, 2},
+        {"allreduce", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 0},
+        {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT, 0},
+        {"allreduce-tree", WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE, 0},
+        {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING, 0},
+        {"allgather-direct", WEFT_COLL_ALLGATHER, WEFT_ALGO_DIRECT, 0},
+        {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING, 0},
+        {"reducescatter-direct", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_DIRECT, 0},
+        {"broadcast", WEFT_COLL_BROADCAST, WEFT_ALGO_RING, 0},
+        {"broadcast-direct", WEFT_COLL_BROADCAST, WEFT_ALGO_DIRECT, 0},
+        {"reduce", WEFT_COLL_REDUCE, WEFT_ALGO_RING, 0},
+        {"reduce-direct", WEFT_COLL_REDUCE, WEFT_ALGO_DIRECT, 0},
+        {"alltoall", WEFT_COLL_ALLTOALL, WEFT_ALGO_RING, 0},
+        {"alltoall-direct", WEFT_COLL_ALLTOALL, WEFT_ALGO_DIRECT, 0},
+        {"gather", WEFT_COLL_GATHER, WEFT_ALGO_RING, 0},
+        {"scatter", WEFT_COLL_SCATTER, WEFT_ALGO_RING, 0},
+        {"sendrecv", WEFT_COLL_SEND, WEFT_ALGO_RING, 0},
     };
     const char *which = argc > 1 ? argv[1] : "all";
     int ran = 0;
     for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
         const char *tn = tests[t].name;
         if (strcmp(which, "all") == 0 || strcmp(which, tn) == 0) {
-            sweep(tests[t].coll, tests[t].algo, 0);
+            sweep(tests[t].coll, tests[t].algo, 0, tests[t].hosts);
             ran = 1;
         }
         if (strcmp(which, "all") == 0 || strcmp(which, "big") == 0 ||
             (strncmp(which, "big-", 4) == 0 && strcmp(which + 4, tn) == 0)) {
-            sweep(tests[t].coll, tests[t].algo, 1);
+            sweep(tests[t].coll, tests[t].algo, 1, tests[t].hosts);
             ran = 1;
         }
     }

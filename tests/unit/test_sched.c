@@ -291,7 +291,7 @@ static int cfg_unforwarded(const struct cfg *c)
 static int cfg_args(const struct cfg *c, int r, int ch, struct weft_sched_args *a)
 {
     struct weft_sched_args base = {c->coll, c->algo, c->count, c->n, r, c->root, ch, c->nch,
-                                   c->chunk};
+                                   c->chunk, NULL, NULL, 0};
     a[0] = base;
     if (c->coll != WEFT_COLL_SEND)
         return 1;
@@ -1292,7 +1292,7 @@ static void misc(void)
     struct weft_step st[64];
     for (int algo = 0; algo < WEFT_ALGO_COUNT; algo++)
         for (int coll = 0; coll < WEFT_COLL_COUNT; coll++) {
-            struct weft_sched_args a = {coll, algo, 100, 4, 1, 0, 0, 1, 64};
+            struct weft_sched_args a = {coll, algo, 100, 4, 1, 0, 0, 1, 64, NULL, NULL, 0};
             /* DIRECT has every collective (its own or RING's schedule); TREE all-reduce only. */
             int supported = algo == WEFT_ALGO_RING || algo == WEFT_ALGO_DIRECT ||
                             coll == WEFT_COLL_ALLREDUCE;
@@ -1304,20 +1304,20 @@ static void misc(void)
                    weft_algo_name(algo), weft_coll_name(coll));
         }
     struct weft_sched_args bad[] = {
-        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 0, 0, 0, 0, 1, 64},
-        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 4, 0, 0, 1, 64},
-        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 2, 2, 64},
-        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 0, 64},
-        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 0},
-        {WEFT_COLL_BROADCAST, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64},
-        {WEFT_COLL_REDUCE, WEFT_ALGO_RING, 100, 4, 0, -1, 0, 1, 64},
-        {WEFT_COLL_GATHER, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64},
-        {WEFT_COLL_SCATTER, WEFT_ALGO_DIRECT, 100, 4, 0, -1, 0, 1, 64},
-        {WEFT_COLL_SEND, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64},
-        {WEFT_COLL_RECV, WEFT_ALGO_DIRECT, 100, 4, 0, -1, 0, 1, 64},
-        {WEFT_COLL_ALLTOALL, WEFT_ALGO_TREE, 100, 4, 0, 0, 0, 1, 64},
-        {-1, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 64},
-        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_COUNT, 100, 4, 0, 0, 0, 1, 64},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 0, 0, 0, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 4, 0, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 2, 2, 64, NULL, NULL, 0},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 0, 64, NULL, NULL, 0},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 0, NULL, NULL, 0},
+        {WEFT_COLL_BROADCAST, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_REDUCE, WEFT_ALGO_RING, 100, 4, 0, -1, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_GATHER, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_SCATTER, WEFT_ALGO_DIRECT, 100, 4, 0, -1, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_SEND, WEFT_ALGO_RING, 100, 4, 0, 4, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_RECV, WEFT_ALGO_DIRECT, 100, 4, 0, -1, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_ALLTOALL, WEFT_ALGO_TREE, 100, 4, 0, 0, 0, 1, 64, NULL, NULL, 0},
+        {-1, WEFT_ALGO_RING, 100, 4, 0, 0, 0, 1, 64, NULL, NULL, 0},
+        {WEFT_COLL_ALLREDUCE, WEFT_ALGO_COUNT, 100, 4, 0, 0, 0, 1, 64, NULL, NULL, 0},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         EXPECT(weft_sched_build(&bad[i], st, 64) == UINT64_MAX &&
@@ -1336,7 +1336,8 @@ static void misc(void)
      * 1), a leaf in tree 1 (depth 2): up, tree 1 in slot 0, tree 0 in slot 1; down, tree 0 in
      * slot 1, tree 1 in slot 2. */
     {
-        struct weft_sched_args ta = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE, 4, 4, 1, 0, 0, 1, 2};
+        struct weft_sched_args ta = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE, 4, 4, 1, 0, 0, 1, 2,
+                                     NULL, NULL, 0};
         static const struct weft_step want_tree[] = {
             {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 2, -1, 0, 2, 0, 2},
             {WEFT_STEP_RECV_REDUCE_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0, 0, 2},
@@ -1371,7 +1372,8 @@ static void misc(void)
         EXPECT(weft_algo_name(i) != NULL, "algo name %d", i);
 
     /* The exact order for a 4-rank all-reduce, rank 1, one piece of 4 chunks of 2 elements. */
-    struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 8, 4, 1, 0, 0, 1, 2};
+    struct weft_sched_args a = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 8, 4, 1, 0, 0, 1, 2,
+                                NULL, NULL, 0};
     static const struct {
         int op;
         uint64_t off;
@@ -1398,7 +1400,8 @@ static void misc(void)
     for (int coll = WEFT_COLL_GATHER; coll < WEFT_COLL_COUNT; coll++)
         for (int r = 0; r < 5; r++) {
             struct weft_step st2[64];
-            struct weft_sched_args ring = {coll, WEFT_ALGO_RING, 13, 5, r, 2, 1, 2, 3};
+            struct weft_sched_args ring = {coll, WEFT_ALGO_RING, 13, 5, r, 2, 1, 2, 3,
+                                           NULL, NULL, 0};
             struct weft_sched_args direct = ring;
             direct.algo = WEFT_ALGO_DIRECT;
             uint64_t n1 = weft_sched_build(&ring, st, 64), n2 = weft_sched_build(&direct, st2, 64);
@@ -1408,7 +1411,8 @@ static void misc(void)
 
     /* The exact order for a 3-rank all-to-all, rank 1, blocks of 2 elements, one piece:
      * pairwise (RING), then direct (every send, then every receive). */
-    struct weft_sched_args b = {WEFT_COLL_ALLTOALL, WEFT_ALGO_RING, 2, 3, 1, 0, 0, 1, 2};
+    struct weft_sched_args b = {WEFT_COLL_ALLTOALL, WEFT_ALGO_RING, 2, 3, 1, 0, 0, 1, 2,
+                                NULL, NULL, 0};
     static const struct weft_step want_a2a[] = {
         {WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1, 0, 2, 2, 2},
         {WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, 2, -1, 0, 4, 0, 2},
@@ -1427,7 +1431,8 @@ static void misc(void)
            "direct alltoall n 3 rank 1: %llu steps, or not sends first", (unsigned long long)got);
 
     /* The exact order for a 3-rank direct all-reduce, rank 1, two pieces of 2 elements. */
-    struct weft_sched_args d = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT, 4, 3, 1, 0, 0, 1, 2};
+    struct weft_sched_args d = {WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT, 4, 3, 1, 0, 0, 1, 2,
+                                NULL, NULL, 0};
     struct weft_step want_ar[12];
     for (int p = 0; p < 2; p++) {
         struct weft_step *w = &want_ar[6 * p];

@@ -52,14 +52,24 @@ static void check_layout(int n, const int *host, const char *what)
     int nh = 0, cross = 0, halves = 0, path = 0, depth = 0;
     int *per = calloc((size_t)n, sizeof(int)), *exits = calloc((size_t)n, sizeof(int));
     int *up = calloc((size_t)n, sizeof(int)), *dn = calloc((size_t)n, sizeof(int));
+    /* The ring runs in host order: count its exits hop by hop along that order. */
+    int *ring = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    for (int r = 0; r < n; r++)
+        ring[r] = r;
+    if (host != NULL)
+        weft_sched_ring_order(n, host, ring, NULL);
+    for (int i = 0; i < n; i++) {
+        int a = ring[i], b = ring[(i + 1) % n];
+        if (n > 1 && host != NULL && host[a] != host[b]) {
+            cross++;
+            exits[host[a]]++;
+        }
+    }
+    free(ring);
     for (int r = 0; r < n; r++) {
-        int h = host ? host[r] : 0, hn = host ? host[(r + 1) % n] : 0;
+        int h = host ? host[r] : 0;
         nh = h + 1 > nh ? h + 1 : nh;
         per[h]++;
-        if (n > 1 && hn != h) {
-            cross++;
-            exits[h]++;
-        }
         int mine = 0;
         for (int t = 0; t < 2 && n > 1; t++) {
             int p, c0, c1, d = 0, x = 0;
@@ -81,8 +91,9 @@ static void check_layout(int n, const int *host, const char *what)
         }
         halves = mine > halves ? mine : halves;
     }
-    int most = 0, ex = 0, u = 0, dd = 0;
+    int most = 0, ex = 0, u = 0, dd = 0, hk = nh > 0 ? n / nh : 0;
     for (int h = 0; h < nh; h++) {
+        hk = per[h] == hk ? hk : 0;
         most = per[h] > most ? per[h] : most;
         ex = exits[h] > ex ? exits[h] : ex;
         u = up[h] > u ? up[h] : u;
@@ -91,7 +102,7 @@ static void check_layout(int n, const int *host, const char *what)
     EXPECT(l.nranks == n && l.nhosts == nh && l.ranks_per_host == most && l.ring_cross == cross &&
                l.ring_nic == ex && l.tree_depth == depth && l.tree_path_inter == path &&
                l.tree_rank_halves == halves && l.tree_nic_halves[0] == u &&
-               l.tree_nic_halves[1] == dd,
+               l.tree_nic_halves[1] == dd && l.hier_k == hk && (nh < 2 || (cross == nh && ex == 1)),
            "%s n %d: layout %d hosts %d/host ring %d/%d tree depth %d path %d halves %d nic %d+%d; "
            "want %d %d %d/%d %d %d %d %d+%d",
            what, n, l.nhosts, l.ranks_per_host, l.ring_cross, l.ring_nic, l.tree_depth,
@@ -215,7 +226,8 @@ static void case_hosts(void)
                 if (c == WEFT_COLL_ALLREDUCE && sizes[i] <= 512)
                     tree_small += a == WEFT_ALGO_TREE;
                 if (c == WEFT_COLL_ALLREDUCE && sizes[i] == 64u << 20)
-                    EXPECT(a == WEFT_ALGO_RING, "%dx%d 64 MiB: %s", h, k, weft_algo_name(a));
+                    EXPECT(a == WEFT_ALGO_RING || (a == WEFT_ALGO_HIER && k > 1),
+                           "%dx%d 64 MiB: %s", h, k, weft_algo_name(a));
             }
         if (n >= 16)
             EXPECT(tree_small == 4, "%dx%d: tree for %d of the 4 sizes up to 512 B", h, k,

@@ -1077,6 +1077,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
         comm->bell = st->own_bell;
     }
     st->rank_bell = comm->bell;
+    comm->proxied = 1;
 
     for (int p = 0; p < nranks; p++)
         st->npeers += p != me && peer_mask[p];
