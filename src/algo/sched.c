@@ -653,7 +653,8 @@ static void p2p_recv(const struct weft_sched_args *a, struct sched_out *o)
                    sched_min(a->chunk, len - po));
 }
 
-static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out *o)
+/* Pairwise (each SEND followed by its round's RECV) or direct (every SEND, then every RECV). */
+static void alltoall_steps(const struct weft_sched_args *a, struct sched_out *o, int sends_first)
 {
     int n = a->nranks, r = a->rank;
     uint64_t count = a->count, off, len;
@@ -663,37 +664,27 @@ static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out 
         uint64_t c = sched_min(a->chunk, len - po), e = off + po;
         sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1,
                    (uint64_t)r * count + e, (uint64_t)r * count + e, c);
-        for (int k = 1; k < n; k++) {
-            int to = sched_mod(r + k, n), from = sched_mod(r - k, n);
-            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1,
-                       (uint64_t)to * count + e, 0, c);
-            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, from, 0,
-                       (uint64_t)from * count + e, c);
-        }
+        for (int pass = 0; pass < 1 + sends_first; pass++)
+            for (int k = 1; k < n; k++) {
+                int to = sched_mod(r + k, n), from = sched_mod(r - k, n);
+                if (pass == 0)
+                    sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1,
+                               (uint64_t)to * count + e, 0, c);
+                if (pass == sends_first)
+                    sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, from, 0,
+                               (uint64_t)from * count + e, c);
+            }
     }
+}
+
+static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out *o)
+{
+    alltoall_steps(a, o, 0);
 }
 
 static void direct_alltoall(const struct weft_sched_args *a, struct sched_out *o)
 {
-    int n = a->nranks, r = a->rank;
-    uint64_t count = a->count, off, len;
-    weft_sched_range(count, a->channel, a->nchannels, &off, &len);
-
-    for (uint64_t po = 0; po < len; po += a->chunk) {
-        uint64_t c = sched_min(a->chunk, len - po), e = off + po;
-        sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, 0, -1, -1,
-                   (uint64_t)r * count + e, (uint64_t)r * count + e, c);
-        for (int k = 1; k < n; k++) {
-            int to = sched_mod(r + k, n);
-            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1,
-                       (uint64_t)to * count + e, 0, c);
-        }
-        for (int k = 1; k < n; k++) {
-            int from = sched_mod(r - k, n);
-            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, from, 0,
-                       (uint64_t)from * count + e, c);
-        }
-    }
+    alltoall_steps(a, o, 1);
 }
 
 /* Receives one piece from every rank in rank order and reduces it into output[e] (FINAL last). */

@@ -216,6 +216,21 @@ static void fill_header(int32_t *h, int32_t magic, const struct wt_config *cfg, 
     h[H_STEP] = step;
 }
 
+/* fsync, then close: the data is on disk before the checkpoint is renamed into place. Keeps the
+ * first error (res). */
+static ncclResult_t sync_close(int fd, const char *path, ncclResult_t res)
+{
+    if (res == ncclSuccess && fsync(fd) != 0) {
+        WT_ERR("checkpoint: fsync %s: %s", path, strerror(errno));
+        res = ncclSystemError;
+    }
+    if (close(fd) != 0 && res == ncclSuccess) {
+        WT_ERR("checkpoint: close %s: %s", path, strerror(errno));
+        res = ncclSystemError;
+    }
+    return res;
+}
+
 /* Creates path, writes header + the float arrays, fsyncs. */
 static ncclResult_t write_bin(const char *path, const int32_t *hdr, const float *a, const float *b,
                               size_t P, int narrays, uint32_t *crc_p)
@@ -233,16 +248,8 @@ static ncclResult_t write_bin(const char *path, const int32_t *hdr, const float 
         res = write_floats(fd, path, a, P, &crc);
     if (res == ncclSuccess && narrays > 1)
         res = write_floats(fd, path, b, P, &crc);
-    if (res == ncclSuccess && fsync(fd) != 0) {
-        WT_ERR("checkpoint: fsync %s: %s", path, strerror(errno));
-        res = ncclSystemError;
-    }
-    if (close(fd) != 0 && res == ncclSuccess) {
-        WT_ERR("checkpoint: close %s: %s", path, strerror(errno));
-        res = ncclSystemError;
-    }
     *crc_p = crc;
-    return res;
+    return sync_close(fd, path, res);
 }
 
 static ncclResult_t write_text(const char *path, const char *text)
@@ -256,15 +263,7 @@ static ncclResult_t write_text(const char *path, const char *text)
         return ncclSystemError;
     }
     res = write_all(fd, path, text, strlen(text), &crc);
-    if (res == ncclSuccess && fsync(fd) != 0) {
-        WT_ERR("checkpoint: fsync %s: %s", path, strerror(errno));
-        res = ncclSystemError;
-    }
-    if (close(fd) != 0 && res == ncclSuccess) {
-        WT_ERR("checkpoint: close %s: %s", path, strerror(errno));
-        res = ncclSystemError;
-    }
-    return res;
+    return sync_close(fd, path, res);
 }
 
 /* A config whose size computation cannot overflow or divide by zero. */
