@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "algo/sched.h"
+#include "../common/tree_bytes.h"
 #include "exec/lane.h"
 #include "redop.h"
 
@@ -267,29 +268,8 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
         return c->count;
     if (n == 1)
         return 0;
-    if (c->algo == WEFT_ALGO_TREE) { /* each half once per tree neighbour (parent, children) */
-        uint64_t total = 0;
-        int deg[2];
-        for (int t = 0; t < 2; t++) {
-            int nb[3];
-            weft_sched_tree(n, t, r, &nb[0], &nb[1], &nb[2]);
-            deg[t] = (nb[0] >= 0) + (nb[1] >= 0) + (nb[2] >= 0);
-        }
-        for (int ch = 0; ch < c->nch; ch++) {
-            uint64_t off, len;
-            weft_sched_range(c->count, ch, c->nch, &off, &len);
-            uint64_t piece = chunk >= len - len / 2 ? len : 2 * chunk;
-            for (uint64_t po = 0; po < len; po += piece) {
-                uint64_t p = len - po < piece ? len - po : piece;
-                uint64_t one = chunk < WEFT_SCHED_TREE_ONE_MAX ? chunk : WEFT_SCHED_TREE_ONE_MAX;
-                if (p <= one) /* a small piece goes whole over tree 0 */
-                    total += p * (uint64_t)deg[0];
-                else
-                    total += (p - p / 2) * (uint64_t)deg[0] + p / 2 * (uint64_t)deg[1];
-            }
-        }
-        return total;
-    }
+    if (c->algo == WEFT_ALGO_TREE) /* each half once per tree neighbour (parent, children) */
+        return tree_expected_elems(c->count, n, r, c->nch, chunk);
     if (cfg_direct(c)) {
         switch (c->coll) {
         case WEFT_COLL_ALLREDUCE: /* to every rank, itself included */
