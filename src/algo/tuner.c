@@ -126,6 +126,7 @@ static int tune_parse(const char *s, const char *const *names, int nnames, unsig
 /* Parsed once; every rank of a process parses the same text to the same masks. */
 static struct {
     int done, algo_ok, proto_ok, algo_set;
+    int force; /* WEFT_ALGO as enum weft_algo, -1 when unset (parsed here, not per operation) */
     unsigned algo[TUNE_NCOLL], proto[TUNE_NCOLL];
     char algo_bad[64], proto_bad[64];
 } tune_cfg;
@@ -146,6 +147,16 @@ static void tune_load(void)
         for (int c = 0; c < TUNE_NCOLL; c++)
             tune_cfg.algo[c] = TUNE_ALL;
     }
+    static const struct {
+        const char *name;
+        int algo;
+    } forced[] = {{"ring", WEFT_ALGO_RING}, {"direct", WEFT_ALGO_DIRECT},
+                  {"tree", WEFT_ALGO_TREE}, {"hier", WEFT_ALGO_HIER}};
+    const char *f = weft_param_Algo();
+    tune_cfg.force = -1;
+    for (size_t i = 0; f != NULL && i < sizeof(forced) / sizeof(*forced); i++)
+        if (strcasecmp(f, forced[i].name) == 0)
+            tune_cfg.force = forced[i].algo;
     __atomic_store_n(&tune_cfg.done, 1, __ATOMIC_RELEASE);
 }
 
@@ -239,18 +250,15 @@ static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, 
     *why = "";
     if (avail == 1u << WEFT_ALGO_RING)
         return WEFT_ALGO_RING; /* the pairwise schedules are the same under both names */
-    const char *force = weft_param_Algo();
-    *why = " (WEFT_ALGO)";
-    if (strcasecmp(force, "ring") == 0)
-        return WEFT_ALGO_RING;
-    if (strcasecmp(force, "direct") == 0)
-        return WEFT_ALGO_DIRECT;
-    if (strcasecmp(force, "tree") == 0 && (avail & (1u << WEFT_ALGO_TREE)))
-        return WEFT_ALGO_TREE;
-    if (strcasecmp(force, "hier") == 0 && (avail & (1u << WEFT_ALGO_HIER)))
-        return WEFT_ALGO_HIER;
-
     tune_load();
+    *why = " (WEFT_ALGO)";
+    /* ring and direct exist for every collective that gets here; tree and hier only where
+     * avail says so (elsewhere the forced name is ignored, as before). */
+    int force = tune_cfg.force;
+    if (force == WEFT_ALGO_RING || force == WEFT_ALGO_DIRECT ||
+        (force >= 0 && (avail & (1u << force))))
+        return force;
+
     unsigned mask = avail;
     *why = tune_cfg.algo_set ? " (NCCL_ALGO)" : "";
     if (tune_cfg.algo_set) {
