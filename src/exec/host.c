@@ -37,7 +37,8 @@ WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", -1,
            "idle polling rounds before a waiting rank starts yielding its core (-1: 100000, a few "
            "milliseconds, or 0 when the host runs more ranks than it has cores)");
 WEFT_PARAM(YieldCount, "WEFT_YIELD_COUNT", -1,
-           "sched_yield rounds before a waiting rank sleeps on its doorbell (-1: 1000)");
+           "sched_yield rounds before a waiting rank sleeps on its doorbell (-1: 1000, or 0 when "
+           "a socket proxy thread of the process moves the data)");
 
 static int weft_task_is_p2p(const struct weft_task *task)
 {
@@ -284,11 +285,14 @@ static void weft_exec_wait_policy(const struct ncclComm *comm, int64_t *spins_p,
     int64_t spins = weft_param_SpinCount(), yields = weft_param_YieldCount();
     int crowded = comm->oversubscribed || __atomic_load_n(&weft_host_oversubscribed,
                                                           __ATOMIC_RELAXED);
-    /* Over sockets the data moves on this process's proxy thread: polling for milliseconds took
-     * its core (2 namespaces x 1 rank on 2 cores, all-reduce 64 MiB 0.55 GB/s; 1.2 GB/s with 1000
-     * rounds, iperf3 1.2-1.7 per direction). */
+    /* Over sockets the data moves on this process's proxy thread (and in the kernel's TCP
+     * path), which needs the core the waiting rank holds: poll briefly, then sleep on the
+     * doorbell the proxy rings. Yielding instead kept the rank runnable, and the scheduler gave
+     * it half of a core the proxy needed: 2 namespaces x 1 rank on 2 cores, all-reduce 64 MiB,
+     * busbw 0.55 GB/s polling for milliseconds, 1.07-1.3 with 1000 rounds then yields, 1.43-1.69
+     * sleeping (iperf3 1.52-1.68 per direction); 2x2, 8 B 280-300 us instead of 440-630. */
     *spins_p = spins >= 0 ? spins : crowded ? 0 : comm->proxied ? 1000 : 100000;
-    *yields_p = yields >= 0 ? yields : 1000;
+    *yields_p = yields >= 0 ? yields : comm->proxied ? 0 : 1000;
 }
 
 static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)

@@ -9,6 +9,7 @@
 #   net.sh DRIVER kill                         3 hosts x 2 ranks; rank 5 is killed mid-run; the
 #                                              others must fail naming it and its host
 #   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
+#                                              (WEFT_NET_ROUNDS rounds, default 3: medians)
 #   net.sh DRIVER algos PERFDIR [HxR ...]      all-reduce time by size (8 B .. 1 MiB, every 4x)
 #                                              with NCCL_ALGO=ring, tree, direct and unset (the
 #                                              tuner), on H hosts (at most 4) x R ranks (default
@@ -173,39 +174,50 @@ kill)
     echo "PASS: every survivor named peer $victim on weft-c"
     ;;
 bench)
-    perf=$1 size=${2:-64M}
+    perf=$1 size=${2:-64M} rounds=${WEFT_NET_ROUNDS:-3}
     command -v iperf3 >/dev/null 2>&1 || skip "no iperf3"
     hosts 2
-    in_host 1 iperf3 -s -1 -p 5201 >"$logs/iperf3-server" 2>&1 &
-    sleep 0.5
-    echo "# iperf3 -c 10.77.0.2 -t 5 (host a -> host b, one stream)"
-    (in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g) | grep -E "sender|receiver"
-    wait
-    in_host 1 iperf3 -s -1 -p 5201 >"$logs/iperf3-server" 2>&1 &
-    sleep 0.5
-    echo "# iperf3 -c 10.77.0.2 -t 5 --bidir (both directions at once, as a ring all-reduce)"
-    (in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 5 -f g --bidir) | tee "$logs/bidir" |
-        grep -E "sender|receiver"
-    wait
-    echo "# all_reduce_perf -b $size -e $size across 2 hosts x 1 rank (socket transport)"
-    launch 2 1 "$perf" -b "$size" -e "$size" -n 20 -w 5
-    collect 120
-    cat "$logs/rank0"
-    for r in "${!status[@]}"; do
-        if [ "${status[r]}" != 0 ]; then
-            tail "$logs/rank$r"
-            echo "FAIL: rank $r exited with ${status[r]}"
-            exit 1
-        fi
+    # iperf3 GB/s per direction (mean of both directions' receiver rates) for "$@" --bidir
+    iperf_bidir() {
+        in_host 1 iperf3 -s -1 -p 5201 >"$logs/iperf3-server" 2>&1 &
+        sleep 0.5
+        (in_host 0 iperf3 -c 10.77.0.2 -p 5201 -t 4 -f g --bidir "$@") >"$logs/iperf3" 2>&1
+        wait
+        awk -v sum=$(($# > 0)) '/receiver/ && (!sum || /SUM/) { for (i = 1; i < NF; i++)
+                if ($(i + 1) == "Gbits/sec") { s += $i; n++ } }
+            END { if (n) printf "%.3f", s / n / 8; else print "0" }' "$logs/iperf3"
+    }
+    # median of the numbers on stdin
+    median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+    echo "# $rounds rounds, each: iperf3 --bidir with one flow each way, iperf3 --bidir -P 8"
+    echo "# (as many flows as Weft opens per peer with 2 ranks), all_reduce_perf -b $size -e $size"
+    echo "# on 2 hosts x 1 rank (socket transport); GB/s per direction, busbw out-of-place/in-place"
+    one=() eight=() ar=()
+    for ((k = 0; k < rounds; k++)); do
+        one[k]=$(iperf_bidir)
+        eight[k]=$(iperf_bidir -P 8)
+        launch 2 1 "$perf" -b "$size" -e "$size" -n 20 -w 5
+        collect 120
+        for r in "${!status[@]}"; do
+            if [ "${status[r]}" != 0 ]; then
+                tail "$logs/rank$r"
+                echo "FAIL: rank $r exited with ${status[r]}"
+                exit 1
+            fi
+        done
+        [ $k = 0 ] && grep -E '^# +(size|\(B\))' "$logs/rank0"
+        line=$(awk '$1 ~ /^[0-9]+$/ && NF >= 12' "$logs/rank0")
+        echo "$line"
+        ar[k]=$(echo "$line" | awk '{ print $8 }')
+        echo "# round $((k + 1)): iperf3 1 flow ${one[k]}, 8 flows ${eight[k]}, all-reduce ${ar[k]}" \
+            "(out-of-place busbw: with 2 ranks, the bytes each rank sends and receives per second)"
     done
-    # With 2 ranks, all-reduce busbw is the bytes each rank sends (and receives) per second:
-    # compare it with iperf3's per-direction rate when both directions run at once.
-    iperf=$(awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Gbits/sec") s += $i; n++ }
-                 END { if (n) printf "%.3f", s / n / 8 }' "$logs/bidir")
-    busbw=$(awk '$1 ~ /^[0-9]+$/ && NF >= 12 { b = $8 > $12 ? $8 : $12 } END { print b }' \
-        "$logs/rank0")
-    awk -v b="$busbw" -v i="$iperf" 'BEGIN { if (i > 0) printf "# summary: all-reduce busbw " \
-        "%.2f GB/s, iperf3 bidir %.2f GB/s per direction: %.0f%%\n", b, i, 100 * b / i }'
+    m1=$(printf '%s\n' "${one[@]}" | median)
+    m8=$(printf '%s\n' "${eight[@]}" | median)
+    ma=$(printf '%s\n' "${ar[@]}" | median)
+    awk -v a="$ma" -v i="$m1" -v j="$m8" 'BEGIN { printf "# summary (medians): all-reduce busbw " \
+        "%.2f GB/s; iperf3 bidir %.2f GB/s per direction with one flow: %.0f%%; %.2f with 8 " \
+        "flows: %.0f%%\n", a, i, (i > 0 ? 100 * a / i : 0), j, (j > 0 ? 100 * a / j : 0) }'
     ;;
 algos)
     perfdir=$1
