@@ -10,20 +10,21 @@
 #define WEFT_COST_US_PER_BYTE (1.0 / 4000.0)
 /*
  * TCP between network namespaces over veth (tests/net/net.sh algos on the 2-core development
- * machine, medians of 5 runs). sendrecv_perf 2 hosts x 1 rank: 30-50 us at 8 B, 1.12-1.19 GB/s at
- * 2 MiB: alpha + msg. The direct all-reduce, whose sends queue at each sender and NIC, costs about
- * 30 us more per message (2x2: 145-170 us, 2x4: 600-650 us at 8 B): on that machine, whose 2
- * cores run 4 or 8 ranks and their proxy threads, a message costs mostly the CPU time of the
- * system calls and wake-ups on its way, and a hop inside a host about what a hop between hosts
- * does (ring 2x4: 14 hops, 2 between hosts, 220-710 us; tree: 6 hops, 190-210 us). Hence, where a
- * machine runs more ranks than it has cores: msg 30 us, alpha 5 us inside a host and between
- * hosts. Where cores suffice, alpha 25 us between hosts and msg 5 us (two system calls) are
- * estimates, and a hop inside a host is shm's.
+ * machine). sendrecv_perf 2 hosts x 1 rank: 22-50 us at 8 B, 1.12-1.31 GB/s at 2 MiB: alpha + msg
+ * and the per-byte cost. Where cores suffice, alpha 25 us between hosts and msg 5 us (two system
+ * calls) are estimates, and a hop inside a host is shm's.
+ * Where a machine runs more ranks than it has cores (2x2, 2x4 and 4x2 namespaces on 2 cores), a
+ * message costs mostly the CPU time of the system calls and wake-ups on its way. The values are
+ * the grid point (intra alpha 1..40, inter alpha 5..90, msg 2..40 us, 0.8..2 GB/s) whose choices
+ * among ring, tree, direct and hier lose least against the fastest measured, over 27 layouts and
+ * sizes from 8 B to 512 KiB (medians of 3 runs): inter alpha 30 us, msg 30 us, a hop inside a
+ * host shm's alpha; the choice then takes 1.03x the fastest time on average (21 of 27 the
+ * fastest), against 1.08x (19) with the earlier guess of alpha 5 us inside and between hosts.
  */
 #define WEFT_COST_SOCK_ALPHA_US 25.0
-#define WEFT_COST_SOCK_US_PER_BYTE (1.0 / 1160.0)
+#define WEFT_COST_SOCK_US_PER_BYTE (1.0 / 1300.0)
 #define WEFT_COST_SOCK_MSG_US 5.0
-#define WEFT_COST_SOCK_ALPHA_OVERSUB_US 5.0
+#define WEFT_COST_SOCK_ALPHA_OVERSUB_US 30.0
 #define WEFT_COST_SOCK_MSG_OVERSUB_US 30.0
 
 void weft_cost_fabric_shm(struct weft_cost_fabric *f)
@@ -37,9 +38,8 @@ void weft_cost_fabric_shm(struct weft_cost_fabric *f)
 
 void weft_cost_fabric_socket(struct weft_cost_fabric *f, double chunk_bytes, int oversubscribed)
 {
-    f->intra_alpha_us = oversubscribed ? WEFT_COST_SOCK_ALPHA_OVERSUB_US : WEFT_COST_ALPHA_US;
+    f->intra_alpha_us = WEFT_COST_ALPHA_US;
     f->intra_us_per_byte = WEFT_COST_US_PER_BYTE;
-    f->inter_alpha_us = WEFT_COST_SOCK_ALPHA_US;
     f->inter_us_per_byte = WEFT_COST_SOCK_US_PER_BYTE;
     f->inter_alpha_us = oversubscribed ? WEFT_COST_SOCK_ALPHA_OVERSUB_US : WEFT_COST_SOCK_ALPHA_US;
     f->msg_us = oversubscribed ? WEFT_COST_SOCK_MSG_OVERSUB_US : WEFT_COST_SOCK_MSG_US;

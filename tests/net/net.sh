@@ -11,7 +11,7 @@
 #   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
 #                                              (WEFT_NET_ROUNDS rounds, default 3: medians)
 #   net.sh DRIVER algos PERFDIR [HxR ...]      all-reduce time by size (8 B .. 1 MiB, every 4x)
-#                                              with NCCL_ALGO=ring, tree, direct and unset (the
+#                                              with NCCL_ALGO=ring, tree, direct, hier and unset (the
 #                                              tuner), on H hosts (at most 4) x R ranks (default
 #                                              2x2 2x4; WEFT_NET_ALGOS picks others), repeated
 #                                              WEFT_NET_REPEATS times (default 5): medians; and
@@ -87,7 +87,8 @@ in_host() {
 
 # unique id for a job whose rank 0 is on host a (it serves the rendezvous itself)
 make_id() {
-    in_host 0 env NCCL_COMM_ID=10.77.0.1:$((20000 + $$ % 20000)) "$driver" id
+    # below the ephemeral range (32768..), where a connection of an earlier run may hold the port
+    in_host 0 env NCCL_COMM_ID=10.77.0.1:$((20000 + $$ % 12000)) "$driver" id
 }
 
 # launch NHOSTS RPH ARGS...: starts every rank in the background; pids[rank] = its pid
@@ -270,7 +271,7 @@ algos)
     for hr in $layouts; do
         nh=${hr%x*} rph=${hr#*x}
         for ((i = 0; i < reps; i++)); do
-            for a in ${WEFT_NET_ALGOS:-ring tree direct auto}; do
+            for a in ${WEFT_NET_ALGOS:-ring tree direct hier auto}; do
                 algo=NCCL_ALGO=$a
                 [ $a = auto ] && algo=NCCL_ALGO=
                 run "$hr-$a" "$nh" "$rph" env "${spin[@]}" "$algo" "$perfdir/all_reduce_perf" \
@@ -278,14 +279,16 @@ algos)
             done
         done
         echo "# all_reduce_perf $nh hosts x $rph ranks: median out-of-place time (us) of $reps runs"
-        printf "# %10s %10s %10s %10s %10s %8s\n" bytes ring tree direct auto tree/ring
+        printf "# %10s %10s %10s %10s %10s %10s %8s %8s\n" bytes ring tree direct hier auto \
+            tree/ring hier/ring
         if [ -n "${WEFT_NET_ALGOS:-}" ]; then
             for a in $WEFT_NET_ALGOS; do echo "# $a"; median "$hr-$a"; done
             continue
         fi
         join <(median "$hr-ring") <(median "$hr-tree") | join - <(median "$hr-direct") |
-            join - <(median "$hr-auto") |
-            awk '{ printf "%12d %10.2f %10.2f %10.2f %10.2f %8.2f\n", $1, $2, $3, $4, $5, $3 / $2 }'
+            join - <(median "$hr-hier") | join - <(median "$hr-auto") |
+            awk '{ printf "%12d %10.2f %10.2f %10.2f %10.2f %10.2f %8.2f %8.2f\n", $1, $2, $3, $4,
+                   $5, $6, $3 / $2, $5 / $2 }'
     done
     ;;
 *)
