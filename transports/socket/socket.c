@@ -52,6 +52,8 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -528,6 +530,12 @@ static ssize_t sock_recv(struct weft_sock_link *l, void *buf, size_t len)
     for (;;) {
         ssize_t n = recv(l->fd, buf, len, MSG_DONTWAIT);
         if (n > 0) {
+            /* Acknowledge at once: Linux leaves quick-ack mode on its own, and a delayed ACK
+             * held a sender whose congestion window was full for 30-50 ms, with every thread of
+             * both ranks asleep (2 namespaces x 1 rank, all-reduce 256 KiB in cycles of 20:
+             * such stalls in 5 of 8 runs, none in 8 with this). Best effort, like TCP_NODELAY. */
+            int one = 1;
+            (void)setsockopt(l->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
             l->bytes_recv += (uint64_t)n;
             return n;
         }
