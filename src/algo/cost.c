@@ -16,10 +16,11 @@
  * Where a machine runs more ranks than it has cores (2x2, 2x4 and 4x2 namespaces on 2 cores), a
  * message costs mostly the CPU time of the system calls and wake-ups on its way. The values are
  * the grid point (intra alpha 1..40, inter alpha 5..90, msg 2..40 us, 0.8..2 GB/s) whose choices
- * among ring, tree, direct and hier lose least against the fastest measured, over 27 layouts and
- * sizes from 8 B to 512 KiB (medians of 3 runs): inter alpha 30 us, msg 30 us, a hop inside a
- * host shm's alpha; the choice then takes 1.03x the fastest time on average (21 of 27 the
- * fastest), against 1.08x (19) with the earlier guess of alpha 5 us inside and between hosts.
+ * among ring, tree, direct and hier lose least against the fastest measured: three runs of the
+ * benchmark (each 3 layouts x 8 sizes from 8 B to 512 KiB, medians of 3; 72 points): inter alpha
+ * 30 us, msg 30 us, a hop inside a host shm's alpha. The choice then takes 1.04x the fastest
+ * time on average (58 of 72 the fastest), against 1.09x (55) with the earlier guess of alpha
+ * 5 us inside and between hosts; the best point of each run alone does no better on the others.
  */
 #define WEFT_COST_SOCK_ALPHA_US 25.0
 #define WEFT_COST_SOCK_US_PER_BYTE (1.0 / 1300.0)
