@@ -320,7 +320,7 @@ static int tuner_table(int n, int nhosts, int oversubscribed, const uint64_t *si
         slot = weft_param_SocketSlotBytes();
     struct weft_tune_comm tc;
     if (weft_tune_comm_blocks(&tc, n, n / nhosts, oversubscribed,
-                              (double)(slot - WEFT_SLOT_HEADER) * (WEFT_STEPS / 2)) != ncclSuccess)
+                              (double)(slot - WEFT_SLOT_HEADER) * WEFT_CHUNK_SLOTS) != ncclSuccess)
         return 1;
     const struct weft_cost_layout *l = &tc.layout;
     printf("# weft-scale --tuner: all-reduce, %d ranks on %d hosts of %d%s; %s model, step %.0f "

@@ -27,8 +27,9 @@ WEFT_PARAM_STR(NcclAlgo, "NCCL_ALGO", "",
                "per collective "
                "allreduce:tree,ring;allgather:ring (empty: the measured default)");
 WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
-               "protocols allowed, NCCL's syntax (LL, LL128, Simple); validated and logged: the "
-               "host has one protocol");
+               "protocols allowed, NCCL's syntax (LL, LL128, Simple): LL is the deep FIFO of "
+               "small slots that steps of up to 4080 bytes take inside a host, LL128 and Simple "
+               "the slot FIFO");
 
 #define TUNE_NCOLL 5 /* the collectives NCCL's per-collective form names: AllReduce .. Reduce */
 #define TUNE_ALL 0xffffffffu
@@ -187,9 +188,9 @@ ncclResult_t weft_tune_check(void)
                       tune_cfg.algo_set ? " (NCCL_ALGO)" : " (default: tree across hosts only)");
             if (tune_cfg.proto[c] != TUNE_ALL)
                 WEFT_INFO(WEFT_LOG_TUNING,
-                          "%s: NCCL_PROTO accepted (LL %d LL128 %d Simple %d); the host has one "
-                          "protocol",
-                          weft_coll_name(c), !!(tune_cfg.proto[c] & 1), !!(tune_cfg.proto[c] & 2),
+                          "%s: NCCL_PROTO: LL %s (LL128 %d Simple %d: both are the slot FIFO)",
+                          weft_coll_name(c), tune_cfg.proto[c] & 1 ? "on" : "off",
+                          !!(tune_cfg.proto[c] & 2),
                           !!(tune_cfg.proto[c] & 4));
         }
     }
@@ -200,6 +201,28 @@ unsigned weft_tune_allowed(int coll)
 {
     tune_load();
     return coll >= 0 && coll < TUNE_NCOLL ? tune_cfg.algo[coll] : TUNE_ALL;
+}
+
+/* Bit 0 of a protocol mask is LL (tune_protos). Collectives NCCL's per-collective form cannot
+ * name (point-to-point, all-to-all, gather, scatter) use LL when every named one may. */
+int weft_tune_ll(int coll)
+{
+    tune_load();
+    if (coll >= 0 && coll < TUNE_NCOLL)
+        return tune_cfg.proto[coll] & 1u;
+    for (int c = 0; c < TUNE_NCOLL; c++)
+        if (!(tune_cfg.proto[c] & 1u))
+            return 0;
+    return 1;
+}
+
+int weft_tune_ll_any(void)
+{
+    tune_load();
+    for (int c = 0; c < TUNE_NCOLL; c++)
+        if (tune_cfg.proto[c] & 1u)
+            return 1;
+    return 0;
 }
 
 /* The algorithms with a schedule of their own for coll. */

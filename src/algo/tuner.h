@@ -7,7 +7,8 @@
  * Reduce, AllGather, ReduceScatter, AllReduce; collectives not named keep every algorithm).
  * Algorithms: Ring, Tree, Direct (ours), and NCCL's CollNetDirect, CollNetChain, NVLS, NVLSTree and
  * PAT, which are accepted and never chosen (we have none of them). Protocols: LL, LL128, Simple;
- * the host has one protocol, so NCCL_PROTO is validated and logged only. An unknown name is
+ * LL is the LL FIFO of shared-memory connections (exec/lane.h), which steps of up to 4080 bytes
+ * take; LL128 and Simple are the slot FIFO, which every other slice takes. An unknown name is
  * ncclInvalidUsage at communicator creation (weft_tune_check), as in NCCL.
  */
 #ifndef WEFT_ALGO_TUNER_H
@@ -30,6 +31,13 @@ ncclResult_t weft_tune_check(void);
  * NCCL_ALGO is unset or invalid.
  */
 unsigned weft_tune_allowed(int coll);
+
+/* 1 when NCCL_PROTO lets coll (enum weft_coll) use LL; point-to-point, all-to-all, gather and
+ * scatter, which its per-collective form cannot name, when every collective it names may. */
+int weft_tune_ll(int coll);
+
+/* 1 when NCCL_PROTO lets some collective use LL: connections then get LL FIFOs. */
+int weft_tune_ll_any(void);
 
 /* What the tuner knows of a communicator: values every rank computes alike at setup. */
 struct weft_tune_comm {

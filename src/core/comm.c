@@ -292,7 +292,7 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     /* One host: the host's own view, as the single-host rule was measured with. */
     struct weft_tune_comm tc = {.oversubscribed = nhosts > 1 ? over : comm->oversubscribed,
                                 .chunk_bytes = (double)weft_slot_payload(comm->slot_bytes) *
-                                               (WEFT_STEPS / 2)};
+                                               WEFT_CHUNK_SLOTS};
     ncclResult_t res = weft_cost_layout_init(&tc.layout, nranks, host);
     int *ring = malloc((size_t)nranks * sizeof(int));
     int *ring_pos = malloc((size_t)nranks * sizeof(int));

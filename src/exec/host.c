@@ -88,7 +88,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
                 .root = task->root,
                 .channel = c,
                 .nchannels = nch,
-                .chunk = (weft_slot_payload(comm->slot_bytes) * (WEFT_STEPS / 2)) / es,
+                .chunk = (weft_slot_payload(comm->slot_bytes) * WEFT_CHUNK_SLOTS) / es,
                 .ring = comm->ring,
                 .ring_pos = comm->ring_pos,
                 .local_ranks = comm->hier_k,
@@ -117,6 +117,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
             el->lane.output = task->recvbuf;
             el->lane.elem_size = es;
             el->lane.op = task->has_redop ? &task->redop : NULL;
+            el->lane.ll = weft_tune_ll(task->coll);
             weft_lane_init(&el->lane);
             el->task = task;
             el->seq = seq;
@@ -350,6 +351,12 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
         now = weft_time_ns();
         if (now - last_check > 100000000ull) {
             last_check = now;
+            /* Only lanes at the head of their connections' order: a later one's FIFO positions
+             * are still its predecessor's. */
+            for (int i = 0; i < nlanes; i++)
+                if ((lanes[i].prev_same < 0 || weft_lane_done(&lanes[lanes[i].prev_same].lane)) &&
+                    weft_lane_check_mismatch(&lanes[i].lane) < 0)
+                    return weft_exec_lane_error(&lanes[i]);
             ncclResult_t res = weft_exec_check_stuck(lanes, nlanes, &block, now - idle_since);
             /* A peer may post its last data and exit between our round and the check: look
              * once more before calling it dead. */

@@ -61,6 +61,67 @@ static void lane_copy(const struct weft_lane *lane, const struct weft_step *s, v
         memcpy(dst, src, n * lane->elem_size);
 }
 
+/* The slot of conn's next step. */
+static inline struct weft_slot_header *lane_slot(const struct weft_conn *conn)
+{
+    /* nslots is a power of two: a mask, not a division (20 ns a slice on 2-rank 8 B all-reduce) */
+    return (struct weft_slot_header *)(conn->slots +
+                                       (size_t)(conn->step & (conn->nslots - 1)) * conn->slot_bytes);
+}
+
+/* The current slice of step s: its receive and send FIFOs (NULL where it has none) and size. */
+struct lane_slice {
+    struct weft_conn *rc, *sc;
+    uint64_t n;      /* elements */
+    uint32_t nbytes;
+};
+
+static void lane_slice(const struct weft_lane *lane, const struct weft_step *s,
+                       struct lane_slice *sl)
+{
+    size_t es = lane->elem_size;
+    sl->rc = step_recvs(s->op) ? lane->peers[s->recv_peer].recv : NULL;
+    sl->sc = step_sends(s->op) ? lane->peers[s->send_peer].send : NULL;
+    size_t slot_bytes = sl->rc != NULL ? sl->rc->slot_bytes : sl->sc->slot_bytes;
+    sl->n = weft_slot_payload(slot_bytes) / es;
+    if (sl->n > s->count - lane->cur_done)
+        sl->n = s->count - lane->cur_done;
+    sl->nbytes = (uint32_t)(sl->n * es);
+    /* A step small enough for one LL slot takes the LL FIFOs where the connections have them
+     * (the tail of a large step stays with the rest of it). */
+    if (lane->ll && s->count * es <= WEFT_LL_PAYLOAD) {
+        if (sl->rc != NULL && sl->rc->ll != NULL)
+            sl->rc = sl->rc->ll;
+        if (sl->sc != NULL && sl->sc->ll != NULL)
+            sl->sc = sl->sc->ll;
+    }
+}
+
+int weft_lane_check_mismatch(struct weft_lane *lane)
+{
+    if (lane->cur >= lane->nsteps)
+        return 0;
+    const struct weft_step *s = &lane->steps[lane->cur];
+    if (!step_recvs(s->op) || s->op == WEFT_STEP_COPY)
+        return 0;
+    struct lane_slice sl;
+    lane_slice(lane, s, &sl);
+    const struct weft_conn *main = lane->peers[s->recv_peer].recv;
+    const struct weft_conn *other = sl.rc == main ? main->ll : main;
+    if (other == NULL)
+        return 0;
+    struct weft_slot_header *hdr = lane_slot(sl.rc), *o = lane_slot(other);
+    if (__atomic_load_n(&o->seq, __ATOMIC_ACQUIRE) != other->step + 1)
+        return 0;
+    /* The acquire above makes every earlier post of the peer visible: look once more. */
+    if (__atomic_load_n(&hdr->seq, __ATOMIC_ACQUIRE) == sl.rc->step + 1)
+        return 0;
+    lane->error_peer = s->recv_peer;
+    lane->error_got_bytes = o->bytes;
+    lane->error_want_bytes = sl.nbytes;
+    return -1;
+}
+
 int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked_send_p)
 {
     int moved = 0;
@@ -76,19 +137,16 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
             continue;
         }
 
-        struct weft_conn *rc = step_recvs(s->op) ? lane->peers[s->recv_peer].recv : NULL;
-        struct weft_conn *sc = step_sends(s->op) ? lane->peers[s->send_peer].send : NULL;
-        size_t slot_bytes = rc != NULL ? rc->slot_bytes : sc->slot_bytes;
-        uint64_t n = weft_slot_payload(slot_bytes) / es;
-        if (n > s->count - lane->cur_done)
-            n = s->count - lane->cur_done;
-        uint32_t nbytes = (uint32_t)(n * es);
+        struct lane_slice sl;
+        lane_slice(lane, s, &sl);
+        struct weft_conn *rc = sl.rc, *sc = sl.sc;
+        uint64_t n = sl.n;
+        uint32_t nbytes = sl.nbytes;
 
         /* Wait for data and credit without blocking. */
         struct weft_slot_header *in_hdr = NULL;
         if (rc != NULL) {
-            in_hdr = (struct weft_slot_header *)(rc->slots +
-                                                 (size_t)(rc->step % WEFT_STEPS) * rc->slot_bytes);
+            in_hdr = lane_slot(rc);
             if (__atomic_load_n(&in_hdr->seq, __ATOMIC_ACQUIRE) != rc->step + 1) {
                 if (blocked_peer_p != NULL) {
                     *blocked_peer_p = s->recv_peer;
@@ -97,9 +155,9 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
                 break;
             }
         }
-        if (sc != NULL && sc->head_seen + WEFT_STEPS <= sc->step) {
+        if (sc != NULL && sc->head_seen + sc->nslots <= sc->step) {
             sc->head_seen = __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE);
-            if (sc->head_seen + WEFT_STEPS <= sc->step) {
+            if (sc->head_seen + sc->nslots <= sc->step) {
                 if (blocked_peer_p != NULL) {
                     *blocked_peer_p = s->send_peer;
                     *blocked_send_p = 1;
@@ -121,8 +179,7 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
         char *out = NULL;
         struct weft_slot_header *out_hdr = NULL;
         if (sc != NULL) {
-            out_hdr = (struct weft_slot_header *)(sc->slots +
-                                                  (size_t)(sc->step % WEFT_STEPS) * sc->slot_bytes);
+            out_hdr = lane_slot(sc);
             out = (char *)out_hdr + WEFT_SLOT_HEADER;
         }
         const char *src = lane_src(lane, s) + lane->cur_done * es;

@@ -3,14 +3,27 @@
  * or threads over shm/socket connections) and the simulator (any number of virtual ranks driven
  * round-robin by one thread over in-memory connections).
  *
- * A connection is a FIFO of WEFT_STEPS slots in memory both ends can address (shared memory for
+ * A connection is a FIFO of nslots slots in memory both ends can address (shared memory for
  * shm, local memory for the simulator; a proxy thread bridges it for the socket transport).
- * Step s of a connection uses slot s % WEFT_STEPS. Each slot begins with a header that the sender
+ * Step s of a connection uses slot s % nslots. Each slot begins with a header that the sender
  * writes last, with a release store of `seq = s + 1`: the flag travels with the data, so a small
  * message costs the receiver one cache line (header and payload share the slot's first line).
  * The receiver returns slots by publishing `head` (steps freed) in the control block; the sender
  * re-reads it only when its cached copy says the FIFO is full. After publishing, each side rings
  * the other's doorbell (see exec/wait.h) so a sleeping peer wakes up.
+ *
+ * LL (NCCL's name for its low-latency protocol): a connection may carry a second FIFO (conn->ll)
+ * of WEFT_LL_SLOTS small slots (4 KiB, up to WEFT_LL_PAYLOAD bytes each). A step that fits one
+ * such slot travels there when the lane allows LL (lane->ll, from NCCL_PROTO) and the connection
+ * has one; every other slice takes the slot FIFO ("Simple"). The LL FIFO is deep: on a host with
+ * more ranks than cores, a rank posts many small operations before it gives its core away and its
+ * peers drain them in one turn each (8 ranks on 2 cores: broadcast and reduce of 32 B - 2 KiB
+ * 1.5-3x faster; 4 ranks: 1.3-2x). Large slices keep to WEFT_STEPS slots: letting them run 32
+ * deep made all-reduce of 32 KiB on 8 ranks 1.7x slower (their data left the caches).
+ * Both ends cut the same slices from the same schedule, so they agree which FIFO each takes; the
+ * sender posts slices in order, so a receiver that finds the other FIFO posted ahead of the one
+ * it waits on knows the peer cut a different slice (mismatched counts) and fails
+ * (weft_lane_check_mismatch: when the executor checks a blocked operation, not on every poll).
  *
  * A lane runs one ordered list of steps (one channel of a collective, or one peer direction of
  * point-to-point work). weft_lane_progress never blocks: it does as much as the connections allow
@@ -27,9 +40,15 @@
 #include "algo/sched.h"
 #include "redop.h"
 
+/* Slots of a FIFO; a step of a schedule spans at most WEFT_CHUNK_SLOTS of them (two in flight). */
 #define WEFT_STEPS 8
+#define WEFT_CHUNK_SLOTS (WEFT_STEPS / 2)
 #define WEFT_CACHELINE 128
 #define WEFT_SLOT_HEADER 16
+/* The LL FIFO (slots: a power of two, as WEFT_STEPS). */
+#define WEFT_LL_SLOTS 32
+#define WEFT_LL_SLOT_BYTES 4096
+#define WEFT_LL_PAYLOAD (WEFT_LL_SLOT_BYTES - WEFT_SLOT_HEADER)
 
 /* The first bytes of every slot. */
 struct weft_slot_header {
@@ -55,11 +74,13 @@ struct weft_doorbell;
 /* One end of one connection (each side has its own struct; they share ctrl and slots). */
 struct weft_conn {
     struct weft_fifo_ctrl *ctrl;
-    char *slots;                    /* WEFT_STEPS * slot_bytes, zeroed, in the receiver's memory */
+    char *slots;                    /* nslots * slot_bytes, zeroed, in the receiver's memory */
     size_t slot_bytes;              /* multiple of 64, header included */
+    uint32_t nslots;                /* WEFT_STEPS, or WEFT_LL_SLOTS for an LL FIFO: powers of two */
     uint64_t step;                  /* next step this end posts (send) or frees (recv) */
     struct weft_doorbell *peer_bell; /* rung after posting; NULL: nobody to wake */
     uint64_t head_seen;             /* sender: last value of ctrl->head it read */
+    struct weft_conn *ll;           /* the LL FIFO beside this one, same direction; NULL: none */
 };
 
 /* The connections a lane may use, indexed by peer rank. */
@@ -78,6 +99,7 @@ struct weft_lane {
     void *output;
     size_t elem_size;
     const struct weft_redop *op; /* NULL for collectives without reduction */
+    int ll;                      /* small slices may take the connections' LL FIFOs */
     /* progress state, zeroed by weft_lane_init */
     uint64_t cur;        /* current step */
     uint64_t cur_done;   /* elements of the current step already moved */
@@ -106,5 +128,13 @@ static inline int weft_lane_done(const struct weft_lane *lane)
  * to 1 when it waits for send credit, 0 when it waits for data.
  */
 int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked_send_p);
+
+/*
+ * For a lane that waits for data: -1 (error_* set, as weft_lane_progress) when the peer has
+ * posted its next slice on the connection's other FIFO (LL instead of slots, or the reverse),
+ * which it does only when it cut this slice differently; 0 otherwise. Off the fast path: the
+ * executor calls it when it checks a blocked operation for faults.
+ */
+int weft_lane_check_mismatch(struct weft_lane *lane);
 
 #endif

@@ -7,7 +7,10 @@
  * And the converse: a peer that did its part, destroyed the communicator and exited is not a
  * fault (early-exit): the root of a gather-like exchange still waits for a slow third rank.
  *
- * Usage: test_faults CASE   (dead-peer, timeout, mismatch, abort, early-exit)
+ * mismatch-ll: counts whose slices take different FIFOs (32 B takes the LL FIFO, 256 B the slot
+ * FIFO): the mismatch is found at once from the other FIFO, not at the deadline.
+ *
+ * Usage: test_faults CASE   (dead-peer, timeout, mismatch, mismatch-ll, abort, early-exit)
  */
 #include <pthread.h>
 #include <signal.h>
@@ -104,6 +107,18 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
         ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
         EXPECT(res != ncclSuccess, "rank %d: mismatched counts succeeded", rank);
         ncclCommAbort(comm);
+    } else if (strcmp(c, "mismatch-ll") == 0) {
+        /* the victim's 8 floats fit an LL slot; the others' 64 do not */
+        size_t count = rank == victim ? 8 : 64;
+        alarm(20);
+        double t0 = now_s();
+        ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
+        double dt = now_s() - t0;
+        const char *msg = ncclGetLastError(NULL);
+        EXPECT(res == ncclInvalidUsage, "rank %d: mismatched counts gave %d", rank, res);
+        EXPECT(strstr(msg, "count or datatype differ") != NULL, "rank %d: message: %s", rank, msg);
+        EXPECT(dt < 5, "rank %d: the mismatch took %.1f s (WEFT_TIMEOUT=30)", rank, dt);
+        ncclCommAbort(comm);
     } else if (strcmp(c, "early-exit") == 0) {
         /* rank 0 receives from 1 and 2; 1 sends, destroys the communicator and exits at once
          * (a zombie until the harness reaps it), 2 sends half a second later */
@@ -153,12 +168,15 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s dead-peer|timeout|mismatch|abort|early-exit\n", argv[0]);
+        fprintf(stderr, "usage: %s dead-peer|timeout|mismatch|mismatch-ll|abort|early-exit\n",
+                argv[0]);
         return 2;
     }
     const char *c = argv[1];
     if (strcmp(c, "timeout") == 0)
         setenv("WEFT_TIMEOUT", "2", 1);
+    if (strcmp(c, "mismatch-ll") == 0)
+        setenv("WEFT_TIMEOUT", "30", 1);
     int nranks = 3;
     ncclUniqueId id;
     if (ncclGetUniqueId(&id) != ncclSuccess)

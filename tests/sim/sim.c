@@ -331,15 +331,16 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
 /* ---- connections ---- */
 
 struct link {
-    struct weft_fifo_ctrl *ctrl;
-    char *slots;
-    struct weft_conn send, recv;
+    struct weft_fifo_ctrl *ctrl, *ll_ctrl;
+    char *slots, *ll_slots;
+    struct weft_conn send, recv, ll_send, ll_recv;
 };
 
 struct sim {
     const struct cfg *c;
     size_t es, slot_bytes;
     uint64_t chunk;
+    int ll;                        /* links have LL FIFOs and lanes use them (half the cases) */
     int nsub;                      /* lanes per rank and channel (cfg_sub) */
     struct link **links;           /* [nch][n*n], created when a schedule uses the pair */
     struct weft_peer_conns *peers; /* [nch][n][n] */
@@ -360,9 +361,22 @@ static struct link *sim_link(struct sim *s, int ch, int a, int b)
     memset(l->ctrl, 0, sizeof(*l->ctrl));
     l->slots = aligned_alloc(64, WEFT_STEPS * s->slot_bytes);
     memset(l->slots, 0, WEFT_STEPS * s->slot_bytes); /* slot headers must start at seq 0 */
-    struct weft_conn conn = {l->ctrl, l->slots, s->slot_bytes, 0, NULL, 0};
+    struct weft_conn conn = {.ctrl = l->ctrl, .slots = l->slots, .slot_bytes = s->slot_bytes,
+                             .nslots = WEFT_STEPS};
     l->send = conn;
     l->recv = conn;
+    if (s->ll) {
+        l->ll_ctrl = aligned_alloc(WEFT_CACHELINE, sizeof(struct weft_fifo_ctrl));
+        memset(l->ll_ctrl, 0, sizeof(*l->ll_ctrl));
+        l->ll_slots = aligned_alloc(WEFT_CACHELINE, WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES);
+        memset(l->ll_slots, 0, WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES);
+        struct weft_conn ll = {.ctrl = l->ll_ctrl, .slots = l->ll_slots,
+                               .slot_bytes = WEFT_LL_SLOT_BYTES, .nslots = WEFT_LL_SLOTS};
+        l->ll_send = ll;
+        l->ll_recv = ll;
+        l->send.ll = &l->ll_send;
+        l->recv.ll = &l->ll_recv;
+    }
     s->peers[((size_t)ch * n + a) * n + b].send = &l->send;
     s->peers[((size_t)ch * n + b) * n + a].recv = &l->recv;
     *lp = l;
@@ -454,6 +468,7 @@ static int sim_setup(struct sim *s, struct weft_redop *op)
         l->output = s->out[r];
         l->elem_size = s->es;
         l->op = op;
+        l->ll = s->ll;
         weft_lane_init(l);
     }
     return 0;
@@ -515,6 +530,8 @@ static void sim_free(struct sim *s)
             continue;
         free(s->links[i]->ctrl);
         free(s->links[i]->slots);
+        free(s->links[i]->ll_ctrl);
+        free(s->links[i]->ll_slots);
         free(s->links[i]);
     }
     for (int i = 0; i < c->nch * s->nsub * n; i++)
@@ -708,9 +725,10 @@ static void run_one(const struct cfg *c)
     s.c = c;
     s.es = weft_dtype_size(c->dc->dtype);
     s.slot_bytes = c->count > 4096 ? 1024 : 256;
+    s.ll = (int)((c->count + (uint64_t)c->n + (uint64_t)c->coll) & 1);
     s.nsub = cfg_sub(c);
     if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct(c) || c->algo >= WEFT_ALGO_TREE)
-        s.chunk = WEFT_STEPS / 2 * weft_slot_payload(s.slot_bytes) / s.es - 1;
+        s.chunk = WEFT_CHUNK_SLOTS * weft_slot_payload(s.slot_bytes) / s.es - 1;
     else
         s.chunk = 2 * weft_slot_payload(s.slot_bytes) / s.es;
     s.links = calloc((size_t)nch * n * n, sizeof(*s.links));

@@ -2,9 +2,11 @@
  * Shared-memory transport (ranks on the same host, host memory).
  *
  * Each rank creates one segment (shm_open + ftruncate + mmap) holding its doorbell and, for every
- * channel and every peer, the FIFO *into* this rank from that peer: control block then
- * WEFT_STEPS slots. Every rank maps every connected peer's segment, so a sender writes its slices
- * straight into the receiver's slots and the receiver reduces straight out of them. Segments are
+ * channel and every peer, the FIFOs *into* this rank from that peer: control block then
+ * WEFT_STEPS slots, then the LL FIFO (control block, WEFT_LL_SLOTS small slots; exec/lane.h), left
+ * out when NCCL_PROTO excludes LL for every collective. Every rank maps every connected peer's
+ * segment, so a sender writes its slices straight into the receiver's slots and the receiver
+ * reduces straight out of them. Segments are
  * unlinked as soon as every rank has mapped them, so a crash leaves nothing in /dev/shm. Pages are
  * only touched when used, so unused connections cost address space, not memory.
  */
@@ -19,6 +21,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "algo/tuner.h"
 #include "core/param.h"
 #include "transport.h"
 
@@ -44,7 +47,7 @@ struct weft_shm_state {
     int nranks;
     int owns_bell;              /* comm->bell points into our segment */
     void **segs;                /* [nranks], NULL for peers not connected */
-    struct weft_conn *conns;    /* [nconn_channels][nranks][2]: send, recv */
+    struct weft_conn *conns;    /* [nconn_channels][nranks][4]: send, recv, their LL FIFOs */
 };
 
 static int shm_can_connect(const struct ncclComm *comm, int a, int b)
@@ -128,6 +131,17 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **s
     return ncclSuccess;
 }
 
+/* A FIFO at fifo: its control block, then nslots slots of slot bytes. */
+static void shm_conn_init(struct weft_conn *conn, char *fifo, size_t slot, uint32_t nslots,
+                          struct weft_doorbell *peer_bell)
+{
+    conn->ctrl = (struct weft_fifo_ctrl *)fifo;
+    conn->slots = fifo + sizeof(struct weft_fifo_ctrl);
+    conn->slot_bytes = slot;
+    conn->nslots = nslots;
+    conn->peer_bell = peer_bell;
+}
+
 static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, void **state_p)
 {
     ncclResult_t res = ncclSuccess;
@@ -138,10 +152,14 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     WEFT_CALLOC(st, 1);
     st->nconn_channels = nch;
     st->nranks = nranks;
-    st->conn_stride = (sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot + 4095) & ~(size_t)4095;
+    /* NCCL_PROTO is the same on every rank (as NCCL requires), so every rank lays out alike. */
+    int ll = weft_tune_ll_any();
+    size_t ll_offset = sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot;
+    size_t ll_bytes = ll ? sizeof(struct weft_fifo_ctrl) + WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES : 0;
+    st->conn_stride = (ll_offset + ll_bytes + 4095) & ~(size_t)4095;
     st->seg_bytes = WEFT_SHM_HEADER_BYTES + (size_t)nch * nranks * st->conn_stride;
     st->segs = calloc((size_t)nranks, sizeof(void *));
-    st->conns = calloc((size_t)nch * nranks * 2, sizeof(struct weft_conn));
+    st->conns = calloc((size_t)nch * nranks * 4, sizeof(struct weft_conn));
     if (st->segs == NULL || st->conns == NULL) {
         WEFT_WARN("out of memory for shared-memory connections of %d ranks", nranks);
         res = ncclSystemError;
@@ -179,20 +197,20 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         for (int p = 0; p < nranks; p++) {
             if (!peer_mask[p])
                 continue;
-            struct weft_conn *send = &st->conns[((size_t)c * nranks + p) * 2];
+            struct weft_conn *send = &st->conns[((size_t)c * nranks + p) * 4];
             struct weft_conn *recv = send + 1;
             void *peer_seg = st->segs[p];
             struct weft_doorbell *peer_bell = &((struct weft_shm_header *)peer_seg)->bell;
             char *out = shm_fifo(st, peer_seg, nranks, c, me);
             char *in = shm_fifo(st, st->segs[me], nranks, c, p);
-            send->ctrl = (struct weft_fifo_ctrl *)out;
-            send->slots = out + sizeof(struct weft_fifo_ctrl);
-            send->slot_bytes = slot;
-            send->peer_bell = peer_bell;
-            recv->ctrl = (struct weft_fifo_ctrl *)in;
-            recv->slots = in + sizeof(struct weft_fifo_ctrl);
-            recv->slot_bytes = slot;
-            recv->peer_bell = peer_bell;
+            shm_conn_init(send, out, slot, WEFT_STEPS, peer_bell);
+            shm_conn_init(recv, in, slot, WEFT_STEPS, peer_bell);
+            if (ll) {
+                send->ll = send + 2;
+                recv->ll = send + 3;
+                shm_conn_init(send->ll, out + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
+                shm_conn_init(recv->ll, in + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
+            }
             comm->chan_peers[c][p].send = send;
             comm->chan_peers[c][p].recv = recv;
         }
@@ -207,8 +225,9 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         comm->bell = &hdr->bell;
         st->owns_bell = 1;
     }
-    WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT, "rank %d: shm segment %zu bytes, %d channels, slot %zu",
-              me, st->seg_bytes, nch, slot);
+    WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT,
+              "rank %d: shm segment %zu bytes, %d channels, slot %zu%s", me, st->seg_bytes, nch,
+              slot, ll ? ", LL FIFOs" : "");
     *state_p = st;
     return ncclSuccess;
 

@@ -849,9 +849,11 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
         ch->recv_slots = recv_fifo + sizeof(struct weft_fifo_ctrl);
         proxy_bell = &st->threads[c % st->nthreads].bell;
         ch->send = (struct weft_conn){.ctrl = ch->send_ctrl, .slots = ch->send_slots,
-                                      .slot_bytes = st->slot_bytes, .peer_bell = proxy_bell};
+                                      .slot_bytes = st->slot_bytes, .nslots = WEFT_STEPS,
+                                      .peer_bell = proxy_bell};
         ch->recv = (struct weft_conn){.ctrl = ch->recv_ctrl, .slots = ch->recv_slots,
-                                      .slot_bytes = st->slot_bytes, .peer_bell = proxy_bell};
+                                      .slot_bytes = st->slot_bytes, .nslots = WEFT_STEPS,
+                                      .peer_bell = proxy_bell};
         comm->chan_peers[c][rank].send = &ch->send;
         comm->chan_peers[c][rank].recv = &ch->recv;
     }
@@ -894,6 +896,7 @@ static ncclResult_t sock_self_init(struct weft_sock_state *st)
         struct weft_conn conn = {.ctrl = (struct weft_fifo_ctrl *)fifo,
                                  .slots = fifo + sizeof(struct weft_fifo_ctrl),
                                  .slot_bytes = st->slot_bytes,
+                                 .nslots = WEFT_STEPS,
                                  .peer_bell = st->rank_bell};
         st->self_conns[2 * c] = conn;
         st->self_conns[2 * c + 1] = conn;
