@@ -13,13 +13,14 @@
  * the other's doorbell (see exec/wait.h) so a sleeping peer wakes up.
  *
  * LL (NCCL's name for its low-latency protocol): a connection may carry a second FIFO (conn->ll)
- * of WEFT_LL_SLOTS small slots (4 KiB, up to WEFT_LL_PAYLOAD bytes each). A step that fits one
+ * of WEFT_LL_SLOTS small slots (1 KiB, up to WEFT_LL_PAYLOAD bytes each). A step that fits one
  * such slot travels there when the lane allows LL (lane->ll, from NCCL_PROTO) and the connection
  * has one; every other slice takes the slot FIFO ("Simple"). The LL FIFO is deep: on a host with
  * more ranks than cores, a rank posts many small operations before it gives its core away and its
- * peers drain them in one turn each (8 ranks on 2 cores: broadcast and reduce of 32 B - 2 KiB
+ * peers drain them in one turn each (8 ranks on 2 cores: broadcast and reduce of 32 B - 512 B
  * 1.5-3x faster; 4 ranks: 1.3-2x). Large slices keep to WEFT_STEPS slots: letting them run 32
- * deep made all-reduce of 32 KiB on 8 ranks 1.7x slower (their data left the caches).
+ * deep made all-reduce of 32 KiB on 8 ranks 1.7x slower (their data left the caches). 4 KiB LL
+ * slots sped up 2 KiB steps too, but cost 128 KiB of mapped memory per connection, 4x this.
  * Both ends cut the same slices from the same schedule, so they agree which FIFO each takes; the
  * sender posts slices in order, so a receiver that finds the other FIFO posted ahead of the one
  * it waits on knows the peer cut a different slice (mismatched counts) and fails
@@ -47,7 +48,7 @@
 #define WEFT_SLOT_HEADER 16
 /* The LL FIFO (slots: a power of two, as WEFT_STEPS). */
 #define WEFT_LL_SLOTS 32
-#define WEFT_LL_SLOT_BYTES 4096
+#define WEFT_LL_SLOT_BYTES 1024
 #define WEFT_LL_PAYLOAD (WEFT_LL_SLOT_BYTES - WEFT_SLOT_HEADER)
 
 /* The first bytes of every slot. */

@@ -131,6 +131,24 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **s
     return ncclSuccess;
 }
 
+/*
+ * Maps the pages of [addr, addr + len) into this process now. Small operations walk the LL FIFO's
+ * pages one slot after the other, and the first pass faulted each page (2 ranks, the first 20
+ * all-reduces of 8 B took 2-9 us each instead of 0.18). Best effort: an old kernel (before 5.14)
+ * faults them on first use instead.
+ */
+static void shm_prefault(char *addr, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t page = 4096, a = (uintptr_t)addr & ~(page - 1);
+    uintptr_t end = ((uintptr_t)addr + len + page - 1) & ~(page - 1);
+    (void)madvise((void *)a, end - a, MADV_POPULATE_WRITE);
+#else
+    (void)addr;
+    (void)len;
+#endif
+}
+
 /* A FIFO at fifo: its control block, then nslots slots of slot bytes. */
 static void shm_conn_init(struct weft_conn *conn, char *fifo, size_t slot, uint32_t nslots,
                           struct weft_doorbell *peer_bell)
@@ -210,6 +228,8 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
                 recv->ll = send + 3;
                 shm_conn_init(send->ll, out + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
                 shm_conn_init(recv->ll, in + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
+                shm_prefault(out + ll_offset, ll_bytes);
+                shm_prefault(in + ll_offset, ll_bytes);
             }
             comm->chan_peers[c][p].send = send;
             comm->chan_peers[c][p].recv = recv;
