@@ -7,8 +7,9 @@
  * out when NCCL_PROTO excludes LL for every collective. Every rank maps every connected peer's
  * segment, so a sender writes its slices straight into the receiver's slots and the receiver
  * reduces straight out of them. Segments are
- * unlinked as soon as every rank has mapped them, so a crash leaves nothing in /dev/shm. Pages are
- * only touched when used, so unused connections cost address space, not memory.
+ * unlinked as soon as every rank has mapped them, so a crash leaves nothing in /dev/shm. Small
+ * communicators map every FIFO page at setup (WEFT_SHM_PREFAULT_BYTES); larger ones only the LL
+ * FIFOs, and their other pages cost memory only once used.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ WEFT_PARAM(ShmSlotBytes, "WEFT_SHM_SLOT_BYTES", 32768,
 
 #define WEFT_SHM_SEGMENT_MAGIC 0x7765667473686d31ull /* "weftshm1" */
 #define WEFT_SHM_HEADER_BYTES 4096
+#define WEFT_SHM_PREFAULT_BYTES (16u << 20) /* FIFOs into one rank mapped at setup, at most */
 
 struct weft_shm_header {
     uint64_t magic;
@@ -132,10 +134,10 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **s
 }
 
 /*
- * Maps the pages of [addr, addr + len) into this process now. Small operations walk the LL FIFO's
- * pages one slot after the other, and the first pass faulted each page (2 ranks, the first 20
- * all-reduces of 8 B took 2-9 us each instead of 0.18). Best effort: an old kernel (before 5.14)
- * faults them on first use instead.
+ * Maps the pages of [addr, addr + len) into this process now. Operations walk a FIFO's pages one
+ * slot after the other, and the first pass faulted each page (2 ranks, the first 20 all-reduces
+ * of 8 B over the LL FIFO took 2-9 us each instead of 0.18). Best effort: an old kernel (before
+ * 5.14) faults them on first use instead.
  */
 static void shm_prefault(char *addr, size_t len)
 {
@@ -176,6 +178,13 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     size_t ll_bytes = ll ? sizeof(struct weft_fifo_ctrl) + WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES : 0;
     st->conn_stride = (ll_offset + ll_bytes + 4095) & ~(size_t)4095;
     st->seg_bytes = WEFT_SHM_HEADER_BYTES + (size_t)nch * nranks * st->conn_stride;
+    /* Map every FIFO now while they take little memory (8 ranks: 6 MiB a rank), else the LL
+     * FIFOs only: the first operations of a size faulted their pages one by one (8 ranks on 2
+     * cores, the first 8 all-gathers of 64 KiB took 130 us each, 15-30 us after). */
+    int npeers = 0;
+    for (int p = 0; p < nranks; p++)
+        npeers += p != me && peer_mask[p];
+    int prefault_all = (size_t)nch * npeers * st->conn_stride <= WEFT_SHM_PREFAULT_BYTES;
     st->segs = calloc((size_t)nranks, sizeof(void *));
     st->conns = calloc((size_t)nch * nranks * 4, sizeof(struct weft_conn));
     if (st->segs == NULL || st->conns == NULL) {
@@ -228,6 +237,11 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
                 recv->ll = send + 3;
                 shm_conn_init(send->ll, out + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
                 shm_conn_init(recv->ll, in + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
+            }
+            if (prefault_all) {
+                shm_prefault(out, st->conn_stride);
+                shm_prefault(in, st->conn_stride);
+            } else if (ll) {
                 shm_prefault(out + ll_offset, ll_bytes);
                 shm_prefault(in + ll_offset, ll_bytes);
             }
