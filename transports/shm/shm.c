@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -178,13 +179,17 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     size_t ll_bytes = ll ? sizeof(struct weft_fifo_ctrl) + WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES : 0;
     st->conn_stride = (ll_offset + ll_bytes + 4095) & ~(size_t)4095;
     st->seg_bytes = WEFT_SHM_HEADER_BYTES + (size_t)nch * nranks * st->conn_stride;
-    /* Map every FIFO now while they take little memory (8 ranks: 6 MiB a rank), else the LL
-     * FIFOs only: the first operations of a size faulted their pages one by one (8 ranks on 2
-     * cores, the first 8 all-gathers of 64 KiB took 130 us each, 15-30 us after). */
+    /* Map every FIFO now while they take little memory (8 ranks: 6 MiB a rank) and /dev/shm has
+     * room for all the ranks' (a container's may hold 64 MiB), else the LL FIFOs only: the first
+     * operations of a size faulted their pages one by one (8 ranks on 2 cores, the first 8
+     * all-gathers of 64 KiB took 96-124 us each, 25-28 after). */
     int npeers = 0;
     for (int p = 0; p < nranks; p++)
         npeers += p != me && peer_mask[p];
-    int prefault_all = (size_t)nch * npeers * st->conn_stride <= WEFT_SHM_PREFAULT_BYTES;
+    size_t fifo_total = (size_t)nch * npeers * st->conn_stride;
+    struct statvfs vfs;
+    int prefault_all = fifo_total <= WEFT_SHM_PREFAULT_BYTES && statvfs("/dev/shm", &vfs) == 0 &&
+                       fifo_total * (size_t)(npeers + 1) <= (size_t)vfs.f_bavail * vfs.f_frsize / 4;
     st->segs = calloc((size_t)nranks, sizeof(void *));
     st->conns = calloc((size_t)nch * nranks * 4, sizeof(struct weft_conn));
     if (st->segs == NULL || st->conns == NULL) {
@@ -260,8 +265,9 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         st->owns_bell = 1;
     }
     WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT,
-              "rank %d: shm segment %zu bytes, %d channels, slot %zu%s", me, st->seg_bytes, nch,
-              slot, ll ? ", LL FIFOs" : "");
+              "rank %d: shm segment %zu bytes, %d channels, slot %zu%s; %s mapped at setup", me,
+              st->seg_bytes, nch, slot, ll ? ", LL FIFOs" : "",
+              prefault_all ? "every FIFO" : ll ? "the LL FIFOs" : "nothing");
     *state_p = st;
     return ncclSuccess;
 
