@@ -108,7 +108,7 @@ int weft_lane_check_mismatch(struct weft_lane *lane)
     lane_slice(lane, s, &sl);
     const struct weft_conn *main = lane->peers[s->recv_peer].recv;
     const struct weft_conn *other = sl.rc == main ? main->ll : main;
-    if (other == NULL)
+    if (other == NULL || !main->ll_ordered)
         return 0;
     struct weft_slot_header *hdr = lane_slot(sl.rc), *o = lane_slot(other);
     if (__atomic_load_n(&o->seq, __ATOMIC_ACQUIRE) != other->step + 1)

@@ -22,9 +22,11 @@
  * deep made all-reduce of 32 KiB on 8 ranks 1.7x slower (their data left the caches). 4 KiB LL
  * slots sped up 2 KiB steps too, but cost 128 KiB of mapped memory per connection, 4x this.
  * Both ends cut the same slices from the same schedule, so they agree which FIFO each takes; the
- * sender posts slices in order, so a receiver that finds the other FIFO posted ahead of the one
- * it waits on knows the peer cut a different slice (mismatched counts) and fails
- * (weft_lane_check_mismatch: when the executor checks a blocked operation, not on every poll).
+ * sender posts slices in order, so where both FIFOs are shared memory (conn->ll_ordered) a
+ * receiver that finds the other FIFO posted ahead of the one it waits on knows the peer cut a
+ * different slice (mismatched counts) and fails (weft_lane_check_mismatch: when the executor
+ * checks a blocked operation, not on every poll); through a socket proxy the two arrive in any
+ * order, and such a mismatch shows at the deadline.
  *
  * A lane runs one ordered list of steps (one channel of a collective, or one peer direction of
  * point-to-point work). weft_lane_progress never blocks: it does as much as the connections allow
@@ -82,6 +84,9 @@ struct weft_conn {
     struct weft_doorbell *peer_bell; /* rung after posting; NULL: nobody to wake */
     uint64_t head_seen;             /* sender: last value of ctrl->head it read */
     struct weft_conn *ll;           /* the LL FIFO beside this one, same direction; NULL: none */
+    int ll_ordered;                 /* the peer's posts to the two become visible here in the
+                                     * order it made them (shm; not through a socket proxy,
+                                     * which bridges each FIFO on its own) */
 };
 
 /* The connections a lane may use, indexed by peer rank. */

@@ -376,6 +376,7 @@ static struct link *sim_link(struct sim *s, int ch, int a, int b)
         l->ll_recv = ll;
         l->send.ll = &l->ll_send;
         l->recv.ll = &l->ll_recv;
+        l->send.ll_ordered = l->recv.ll_ordered = 1;
     }
     s->peers[((size_t)ch * n + a) * n + b].send = &l->send;
     s->peers[((size_t)ch * n + b) * n + a].recv = &l->recv;

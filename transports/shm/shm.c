@@ -240,6 +240,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             if (ll) {
                 send->ll = send + 2;
                 recv->ll = send + 3;
+                send->ll_ordered = recv->ll_ordered = 1;
                 shm_conn_init(send->ll, out + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
                 shm_conn_init(recv->ll, in + ll_offset, WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS, peer_bell);
             }

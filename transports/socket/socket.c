@@ -1,21 +1,24 @@
 /*
  * Socket transport: ranks on different hosts (or any ranks, with NCCL_SHM_DISABLE=1), over TCP.
  *
- * As on NCCL's network path, the step engine only ever touches local memory. For every channel
- * and every connected peer a rank owns two FIFOs in its own memory (exec/lane.h layout: control
- * block, then WEFT_STEPS slots): the *send* FIFO, which the rank's lanes fill, and the *recv*
- * FIFO, which the lanes drain. Proxy threads of the communicator bridge them over TCP:
+ * As on NCCL's network path, the step engine only ever touches local memory. For every FIFO
+ * channel and every connected peer a rank owns two FIFOs in its own memory (exec/lane.h layout:
+ * control block, then nslots slots): the *send* FIFO, which the rank's lanes fill, and the *recv*
+ * FIFO, which the lanes drain. FIFO channels 0 .. nch-1 are the channels' slot FIFOs (WEFT_STEPS
+ * slots), nch .. 2 nch-1 their LL FIFOs (WEFT_LL_SLOTS small slots, for small steps; absent when
+ * NCCL_PROTO excludes LL everywhere); the proxy treats both kinds alike. Proxy threads of the
+ * communicator bridge them over TCP:
  *
  *   sender rank: posts slot s (payload, bytes, then seq = s + 1 with a release store) and rings
  *                the proxy's doorbell (conn->peer_bell);
  *   sender proxy: sees seq == s + 1, sends frame DATA{channel, step s, bytes} + payload;
- *   receiver proxy: reads the frame straight into recv slot s % WEFT_STEPS (payload, then the
+ *   receiver proxy: reads the frame straight into recv slot s % nslots (payload, then the
  *                header bytes, then seq with a release store) and rings the rank's doorbell;
  *   receiver rank: consumes the slot, publishes recv head = s + 1, rings the proxy's doorbell;
  *   receiver proxy: sends CREDIT{channel, head};
  *   sender proxy: stores head into the send FIFO's control block and rings the rank's doorbell,
  *                so the sender rank may reuse the slot.
- * A sender posts step s only when head + WEFT_STEPS > s, and head only counts steps the receiver
+ * A sender posts step s only when head + nslots > s, and head only counts steps the receiver
  * freed, so every DATA frame finds its recv slot free: a proxy never has to stop reading a socket,
  * and channels sharing a socket cannot block each other.
  *
@@ -58,6 +61,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
+#include "algo/tuner.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
@@ -128,8 +132,11 @@ struct weft_sock_link {
     uint64_t bytes_sent, bytes_recv;
 };
 
-/* One (peer, channel): the two local FIFOs and the lanes' view of them. */
+/* One (peer, FIFO channel): the two local FIFOs and the lanes' view of them. FIFO channel c <
+ * nch is channel c's slot FIFO, nch + c its LL FIFO (exec/lane.h). */
 struct weft_sock_chan {
+    size_t slot_bytes;
+    uint32_t nslots;
     struct weft_fifo_ctrl *send_ctrl;
     char *send_slots;
     struct weft_fifo_ctrl *recv_ctrl;
@@ -144,7 +151,7 @@ struct weft_sock_peer {
     char where[192]; /* "peer 3 (host h, 10.0.0.2:41234)" */
     void *fifo_mem;
     size_t fifo_bytes;
-    struct weft_sock_chan *chans;  /* [nch] */
+    struct weft_sock_chan *chans;  /* [nfifo] */
     struct weft_sock_link *links;  /* [nthreads][nsocks] */
 };
 
@@ -168,6 +175,7 @@ enum { WEFT_SOCK_RUN = 0, WEFT_SOCK_FLUSH, WEFT_SOCK_STOP };
 struct weft_sock_state {
     struct ncclComm *comm;
     int nranks, me, nch, nthreads, nsocks;
+    int nfifo; /* FIFO channels: nch slot FIFOs, then nch LL FIFOs unless NCCL_PROTO excludes LL */
     size_t slot_bytes;
     uint64_t spin_ns;
     int listen_fd;
@@ -184,14 +192,16 @@ struct weft_sock_state {
     int stop;
 };
 
-static size_t sock_fifo_stride(size_t slot)
+static size_t sock_fifo_stride(size_t slot, uint32_t nslots)
 {
-    return (sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot + 4095) & ~(size_t)4095;
+    return (sizeof(struct weft_fifo_ctrl) + nslots * slot + 4095) & ~(size_t)4095;
 }
 
-static struct weft_slot_header *sock_slot(char *slots, size_t slot_bytes, uint64_t step)
+/* Slot of step in one of ch's FIFOs (nslots is a power of two). */
+static struct weft_slot_header *sock_slot(const struct weft_sock_chan *ch, char *slots,
+                                          uint64_t step)
 {
-    return (struct weft_slot_header *)(slots + (size_t)(step % WEFT_STEPS) * slot_bytes);
+    return (struct weft_slot_header *)(slots + (size_t)(step & (ch->nslots - 1)) * ch->slot_bytes);
 }
 
 static int sock_can_connect(const struct ncclComm *comm, int a, int b)
@@ -366,7 +376,7 @@ static void sock_late_data(struct weft_sock_thread *t, struct weft_sock_link *l,
 {
     struct weft_sock_state *st = t->st;
     uint64_t s = l->tx_next[c];
-    struct weft_slot_header *h = sock_slot(l->peer->chans[c].send_slots, st->slot_bytes, s);
+    struct weft_slot_header *h = sock_slot(&l->peer->chans[c], l->peer->chans[c].send_slots, s);
     if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != s + 1)
         return;
     l->late_data = 1;
@@ -387,7 +397,7 @@ static int sock_scan(struct weft_sock_thread *t)
     for (int pi = 0; pi < st->npeers; pi++) {
         struct weft_sock_peer *p = &st->peers[pi];
         struct weft_sock_link *links = &p->links[t->index * ns];
-        for (int c = t->index; c < st->nch; c += st->nthreads) {
+        for (int c = t->index; c < st->nfifo; c += st->nthreads) {
             struct weft_sock_chan *ch = &p->chans[c];
             for (int k = 0; k < ns; k++) {
                 struct weft_sock_link *l = &links[k];
@@ -398,12 +408,12 @@ static int sock_scan(struct weft_sock_thread *t)
                 }
                 for (;;) {
                     uint64_t s = l->tx_next[c];
-                    struct weft_slot_header *h = sock_slot(ch->send_slots, st->slot_bytes, s);
+                    struct weft_slot_header *h = sock_slot(ch, ch->send_slots, s);
                     if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != s + 1)
                         break;
                     uint32_t bytes = h->bytes;
-                    if (bytes > weft_slot_payload(st->slot_bytes))
-                        bytes = (uint32_t)weft_slot_payload(st->slot_bytes); /* never: lane's */
+                    if (bytes > weft_slot_payload(ch->slot_bytes))
+                        bytes = (uint32_t)weft_slot_payload(ch->slot_bytes); /* never: lane's */
                     if (!sock_enqueue(l, WEFT_SOCK_DATA, c, s, (const char *)h + WEFT_SLOT_HEADER,
                                       bytes))
                         break;
@@ -468,21 +478,21 @@ static int sock_frame(struct weft_sock_link *l)
         return 0;
     }
     int c = f->channel;
-    if (c >= st->nch || c % st->nthreads != t->index) {
-        sock_frame_bad(l, "bad frame: channel %d (%d channels, this connection serves channels "
-                       "%d mod %d)",
-                       c, st->nch, t->index, st->nthreads);
+    if (c >= st->nfifo || c % st->nthreads != t->index) {
+        sock_frame_bad(l, "bad frame: channel %d (%d FIFO channels, this connection serves "
+                       "channels %d mod %d)",
+                       c, st->nfifo, t->index, st->nthreads);
         return 0;
     }
     struct weft_sock_chan *ch = &l->peer->chans[c];
     if (f->type == WEFT_SOCK_CREDIT) {
         uint64_t head = __atomic_load_n(&ch->send_ctrl->head, __ATOMIC_RELAXED);
         if (f->bytes != 0 || c % st->nsocks != l->index || f->step <= head ||
-            f->step > head + WEFT_STEPS) {
+            f->step > head + ch->nslots) {
             sock_frame_bad(l, "bad credit frame: channel %d connection %d freed %llu steps, "
-                           "%llu were freed before (window %d)",
+                           "%llu were freed before (window %u)",
                            c, l->index, (unsigned long long)f->step, (unsigned long long)head,
-                           WEFT_STEPS);
+                           ch->nslots);
             return 0;
         }
         __atomic_store_n(&ch->send_ctrl->head, f->step, __ATOMIC_RELEASE);
@@ -490,20 +500,20 @@ static int sock_frame(struct weft_sock_link *l)
         return 1;
     }
     uint64_t head = __atomic_load_n(&ch->recv_ctrl->head, __ATOMIC_ACQUIRE);
-    if (f->step != l->rx_expect[c] || f->step >= head + WEFT_STEPS) {
+    if (f->step != l->rx_expect[c] || f->step >= head + ch->nslots) {
         sock_frame_bad(l, "bad data frame: channel %d step %llu, expected step %llu (receiver "
                        "freed %llu)",
                        c, (unsigned long long)f->step, (unsigned long long)l->rx_expect[c],
                        (unsigned long long)head);
         return 0;
     }
-    if (f->bytes > weft_slot_payload(st->slot_bytes)) {
+    if (f->bytes > weft_slot_payload(ch->slot_bytes)) {
         sock_frame_bad(l, "bad data frame: channel %d step %llu carries %u bytes, a slot holds %zu",
                        c, (unsigned long long)f->step, f->bytes,
-                       weft_slot_payload(st->slot_bytes));
+                       weft_slot_payload(ch->slot_bytes));
         return 0;
     }
-    struct weft_slot_header *h = sock_slot(ch->recv_slots, st->slot_bytes, f->step);
+    struct weft_slot_header *h = sock_slot(ch, ch->recv_slots, f->step);
     l->rx_in_payload = 1;
     l->rxdst = (char *)h + WEFT_SLOT_HEADER;
     l->rxleft = f->bytes;
@@ -515,8 +525,8 @@ static void sock_publish(struct weft_sock_link *l)
 {
     struct weft_sock_state *st = l->thread->st;
     const struct weft_sock_frame *f = &l->rxf;
-    struct weft_slot_header *h = sock_slot(l->peer->chans[f->channel].recv_slots, st->slot_bytes,
-                                           f->step);
+    const struct weft_sock_chan *ch = &l->peer->chans[f->channel];
+    struct weft_slot_header *h = sock_slot(ch, ch->recv_slots, f->step);
     h->bytes = f->bytes;
     __atomic_store_n(&h->seq, f->step + 1, __ATOMIC_RELEASE);
     l->rx_expect[f->channel] = f->step + (uint64_t)st->nsocks;
@@ -826,11 +836,12 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
     snprintf(p->where, sizeof(p->where), "peer %d (host %s, %s)", rank,
              comm->peer_info[rank].hostname,
              weft_socket_addr_str(&st->infos[rank].addr, addr, sizeof(addr)));
-    size_t stride = sock_fifo_stride(st->slot_bytes);
-    p->fifo_bytes = (size_t)st->nch * 2 * stride;
+    size_t stride = sock_fifo_stride(st->slot_bytes, WEFT_STEPS);
+    size_t ll_stride = sock_fifo_stride(WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS);
+    p->fifo_bytes = (size_t)st->nch * 2 * stride + (size_t)(st->nfifo - st->nch) * 2 * ll_stride;
     WEFT_CHECK(sock_map(p->fifo_bytes, &p->fifo_mem));
     int nlinks = st->nthreads * st->nsocks;
-    p->chans = calloc((size_t)st->nch, sizeof(*p->chans));
+    p->chans = calloc((size_t)st->nfifo, sizeof(*p->chans));
     p->links = calloc((size_t)nlinks, sizeof(*p->links));
     if (p->chans == NULL || p->links == NULL) {
         WEFT_WARN("out of memory for the socket connections to %s", p->where);
@@ -838,22 +849,32 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
     }
     for (int i = 0; i < nlinks; i++)
         p->links[i].fd = -1;
-    struct weft_doorbell *proxy_bell;
-    for (int c = 0; c < st->nch; c++) {
+    char *fifo = p->fifo_mem;
+    for (int c = 0; c < st->nfifo; c++) {
         struct weft_sock_chan *ch = &p->chans[c];
-        char *send_fifo = (char *)p->fifo_mem + (size_t)c * 2 * stride;
-        char *recv_fifo = send_fifo + stride;
-        ch->send_ctrl = (struct weft_fifo_ctrl *)send_fifo;
-        ch->send_slots = send_fifo + sizeof(struct weft_fifo_ctrl);
-        ch->recv_ctrl = (struct weft_fifo_ctrl *)recv_fifo;
-        ch->recv_slots = recv_fifo + sizeof(struct weft_fifo_ctrl);
-        proxy_bell = &st->threads[c % st->nthreads].bell;
+        int ll = c >= st->nch;
+        ch->slot_bytes = ll ? WEFT_LL_SLOT_BYTES : st->slot_bytes;
+        ch->nslots = ll ? WEFT_LL_SLOTS : WEFT_STEPS;
+        size_t fifo_stride = ll ? ll_stride : stride;
+        ch->send_ctrl = (struct weft_fifo_ctrl *)fifo;
+        ch->send_slots = fifo + sizeof(struct weft_fifo_ctrl);
+        ch->recv_ctrl = (struct weft_fifo_ctrl *)(fifo + fifo_stride);
+        ch->recv_slots = fifo + fifo_stride + sizeof(struct weft_fifo_ctrl);
+        fifo += 2 * fifo_stride;
+        struct weft_doorbell *proxy_bell = &st->threads[c % st->nthreads].bell;
         ch->send = (struct weft_conn){.ctrl = ch->send_ctrl, .slots = ch->send_slots,
-                                      .slot_bytes = st->slot_bytes, .nslots = WEFT_STEPS,
+                                      .slot_bytes = ch->slot_bytes, .nslots = ch->nslots,
                                       .peer_bell = proxy_bell};
         ch->recv = (struct weft_conn){.ctrl = ch->recv_ctrl, .slots = ch->recv_slots,
-                                      .slot_bytes = st->slot_bytes, .nslots = WEFT_STEPS,
+                                      .slot_bytes = ch->slot_bytes, .nslots = ch->nslots,
                                       .peer_bell = proxy_bell};
+    }
+    for (int c = 0; c < st->nch; c++) {
+        struct weft_sock_chan *ch = &p->chans[c];
+        if (st->nfifo > st->nch) {
+            ch->send.ll = &p->chans[st->nch + c].send;
+            ch->recv.ll = &p->chans[st->nch + c].recv;
+        }
         comm->chan_peers[c][rank].send = &ch->send;
         comm->chan_peers[c][rank].recv = &ch->recv;
     }
@@ -863,17 +884,20 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
             l->index = k;
             l->peer = p;
             l->thread = &st->threads[t];
-            l->txcap = (uint32_t)st->nch * (WEFT_STEPS + 1) + 1;
+            /* the most a link can have queued: every slot and a credit of every FIFO, a BYE */
+            l->txcap = 1;
+            for (int c = 0; c < st->nfifo; c++)
+                l->txcap += p->chans[c].nslots + 1;
             l->txq = calloc(l->txcap, sizeof(*l->txq));
             l->rxbuf = malloc(WEFT_SOCK_RXBUF);
-            l->rx_expect = calloc((size_t)st->nch, sizeof(uint64_t));
-            l->tx_next = calloc((size_t)st->nch, sizeof(uint64_t));
+            l->rx_expect = calloc((size_t)st->nfifo, sizeof(uint64_t));
+            l->tx_next = calloc((size_t)st->nfifo, sizeof(uint64_t));
             if (l->txq == NULL || l->rxbuf == NULL || l->rx_expect == NULL || l->tx_next == NULL) {
                 WEFT_WARN("out of memory for the socket connections to %s", p->where);
                 return ncclSystemError;
             }
             /* Step s of channel c travels on connection (s + c) % nsocks. */
-            for (int c = 0; c < st->nch; c++) {
+            for (int c = 0; c < st->nfifo; c++) {
                 uint64_t first = (uint64_t)((k - c % st->nsocks + st->nsocks) % st->nsocks);
                 l->rx_expect[c] = first;
                 l->tx_next[c] = first;
@@ -887,7 +911,7 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
 static ncclResult_t sock_self_init(struct weft_sock_state *st)
 {
     struct ncclComm *comm = st->comm;
-    size_t stride = sock_fifo_stride(st->slot_bytes);
+    size_t stride = sock_fifo_stride(st->slot_bytes, WEFT_STEPS);
     st->self_bytes = (size_t)st->nch * stride;
     WEFT_CHECK(sock_map(st->self_bytes, &st->self_mem));
     WEFT_CALLOC(st->self_conns, (size_t)st->nch * 2);
@@ -920,6 +944,7 @@ static void sock_hello_fill(const struct weft_sock_state *st, struct weft_sock_h
     h->nthreads = (uint32_t)st->nthreads;
     h->nsocks = (uint32_t)st->nsocks;
     h->nchannels = (uint32_t)st->nch;
+    h->ll_fifos = st->nfifo > st->nch;
     h->slot_bytes = st->slot_bytes;
 }
 
@@ -972,16 +997,18 @@ static ncclResult_t sock_connect_all(struct weft_sock_state *st)
             h.peer != st->me || h.thread >= (uint32_t)st->nthreads ||
             h.sock >= (uint32_t)st->nsocks || h.nthreads != want.nthreads ||
             h.nsocks != want.nsocks || h.nchannels != want.nchannels ||
+            h.ll_fifos != want.ll_fifos ||
             h.slot_bytes != want.slot_bytes ||
             p->links[h.thread * (uint32_t)st->nsocks + h.sock].fd >= 0) {
             WEFT_WARN("rank %d: rejected a socket connection: hello version 0x%08x type %u from "
                       "rank %d for rank %d (connection %u/%u of %u threads x %u sockets, %u "
-                      "channels, slot %llu bytes, comm %016llx); expected comm %016llx, %d x %d "
-                      "sockets, %d channels, slot %zu bytes",
+                      "channels, LL FIFOs %u, slot %llu bytes, comm %016llx); expected comm "
+                      "%016llx, %d x %d sockets, %d channels, LL FIFOs %u, slot %zu bytes (set "
+                      "NCCL_PROTO alike on every rank)",
                       st->me, h.version, h.type, h.rank, h.peer, h.thread, h.sock, h.nthreads,
-                      h.nsocks, h.nchannels, (unsigned long long)h.slot_bytes,
+                      h.nsocks, h.nchannels, h.ll_fifos, (unsigned long long)h.slot_bytes,
                       (unsigned long long)h.comm_hash, (unsigned long long)want.comm_hash,
-                      st->nthreads, st->nsocks, st->nch, st->slot_bytes);
+                      st->nthreads, st->nsocks, st->nch, want.ll_fifos, st->slot_bytes);
             close(fd);
             return ncclInvalidUsage;
         }
@@ -1050,6 +1077,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
     st->nranks = nranks;
     st->me = me;
     st->nch = comm->nchannels + 1;
+    st->nfifo = weft_tune_ll_any() ? 2 * st->nch : st->nch;
     st->nthreads = (int)nthreads;
     st->nsocks = (int)nsocks;
     st->slot_bytes = comm->slot_bytes;

@@ -9,12 +9,13 @@
  * hash, both ranks, connection number, thread and socket counts, channels, slot size) and refuses
  * the connection, failing init, on any difference.
  *
- * Then frames flow both ways, each a struct weft_sock_frame header:
+ * Then frames flow both ways, each a struct weft_sock_frame header. `channel` is a FIFO channel:
+ * below nchannels a channel's slot FIFO, from nchannels (when the hellos say ll_fifos) its LL FIFO.
  *   DATA    step = the step, bytes = payload bytes that follow (at most the slot's payload);
  *           step s of channel c travels on connection (s + c) % nsocks of the channel's thread
  *           (c % nthreads), so each connection carries a channel's steps in order, nsocks apart
  *   CREDIT  step = steps the receiver has freed on that channel (it only grows, by at most
- *           WEFT_STEPS at a time), bytes = 0; on connection c % nsocks of the channel's thread
+ *           the FIFO's slots at a time), bytes = 0; on connection c % nsocks of the channel's thread
  *   BYE     the sender is closing the communicator; nothing follows but EOF
  * `check` is weft_sock_check() of the other fields, so a stream that lost its framing is caught
  * at the next header.
@@ -26,7 +27,7 @@
 
 #include "bootstrap/socket.h"
 
-#define WEFT_SOCK_VERSION 0x014b5357u /* "WSK" + wire version 1 */
+#define WEFT_SOCK_VERSION 0x024b5357u /* "WSK" + wire version 2 (LL FIFO channels) */
 #define WEFT_SOCK_INFO_VERSION 1u
 
 enum weft_sock_type {
@@ -65,7 +66,7 @@ struct weft_sock_hello {
     uint32_t nthreads;
     uint32_t nsocks;
     uint32_t nchannels; /* comm->nchannels + 1 (point-to-point) */
-    uint32_t pad;
+    uint32_t ll_fifos;  /* 1: FIFO channels nchannels .. 2 nchannels - 1 are the LL FIFOs */
     uint64_t slot_bytes;
 };
 
