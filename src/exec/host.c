@@ -352,10 +352,10 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
         if (now - last_check > 100000000ull) {
             last_check = now;
             /* Only lanes at the head of their connections' order: a later one's FIFO positions
-             * are still its predecessor's. */
+             * are still its predecessor's. Every 100 ms: through a proxy, 100 checks are 10 s. */
             for (int i = 0; i < nlanes; i++)
                 if ((lanes[i].prev_same < 0 || weft_lane_done(&lanes[lanes[i].prev_same].lane)) &&
-                    weft_lane_check_mismatch(&lanes[i].lane) < 0)
+                    weft_lane_check_mismatch(&lanes[i].lane, 100) < 0)
                     return weft_exec_lane_error(&lanes[i]);
             ncclResult_t res = weft_exec_check_stuck(lanes, nlanes, &block, now - idle_since);
             /* A peer may post its last data and exit between our round and the check: look

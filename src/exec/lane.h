@@ -26,7 +26,7 @@
  * receiver that finds the other FIFO posted ahead of the one it waits on knows the peer cut a
  * different slice (mismatched counts) and fails (weft_lane_check_mismatch: when the executor
  * checks a blocked operation, not on every poll); through a socket proxy the two arrive in any
- * order, and such a mismatch shows at the deadline.
+ * order, so there the other FIFO must stay ahead for 10 s first.
  *
  * A lane runs one ordered list of steps (one channel of a collective, or one peer direction of
  * point-to-point work). weft_lane_progress never blocks: it does as much as the connections allow
@@ -115,6 +115,7 @@ struct weft_lane {
     int error_peer;
     uint32_t error_got_bytes;
     uint32_t error_want_bytes;
+    int mismatch_checks; /* weft_lane_check_mismatch's count */
 };
 
 void weft_lane_init(struct weft_lane *lane);
@@ -138,9 +139,10 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
 /*
  * For a lane that waits for data: -1 (error_* set, as weft_lane_progress) when the peer has
  * posted its next slice on the connection's other FIFO (LL instead of slots, or the reverse),
- * which it does only when it cut this slice differently; 0 otherwise. Off the fast path: the
- * executor calls it when it checks a blocked operation for faults.
+ * which it does only when it cut this slice differently; 0 otherwise. Where the two FIFOs reach
+ * this rank through a proxy (!ll_ordered), only once that has held at `checks` calls in a row.
+ * Off the fast path: the executor calls it when it checks a blocked operation for faults.
  */
-int weft_lane_check_mismatch(struct weft_lane *lane);
+int weft_lane_check_mismatch(struct weft_lane *lane, int checks);
 
 #endif

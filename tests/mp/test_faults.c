@@ -7,8 +7,9 @@
  * And the converse: a peer that did its part, destroyed the communicator and exited is not a
  * fault (early-exit): the root of a gather-like exchange still waits for a slow third rank.
  *
- * mismatch-ll: counts whose slices take different FIFOs (32 B takes the LL FIFO, 256 B the slot
- * FIFO): the mismatch is found at once from the other FIFO, not at the deadline.
+ * mismatch-ll: counts whose slices take different FIFOs (32 B takes the LL FIFO, 4 KiB the slot
+ * FIFO): over shared memory the mismatch is found at once from the other FIFO, not at the
+ * deadline (WEFT_TIMEOUT=30 here); over sockets (NCCL_SHM_DISABLE=1) within 10 s.
  *
  * Usage: test_faults CASE   (dead-peer, timeout, mismatch, mismatch-ll, abort, early-exit)
  */
@@ -108,16 +109,21 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
         EXPECT(res != ncclSuccess, "rank %d: mismatched counts succeeded", rank);
         ncclCommAbort(comm);
     } else if (strcmp(c, "mismatch-ll") == 0) {
-        /* the victim's 8 floats fit an LL slot; the others' 64 do not */
-        size_t count = rank == victim ? 8 : 64;
+        /* the victim's 8 floats fit an LL slot; the others' 1024 do not */
+        size_t count = rank == victim ? 8 : 1024;
         alarm(20);
         double t0 = now_s();
         ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
         double dt = now_s() - t0;
         const char *msg = ncclGetLastError(NULL);
-        EXPECT(res == ncclInvalidUsage, "rank %d: mismatched counts gave %d", rank, res);
-        EXPECT(strstr(msg, "count or datatype differ") != NULL, "rank %d: message: %s", rank, msg);
-        EXPECT(dt < 5, "rank %d: the mismatch took %.1f s (WEFT_TIMEOUT=30)", rank, dt);
+        /* A rank that found the mismatch first may have left before this one looked (its
+         * process gone, or its connections closed). */
+        int found = res == ncclInvalidUsage && strstr(msg, "count or datatype differ") != NULL;
+        int left = res == ncclRemoteError && strstr(msg, "peer") != NULL;
+        EXPECT(found || left, "rank %d: mismatched counts gave %d: %s", rank, res, msg);
+        int proxied = getenv("NCCL_SHM_DISABLE") != NULL;
+        EXPECT(dt < (proxied ? 15 : 5), "rank %d: the mismatch took %.1f s (WEFT_TIMEOUT=30)",
+               rank, dt);
         ncclCommAbort(comm);
     } else if (strcmp(c, "early-exit") == 0) {
         /* rank 0 receives from 1 and 2; 1 sends, destroys the communicator and exits at once
