@@ -62,14 +62,6 @@ static void lane_copy(const struct weft_lane *lane, const struct weft_step *s, v
         memcpy(dst, src, n * lane->elem_size);
 }
 
-/* The slot of conn's next step. */
-static inline struct weft_slot_header *lane_slot(const struct weft_conn *conn)
-{
-    /* nslots is a power of two: a mask, not a division (20 ns a slice on 2-rank 8 B all-reduce) */
-    return (struct weft_slot_header *)(conn->slots +
-                                       (size_t)(conn->step & (conn->nslots - 1)) * conn->slot_bytes);
-}
-
 /* The current slice of step s: its receive and send FIFOs (NULL where it has none) and size. */
 struct lane_slice {
     struct weft_conn *rc, *sc;
@@ -111,7 +103,7 @@ int weft_lane_check_mismatch(struct weft_lane *lane, int checks)
     const struct weft_conn *other = sl.rc == main ? main->ll : main;
     if (other == NULL)
         return 0;
-    struct weft_slot_header *hdr = lane_slot(sl.rc), *o = lane_slot(other);
+    struct weft_slot_header *hdr = weft_conn_slot(sl.rc, sl.rc->step), *o = weft_conn_slot(other, other->step);
     if (__atomic_load_n(&o->seq, __ATOMIC_ACQUIRE) != other->step + 1 ||
         /* The acquire above makes every earlier post of the peer visible: look once more. */
         __atomic_load_n(&hdr->seq, __ATOMIC_ACQUIRE) == sl.rc->step + 1) {
@@ -151,7 +143,7 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
         /* Wait for data and credit without blocking. */
         struct weft_slot_header *in_hdr = NULL;
         if (rc != NULL) {
-            in_hdr = lane_slot(rc);
+            in_hdr = weft_conn_slot(rc, rc->step);
             if (__atomic_load_n(&in_hdr->seq, __ATOMIC_ACQUIRE) != rc->step + 1) {
                 if (blocked_peer_p != NULL) {
                     *blocked_peer_p = s->recv_peer;
@@ -184,7 +176,7 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
         char *out = NULL;
         struct weft_slot_header *out_hdr = NULL;
         if (sc != NULL) {
-            out_hdr = lane_slot(sc);
+            out_hdr = weft_conn_slot(sc, sc->step);
             out = (char *)out_hdr + WEFT_SLOT_HEADER;
         }
         const char *src = lane_src(lane, s) + lane->cur_done * es;

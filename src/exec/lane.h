@@ -89,6 +89,14 @@ struct weft_conn {
                                      * which bridges each FIFO on its own) */
 };
 
+/* The slot of `step` in conn's FIFO (nslots is a power of two: a mask, not a division, which
+ * cost 20 ns a slice on 2-rank 8 B all-reduce). */
+static inline struct weft_slot_header *weft_conn_slot(const struct weft_conn *conn, uint64_t step)
+{
+    return (struct weft_slot_header *)(conn->slots +
+                                       (size_t)(step & (conn->nslots - 1)) * conn->slot_bytes);
+}
+
 /* The connections a lane may use, indexed by peer rank. */
 struct weft_peer_conns {
     struct weft_conn *send; /* to this peer; NULL if not connected */

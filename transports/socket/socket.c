@@ -135,8 +135,6 @@ struct weft_sock_link {
 /* One (peer, FIFO channel): the two local FIFOs and the lanes' view of them. FIFO channel c <
  * nch is channel c's slot FIFO, nch + c its LL FIFO (exec/lane.h). */
 struct weft_sock_chan {
-    size_t slot_bytes;
-    uint32_t nslots;
     struct weft_fifo_ctrl *send_ctrl;
     char *send_slots;
     struct weft_fifo_ctrl *recv_ctrl;
@@ -197,12 +195,6 @@ static size_t sock_fifo_stride(size_t slot, uint32_t nslots)
     return (sizeof(struct weft_fifo_ctrl) + nslots * slot + 4095) & ~(size_t)4095;
 }
 
-/* Slot of step in one of ch's FIFOs (nslots is a power of two). */
-static struct weft_slot_header *sock_slot(const struct weft_sock_chan *ch, char *slots,
-                                          uint64_t step)
-{
-    return (struct weft_slot_header *)(slots + (size_t)(step & (ch->nslots - 1)) * ch->slot_bytes);
-}
 
 static int sock_can_connect(const struct ncclComm *comm, int a, int b)
 {
@@ -376,7 +368,7 @@ static void sock_late_data(struct weft_sock_thread *t, struct weft_sock_link *l,
 {
     struct weft_sock_state *st = t->st;
     uint64_t s = l->tx_next[c];
-    struct weft_slot_header *h = sock_slot(&l->peer->chans[c], l->peer->chans[c].send_slots, s);
+    struct weft_slot_header *h = weft_conn_slot(&l->peer->chans[c].send, s);
     if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != s + 1)
         return;
     l->late_data = 1;
@@ -408,12 +400,12 @@ static int sock_scan(struct weft_sock_thread *t)
                 }
                 for (;;) {
                     uint64_t s = l->tx_next[c];
-                    struct weft_slot_header *h = sock_slot(ch, ch->send_slots, s);
+                    struct weft_slot_header *h = weft_conn_slot(&ch->send, s);
                     if (__atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) != s + 1)
                         break;
                     uint32_t bytes = h->bytes;
-                    if (bytes > weft_slot_payload(ch->slot_bytes))
-                        bytes = (uint32_t)weft_slot_payload(ch->slot_bytes); /* never: lane's */
+                    if (bytes > weft_slot_payload(ch->send.slot_bytes))
+                        bytes = (uint32_t)weft_slot_payload(ch->send.slot_bytes); /* never: lane's */
                     if (!sock_enqueue(l, WEFT_SOCK_DATA, c, s, (const char *)h + WEFT_SLOT_HEADER,
                                       bytes))
                         break;
@@ -488,11 +480,11 @@ static int sock_frame(struct weft_sock_link *l)
     if (f->type == WEFT_SOCK_CREDIT) {
         uint64_t head = __atomic_load_n(&ch->send_ctrl->head, __ATOMIC_RELAXED);
         if (f->bytes != 0 || c % st->nsocks != l->index || f->step <= head ||
-            f->step > head + ch->nslots) {
+            f->step > head + ch->send.nslots) {
             sock_frame_bad(l, "bad credit frame: channel %d connection %d freed %llu steps, "
                            "%llu were freed before (window %u)",
                            c, l->index, (unsigned long long)f->step, (unsigned long long)head,
-                           ch->nslots);
+                           ch->send.nslots);
             return 0;
         }
         __atomic_store_n(&ch->send_ctrl->head, f->step, __ATOMIC_RELEASE);
@@ -500,20 +492,20 @@ static int sock_frame(struct weft_sock_link *l)
         return 1;
     }
     uint64_t head = __atomic_load_n(&ch->recv_ctrl->head, __ATOMIC_ACQUIRE);
-    if (f->step != l->rx_expect[c] || f->step >= head + ch->nslots) {
+    if (f->step != l->rx_expect[c] || f->step >= head + ch->recv.nslots) {
         sock_frame_bad(l, "bad data frame: channel %d step %llu, expected step %llu (receiver "
                        "freed %llu)",
                        c, (unsigned long long)f->step, (unsigned long long)l->rx_expect[c],
                        (unsigned long long)head);
         return 0;
     }
-    if (f->bytes > weft_slot_payload(ch->slot_bytes)) {
+    if (f->bytes > weft_slot_payload(ch->send.slot_bytes)) {
         sock_frame_bad(l, "bad data frame: channel %d step %llu carries %u bytes, a slot holds %zu",
                        c, (unsigned long long)f->step, f->bytes,
-                       weft_slot_payload(ch->slot_bytes));
+                       weft_slot_payload(ch->send.slot_bytes));
         return 0;
     }
-    struct weft_slot_header *h = sock_slot(ch, ch->recv_slots, f->step);
+    struct weft_slot_header *h = weft_conn_slot(&ch->recv, f->step);
     l->rx_in_payload = 1;
     l->rxdst = (char *)h + WEFT_SLOT_HEADER;
     l->rxleft = f->bytes;
@@ -526,7 +518,7 @@ static void sock_publish(struct weft_sock_link *l)
     struct weft_sock_state *st = l->thread->st;
     const struct weft_sock_frame *f = &l->rxf;
     const struct weft_sock_chan *ch = &l->peer->chans[f->channel];
-    struct weft_slot_header *h = sock_slot(ch, ch->recv_slots, f->step);
+    struct weft_slot_header *h = weft_conn_slot(&ch->recv, f->step);
     h->bytes = f->bytes;
     __atomic_store_n(&h->seq, f->step + 1, __ATOMIC_RELEASE);
     l->rx_expect[f->channel] = f->step + (uint64_t)st->nsocks;
@@ -853,8 +845,8 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
     for (int c = 0; c < st->nfifo; c++) {
         struct weft_sock_chan *ch = &p->chans[c];
         int ll = c >= st->nch;
-        ch->slot_bytes = ll ? WEFT_LL_SLOT_BYTES : st->slot_bytes;
-        ch->nslots = ll ? WEFT_LL_SLOTS : WEFT_STEPS;
+        size_t slot_bytes = ll ? WEFT_LL_SLOT_BYTES : st->slot_bytes;
+        uint32_t nslots = ll ? WEFT_LL_SLOTS : WEFT_STEPS;
         size_t fifo_stride = ll ? ll_stride : stride;
         ch->send_ctrl = (struct weft_fifo_ctrl *)fifo;
         ch->send_slots = fifo + sizeof(struct weft_fifo_ctrl);
@@ -863,10 +855,10 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
         fifo += 2 * fifo_stride;
         struct weft_doorbell *proxy_bell = &st->threads[c % st->nthreads].bell;
         ch->send = (struct weft_conn){.ctrl = ch->send_ctrl, .slots = ch->send_slots,
-                                      .slot_bytes = ch->slot_bytes, .nslots = ch->nslots,
+                                      .slot_bytes = slot_bytes, .nslots = nslots,
                                       .peer_bell = proxy_bell};
         ch->recv = (struct weft_conn){.ctrl = ch->recv_ctrl, .slots = ch->recv_slots,
-                                      .slot_bytes = ch->slot_bytes, .nslots = ch->nslots,
+                                      .slot_bytes = slot_bytes, .nslots = nslots,
                                       .peer_bell = proxy_bell};
     }
     for (int c = 0; c < st->nch; c++) {
@@ -887,7 +879,7 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
             /* the most a link can have queued: every slot and a credit of every FIFO, a BYE */
             l->txcap = 1;
             for (int c = 0; c < st->nfifo; c++)
-                l->txcap += p->chans[c].nslots + 1;
+                l->txcap += p->chans[c].send.nslots + 1;
             l->txq = calloc(l->txcap, sizeof(*l->txq));
             l->rxbuf = malloc(WEFT_SOCK_RXBUF);
             l->rx_expect = calloc((size_t)st->nfifo, sizeof(uint64_t));
