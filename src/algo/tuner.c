@@ -28,8 +28,7 @@ WEFT_PARAM_STR(NcclAlgo, "NCCL_ALGO", "",
                "allreduce:tree,ring;allgather:ring (empty: the measured default)");
 WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
                "protocols allowed, NCCL's syntax (LL, LL128, Simple): LL is the deep FIFO of "
-               "small slots that steps of up to 1008 bytes take inside a host, LL128 and Simple "
-               "the slot FIFO");
+               "small slots that steps of up to 1008 bytes take, LL128 and Simple the slot FIFO");
 
 #define TUNE_NCOLL 5 /* the collectives NCCL's per-collective form names: AllReduce .. Reduce */
 #define TUNE_ALL 0xffffffffu
