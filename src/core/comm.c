@@ -271,8 +271,10 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
         WEFT_WARN("out of memory grouping %d ranks by host", nranks);
         return ncclSystemError;
     }
-    int over = 0;
+    int over = 0, mine = 0;
     const struct weft_peer_info *pi = comm->peer_info;
+    for (int p = 0; p < nranks; p++)
+        mine += pi[p].machine_hash == pi[comm->rank].machine_hash;
     for (int p = 0; p < nranks; p++) {
         int q = 0, local = 0, on_machine = 0, ncpu = pi[p].ncpu;
         while (pi[q].host_hash != pi[p].host_hash)
@@ -322,6 +324,7 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     comm->nhosts = nhosts;
     comm->ranks_per_host = most;
     comm->machines_oversubscribed = over;
+    comm->machine_ranks = mine;
     comm->tune = tc;
     WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_TUNING,
               "rank %d: %d ranks on %d hosts (at most %d per host)%s; tree depth %d, %d "

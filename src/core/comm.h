@@ -122,6 +122,7 @@ struct ncclComm {
     int hier_k;                       /* ranks on every host when all hold the same number, or 0 */
     int machines_oversubscribed;      /* some machine runs more of our ranks than it has cores
                                        * (hosts that are namespaces of one machine count as one) */
+    int machine_ranks;                /* ranks of this communicator on this rank's machine */
     struct weft_tune_comm tune;       /* what the tuner reads: the same on every rank */
 
     /*

@@ -286,6 +286,11 @@ static void weft_exec_wait_policy(const struct ncclComm *comm, int64_t *spins_p,
     int64_t spins = weft_param_SpinCount(), yields = weft_param_YieldCount();
     int crowded = comm->oversubscribed || __atomic_load_n(&weft_host_oversubscribed,
                                                           __ATOMIC_RELAXED);
+    /* A proxied rank brings a proxy thread: count both against the machine's cores (2 namespaces
+     * x 1 rank on 2 cores: 8 B all-reduce 90-118 us polling 1000 rounds, 25-28 us sleeping at
+     * once). */
+    int ncpu = comm->peer_info[comm->rank].ncpu;
+    crowded |= comm->proxied && ncpu > 0 && 2 * comm->machine_ranks > ncpu;
     /* Over sockets the data moves on this process's proxy thread (and in the kernel's TCP
      * path), which needs the core the waiting rank holds: poll briefly, then sleep on the
      * doorbell the proxy rings. Yielding instead kept the rank runnable, and the scheduler gave
