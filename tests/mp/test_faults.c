@@ -11,7 +11,11 @@
  * FIFO): over shared memory the mismatch is found at once from the other FIFO, not at the
  * deadline (WEFT_TIMEOUT=30 here); over sockets (NCCL_SHM_DISABLE=1) within 10 s.
  *
- * Usage: test_faults CASE   (dead-peer, timeout, mismatch, mismatch-ll, abort, early-exit)
+ * proto-mismatch: one rank sets another NCCL_PROTO, so its FIFOs are laid out differently: every
+ * rank's init fails (one names the difference), none crashes.
+ *
+ * Usage: test_faults CASE   (dead-peer, timeout, mismatch, mismatch-ll, proto-mismatch, abort,
+ *                            early-exit)
  */
 #include <pthread.h>
 #include <signal.h>
@@ -60,6 +64,17 @@ static void *abort_later(void *p)
 static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
 {
     ncclComm_t comm;
+    if (strcmp(c, "proto-mismatch") == 0) {
+        /* the last rank alone without LL FIFOs: every rank's init fails, none crashes or hangs */
+        if (rank == nranks - 1)
+            setenv("NCCL_PROTO", "Simple", 1);
+        double t0 = now_s();
+        ncclResult_t res = ncclCommInitRank(&comm, nranks, id, rank);
+        EXPECT(res != ncclSuccess, "rank %d: init with another NCCL_PROTO succeeded", rank);
+        EXPECT(now_s() - t0 < 20, "rank %d: init took %.1f s", rank, now_s() - t0);
+        EXPECT(ncclGetLastError(NULL)[0] != '\0', "rank %d: no message", rank);
+        return g_failed;
+    }
     if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) {
         fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
         return 1;
@@ -174,7 +189,8 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s dead-peer|timeout|mismatch|mismatch-ll|abort|early-exit\n",
+        fprintf(stderr,
+                "usage: %s dead-peer|timeout|mismatch|mismatch-ll|proto-mismatch|abort|early-exit\n",
                 argv[0]);
         return 2;
     }

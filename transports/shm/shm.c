@@ -39,7 +39,9 @@ struct weft_shm_header {
     int32_t rank;
     int32_t nranks;
     uint32_t departed; /* 1 once the owner destroyed the communicator (comm->peer_departed) */
-    char pad[WEFT_CACHELINE - 20];
+    uint32_t pad0;
+    uint64_t conn_stride; /* bytes per (channel, peer) FIFO pair: the owner's layout */
+    char pad[WEFT_CACHELINE - 32];
     struct weft_doorbell bell;
 };
 
@@ -205,6 +207,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     hdr->magic = WEFT_SHM_SEGMENT_MAGIC;
     hdr->rank = me;
     hdr->nranks = nranks;
+    hdr->conn_stride = st->conn_stride;
 
     /* Everyone has created its segment: map the peers', then let everyone unlink its own. */
     WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
@@ -219,6 +222,14 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             WEFT_WARN("shared segment %s of rank %d is not a segment of this communicator",
                       peer_name, p);
             res = ncclInternalError;
+            goto err_unlink;
+        }
+        if (ph->conn_stride != st->conn_stride) {
+            WEFT_WARN("rank %d: the shared-memory FIFOs of rank %d take %llu bytes per peer and "
+                      "channel, here %zu: set WEFT_SHM_SLOT_BYTES and NCCL_PROTO alike on every "
+                      "rank",
+                      me, p, (unsigned long long)ph->conn_stride, st->conn_stride);
+            res = ncclInvalidUsage;
             goto err_unlink;
         }
     }
