@@ -231,18 +231,25 @@ static ncclResult_t sync_close(int fd, const char *path, ncclResult_t res)
     return res;
 }
 
+/* Creates (or truncates) path for writing; -1 with the error reported. */
+static int create_file(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        WT_ERR("checkpoint: cannot create %s: %s", path, strerror(errno));
+    return fd;
+}
+
 /* Creates path, writes header + the float arrays, fsyncs. */
 static ncclResult_t write_bin(const char *path, const int32_t *hdr, const float *a, const float *b,
                               size_t P, int narrays, uint32_t *crc_p)
 {
     uint32_t crc = 0;
     ncclResult_t res;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = create_file(path);
 
-    if (fd < 0) {
-        WT_ERR("checkpoint: cannot create %s: %s", path, strerror(errno));
+    if (fd < 0)
         return ncclSystemError;
-    }
     res = write_all(fd, path, hdr, CKPT_HEADER_BYTES, &crc);
     if (res == ncclSuccess)
         res = write_floats(fd, path, a, P, &crc);
@@ -256,12 +263,10 @@ static ncclResult_t write_text(const char *path, const char *text)
 {
     uint32_t crc = 0;
     ncclResult_t res;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = create_file(path);
 
-    if (fd < 0) {
-        WT_ERR("checkpoint: cannot create %s: %s", path, strerror(errno));
+    if (fd < 0)
         return ncclSystemError;
-    }
     res = write_all(fd, path, text, strlen(text), &crc);
     return sync_close(fd, path, res);
 }
