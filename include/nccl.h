@@ -16,13 +16,11 @@
  *     CUDA headers declare, so a translation unit may still include cuda_runtime.h afterwards (C11
  *     and C++ accept the repeated typedef; strict C99 -pedantic warns about it).
  *
- * Device API. NCCL 2.28 exports eleven host functions of its GPU-side "device API" (declared by
- * NVIDIA in the nccl_device headers). They are declared at the end of this header with minimal
- * types so that C programs can reach them; Weft implements them as stubs returning
- * ncclInvalidUsage. When this header is included from the toolkit's nccl_device/core.h (which
- * defines _NCCL_DEVICE_CORE_H_ before including <nccl.h>), or when WEFT_NO_DEVICE_API is defined,
- * that section is left out and the device headers' own definitions apply. Including this header
- * first and a foreign nccl_device.h afterwards would define struct ncclTeam twice.
+ * Device API. NCCL 2.28's GPU-side "device API" (ncclDevComm, ncclTeam, the barrier and LLA2A
+ * requirements) is declared by nvcc-compiled nccl_device.h, not here, exactly as in NVIDIA's
+ * nccl.h: a program includes <nccl.h> and then <nccl_device.h> from the CUDA toolkit's NCCL. Weft's
+ * library exports the eleven host functions of that API; they fail with ncclInvalidUsage until
+ * Weft's GPU path serves them.
  *
  * Profiling interface. Every function exists twice: pncclX is the implementation and ncclX is a
  * weak alias of it, so a tool may define its own ncclX and forward to pncclX.
@@ -576,77 +574,6 @@ ncclResult_t pncclGroupEnd(void);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
-/* =============================================================================================
- * Device API, host side (NCCL 2.28). These set up GPU-initiated communication for user kernels
- * written against nccl_device.h. Weft does not provide it: every function fails with
- * ncclInvalidUsage (the int ones return 0 and the team ones a zeroed team) and records a message
- * for ncclGetLastError. The types below are opaque except ncclTeam_t.
- * =========================================================================================== */
-#if !defined(_NCCL_DEVICE_CORE_H_) && !defined(WEFT_NO_DEVICE_API)
-
-struct ncclDevComm;
-typedef struct ncclDevComm ncclDevComm_t; /* note: the struct itself, not a pointer */
-
-struct ncclDevCommRequirements;
-typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
-
-struct ncclDevResourceRequirements;
-typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
-
-struct ncclLsaBarrierHandle;
-typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
-
-struct ncclGinBarrierHandle;
-typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
-
-struct ncclLLA2AHandle;
-typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
-
-/* A set of ranks: rank*stride apart, this rank's index in it, its size. Passed by value. */
-struct ncclTeam {
-    int nRanks, rank, stride;
-};
-typedef struct ncclTeam ncclTeam_t;
-
-ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const *reqs,
-                               ncclDevComm_t *outDevComm);
-ncclResult_t pncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const *reqs,
-                                ncclDevComm_t *outDevComm);
-ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const *devComm);
-ncclResult_t pncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const *devComm);
-
-ncclTeam_t ncclTeamWorld(ncclComm_t comm);
-ncclTeam_t pncclTeamWorld(ncclComm_t comm);
-ncclTeam_t ncclTeamLsa(ncclComm_t comm);
-ncclTeam_t pncclTeamLsa(ncclComm_t comm);
-ncclTeam_t ncclTeamRail(ncclComm_t comm);
-ncclTeam_t pncclTeamRail(ncclComm_t comm);
-int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank);
-int pncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank);
-int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank);
-int pncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank);
-
-ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers,
-                                             ncclLsaBarrierHandle_t *outHandle,
-                                             ncclDevResourceRequirements_t *outReq);
-ncclResult_t pncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers,
-                                              ncclLsaBarrierHandle_t *outHandle,
-                                              ncclDevResourceRequirements_t *outReq);
-ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers,
-                                             ncclGinBarrierHandle_t *outHandle,
-                                             ncclDevResourceRequirements_t *outReq);
-ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team, int nBarriers,
-                                              ncclGinBarrierHandle_t *outHandle,
-                                              ncclDevResourceRequirements_t *outReq);
-
-int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
-int pncclLLA2ACalcSlots(int maxElts, int maxEltSize);
-ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle,
-                                        ncclDevResourceRequirements_t *outReq);
-ncclResult_t pncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle,
-                                         ncclDevResourceRequirements_t *outReq);
-
-#endif /* device API */
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "nccl.h"
+#include "api/device_api.h"
 #include "api/export.h"
 #include "core/log.h"
 

@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 #endif
 #include "nccl.h"
+#if defined(HC_DEVICE_API)
+#include "api/device_api.h"
+#endif
 #if defined(HC_CUDA_AFTER)
 #include <cuda_runtime.h>
 #endif
@@ -114,11 +117,22 @@ HC_ASSERT(NCCL_CTA_POLICY_DEFAULT == 0 && NCCL_CTA_POLICY_EFFICIENCY == 1 &&
 HC_ASSERT(NCCL_SHRINK_DEFAULT == 0 && NCCL_SHRINK_ABORT == 1, "shrink flags");
 HC_ASSERT(NCCL_REVOKE_DEFAULT == 0, "NCCL_REVOKE_DEFAULT");
 
-/* Device API types */
+#if defined(HC_DEVICE_API)
+/* Device API types (Weft's private declaration of what nccl_device.h defines) */
 HC_ASSERT(sizeof(ncclTeam_t) == 3 * sizeof(int), "ncclTeam_t");
 HC_ASSERT(offsetof(struct ncclTeam, nRanks) == 0 && offsetof(struct ncclTeam, rank) == 4 &&
               offsetof(struct ncclTeam, stride) == 8,
           "struct ncclTeam offsets");
+#else
+/* NVIDIA's nccl.h leaves the device API's types to nccl_device.h, and so must Weft's: defining
+ * them here would fail to compile if nccl.h had defined them already. */
+struct ncclTeam {
+    char defined_by_nccl_device_h_only;
+};
+struct ncclDevComm {
+    char defined_by_nccl_device_h_only;
+};
+#endif
 
 int main(void)
 {

@@ -73,7 +73,8 @@ HC_SIG(ncclCommDeregister, ncclResult_t, (const ncclComm_t, void *));
 HC_SIG(ncclCommWindowRegister, ncclResult_t, (ncclComm_t, void *, size_t, ncclWindow_t *, int));
 HC_SIG(ncclCommWindowDeregister, ncclResult_t, (ncclComm_t, ncclWindow_t));
 
-/* Device API, host side */
+#if defined(HC_DEVICE_API)
+/* Device API, host side (src/api/device_api.h) */
 HC_SIG(ncclDevCommCreate, ncclResult_t,
        (ncclComm_t, ncclDevCommRequirements_t const *, ncclDevComm_t *));
 HC_SIG(ncclDevCommDestroy, ncclResult_t, (ncclComm_t, ncclDevComm_t const *));
@@ -89,6 +90,7 @@ HC_SIG(ncclGinBarrierCreateRequirement, ncclResult_t,
 HC_SIG(ncclLLA2ACalcSlots, int, (int, int));
 HC_SIG(ncclLLA2ACreateRequirement, ncclResult_t,
        (int, int, ncclLLA2AHandle_t *, ncclDevResourceRequirements_t *));
+#endif
 
 /* Deprecated, declared with a warning attribute: check its type without using it. */
 #if defined(__GNUC__)

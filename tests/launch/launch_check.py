@@ -19,7 +19,8 @@ MODE is one of
                 be on different hosts): must fail fast and name WEFT_STORE_ADDR
 
 Passes (exit 0) when the launcher and every rank exit 0, the tool printed its table and every
-#wrong column is 0. Exit 77 (skip) when the launcher is not installed.
+#wrong column is 0. A launcher that is not installed is a failure, not a skip: scripts/deps.sh
+installs both, and a suite must never skip for a package the install step adds.
 """
 import os
 import shutil
@@ -154,7 +155,7 @@ def main():
     if mode == "ompi":
         launcher = shutil.which("mpirun.openmpi")
         if launcher is None:
-            skip("mpirun.openmpi not installed (Debian package openmpi-bin)")
+            fail("mpirun.openmpi not installed: run scripts/deps.sh (Debian package openmpi-bin)")
         env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                     "OMPI_MCA_rmaps_base_oversubscribe": "1"})
         rc, out = run([launcher, "--allow-run-as-root", "--oversubscribe", "-np", str(n)] + prog,
@@ -162,7 +163,7 @@ def main():
     elif mode == "mpich":
         launcher = shutil.which("mpiexec.mpich")
         if launcher is None:
-            skip("mpiexec.mpich not installed (Debian package mpich)")
+            fail("mpiexec.mpich not installed: run scripts/deps.sh (Debian package mpich)")
         rc, out = run([launcher, "-n", str(n)] + prog, env)
     elif mode == "torch":
         rc, out = torch_start(n, prog, env, free_port_pair())

@@ -17,8 +17,9 @@
 #                                              WEFT_NET_REPEATS times (default 5): medians; and
 #                                              the inter-host alpha/beta from sendrecv_perf 2x1
 #
-# DRIVER is tests/net/net_colls. Needs root and iproute2 (exit 77, SKIP, otherwise). Everything
-# it creates is named weftnet-<pid>-* and removed on exit, whatever happens.
+# DRIVER is tests/net/net_colls. Needs root (exit 77, SKIP, otherwise) and iproute2 (a failure
+# without it: scripts/deps.sh installs it). Everything it creates is named weftnet-<pid>-* and
+# removed on exit, whatever happens.
 set -u
 
 driver=$1
@@ -30,8 +31,13 @@ skip() {
     exit 77
 }
 [ "$EUID" = 0 ] || skip "creating network namespaces needs root"
-command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
-command -v unshare >/dev/null 2>&1 || skip "no unshare command (util-linux)"
+# Packages scripts/deps.sh installs are never a reason to skip: their absence is a failure.
+missing() {
+    echo "FAIL: no $1 command: run scripts/deps.sh (Debian package $2)"
+    exit 1
+}
+command -v ip >/dev/null 2>&1 || missing ip iproute2
+command -v unshare >/dev/null 2>&1 || missing unshare util-linux
 
 tag=weftnet-$$
 letters=(a b c d)

@@ -38,7 +38,8 @@ struct options {
     struct wt_config cfg;
     int dp, tp, pp, sp, ep, zero, microbatches, overlap;
     enum wt_schedule schedule;
-    int steps, batch;
+    int steps, batch; /* batch: global sequences per step (0: from micro_batch and the layout) */
+    int micro_batch;  /* sequences per micro-batch per data-parallel rank (0: default) */
     struct wt_adamw opt;
     uint64_t seed;
     enum { CHECK_NONE, CHECK_REF, CHECK_LOCKSTEP } check;
@@ -58,7 +59,9 @@ static void usage(FILE *f)
         "             --experts E (mixture of E experts per block, top-1)\n"
         " parallel:   --dp D --tp T --pp P --sp --ep E --zero 0..3 --microbatches M\n"
         "             --schedule gpipe|1f1b --overlap 0|1   (default dp = ranks / (tp*pp))\n"
-        " training:   --steps S --batch G (global sequences per step) --lr --wd --clip\n"
+        " training:   --steps S --micro-batch B (sequences per rank per micro-batch)\n"
+        "             --batch G (global sequences per step; default B x dp x microbatches,\n"
+        "             B = 8 / (dp x microbatches), at least 1) --lr --wd --clip\n"
         "             --beta1 --beta2 --eps --seed\n"
         " checks:     --check none|ref|lockstep --tol-loss X --tol-grad X --tol-param X\n"
         "             --golden-out FILE --golden-in FILE\n"
@@ -66,6 +69,36 @@ static void usage(FILE *f)
         "             --fail-at-step S --fail-rank R (SIGKILL rank R in step S, first attempt)\n"
         " output:     --log FILE.jsonl --dump DIR (PyTorch oracle input) --quiet\n"
         "             --memory-table (ZeRO memory of the 7B / 70B seeds, then exit)\n");
+}
+
+/*
+ * The global batch follows the layout, as DeepSpeed's train_micro_batch_size_per_gpu does: a
+ * micro-batch of B sequences per data-parallel rank, times dp, times the micro-batches. B defaults
+ * to 8 / (dp x microbatches), at least 1, so the global batch stays 8 wherever the layout divides
+ * it. --batch G is an explicit override and must be such a product. Returns 0, or -1 after a
+ * message.
+ */
+static int resolve_batch(struct options *o)
+{
+    int per = o->dp * o->microbatches;
+    if (o->micro_batch > 0) {
+        if (o->batch > 0 && o->batch != o->micro_batch * per) {
+            fprintf(stderr, "weft-train: --batch %d differs from --micro-batch %d x dp %d x "
+                    "microbatches %d\n", o->batch, o->micro_batch, o->dp, o->microbatches);
+            return -1;
+        }
+        o->batch = o->micro_batch * per;
+    } else if (o->batch == 0) {
+        o->batch = (8 / per > 0 ? 8 / per : 1) * per;
+    }
+    if (o->batch % per != 0) {
+        fprintf(stderr, "weft-train: --batch %d must be a multiple of dp %d x microbatches %d "
+                "(or leave it out: the default follows the layout)\n", o->batch, o->dp,
+                o->microbatches);
+        return -1;
+    }
+    o->micro_batch = o->batch / per;
+    return 0;
 }
 
 static int parse_int(const char *s, int lo, int hi, const char *name)
@@ -115,7 +148,8 @@ static void parse_args(int argc, char **argv, struct options *o)
     o->overlap = 1;
     o->schedule = WT_SCHED_1F1B;
     o->steps = 20;
-    o->batch = 8;
+    o->batch = 0;
+    o->micro_batch = 0;
     o->opt = (struct wt_adamw){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                .weight_decay = 0.0f, .clip = 0.0f};
     o->seed = 1234;
@@ -155,6 +189,7 @@ static void parse_args(int argc, char **argv, struct options *o)
             }
         } else if (!strcmp(a, "--steps")) o->steps = parse_int(ARG, 0, 1 << 30, a);
         else if (!strcmp(a, "--batch")) o->batch = parse_int(ARG, 1, 1 << 20, a);
+        else if (!strcmp(a, "--micro-batch")) o->micro_batch = parse_int(ARG, 1, 1 << 20, a);
         else if (!strcmp(a, "--lr")) o->opt.lr = (float)parse_double(ARG, a);
         else if (!strcmp(a, "--wd")) o->opt.weight_decay = (float)parse_double(ARG, a);
         else if (!strcmp(a, "--clip")) o->opt.clip = (float)parse_double(ARG, a);
@@ -708,11 +743,8 @@ int main(int argc, char **argv)
                 o->tp, o->pp, t->nranks);
         return EXIT_USAGE;
     }
-    if (o->batch % (o->dp * o->microbatches) != 0) {
-        fprintf(stderr, "weft-train: --batch %d must be a multiple of dp %d x microbatches %d\n",
-                o->batch, o->dp, o->microbatches);
+    if (resolve_batch(o) != 0)
         return EXIT_USAGE;
-    }
     t->b = o->batch / (o->dp * o->microbatches);
     TRY(t, ncclCommInitRank(&t->world, t->nranks, id, t->rank));
     if (wt_mesh_init(&t->mesh, t->world, o->dp, o->tp, o->pp, o->ep, o->sp) != ncclSuccess)
@@ -776,11 +808,12 @@ int main(int argc, char **argv)
         }
         size_t psi = wt_canon_size(&o->cfg);
         printf("weft-train: %d ranks dp %d tp %d pp %d ep %d sp %d zero %d microbatches %d "
-               "schedule %s | L %d C %d NH %d V %d T %d E %d: %zu params | batch %d x %d tokens"
+               "schedule %s | L %d C %d NH %d V %d T %d E %d: %zu params | batch %d (micro-batch %d x "
+               "dp %d x microbatches %d) x %d tokens"
                " | check %s\n", t->nranks, t->mesh.dp, o->tp, o->pp, o->ep, o->sp, o->zero,
                o->microbatches, o->schedule == WT_SCHED_GPIPE ? "gpipe" : "1f1b", o->cfg.layers,
                o->cfg.channels, o->cfg.heads, o->cfg.vocab, o->cfg.seq, o->cfg.experts, psi,
-               o->batch, o->cfg.seq,
+               o->batch, o->micro_batch, t->mesh.dp, o->microbatches, o->cfg.seq,
                o->check == CHECK_REF ? "ref" : o->check == CHECK_LOCKSTEP ? "lockstep" : "none");
     }
 
