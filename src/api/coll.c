@@ -1,4 +1,6 @@
 /* Collective and point-to-point entry points: argument checks, then a task for the group. */
+#include <stdint.h>
+
 #include "algo/sched.h"
 #include "api/export.h"
 #include "core/check.h"
@@ -34,6 +36,28 @@ static ncclResult_t weft_check_buf(const void *buf, const char *name, const char
     return ncclSuccess;
 }
 
+/*
+ * The largest buffer of the operation, in bytes, must be addressable: count elements per block
+ * times the blocks a buffer holds (nranks for all-gather's output, reduce-scatter's input, both
+ * all-to-all buffers, gather's output and scatter's input). A count whose byte size overflows
+ * size_t is the caller's mistake, not an allocation failure.
+ */
+static ncclResult_t weft_check_size(const struct ncclComm *comm, int coll, size_t count,
+                                    ncclDataType_t dtype, const char *api)
+{
+    size_t blocks = 1;
+    if (coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_REDUCESCATTER ||
+        coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_GATHER || coll == WEFT_COLL_SCATTER)
+        blocks = (size_t)comm->nranks;
+    size_t es = weft_dtype_size(dtype);
+    if (count > SIZE_MAX / es / blocks) {
+        WEFT_WARN("%s: count %zu of %zu-byte elements%s overflows the address space", api, count,
+                  es, blocks > 1 ? " per rank" : "");
+        return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+}
+
 static ncclResult_t weft_check_usable(const struct ncclComm *comm, const char *api)
 {
     WEFT_CHECK(weft_comm_check(comm, api));
@@ -63,6 +87,7 @@ static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbu
     WEFT_CHECK(weft_check_dtype(dtype, api));
     if (root_name != NULL)
         WEFT_CHECK(weft_check_root(comm, root, root_name, api));
+    WEFT_CHECK(weft_check_size(comm, coll, count, dtype, api));
     struct weft_task task = {
         .comm = comm,
         .coll = coll,

@@ -19,6 +19,7 @@
 
 int weft_host_oversubscribed;
 
+WEFT_PARAM_DECL(Timeout); /* exec/host.c */
 WEFT_PARAM(HostNChannels, "WEFT_HOST_NCHANNELS", 1,
            "channels per collective on host memory (1..16); host ranks run one thread each");
 WEFT_PARAM(CommBlocking, "NCCL_COMM_BLOCKING", -1,
@@ -448,6 +449,11 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
     ncclConfig_t cfg;
     WEFT_CHECK(weft_config_parse(config, &cfg));
     WEFT_CHECK(weft_tune_check()); /* NCCL_ALGO / NCCL_PROTO: a bad token fails init */
+    if (weft_param_Timeout() < 1) {
+        WEFT_WARN("WEFT_TIMEOUT %lld: the deadline must be at least 1 second",
+                  (long long)weft_param_Timeout());
+        return ncclInvalidArgument;
+    }
 
     struct ncclComm *comm;
     WEFT_CALLOC(comm, 1);

@@ -391,6 +391,32 @@ static void test_nonblocking(ncclComm_t comm)
     NCCLOK(ncclCommDestroy(nb));
 }
 
+/*
+ * A count whose byte size overflows size_t is the caller's mistake: ncclInvalidArgument with a
+ * message, nothing enqueued (the collectives after it still match on every rank), never an
+ * allocation failure. All-gather overflows at nranks times the block; all-reduce at the block.
+ */
+static void test_size_overflow(ncclComm_t comm)
+{
+    float x = 1.0f;
+    size_t huge = SIZE_MAX / 2 + 1;
+    CHECK(ncclAllReduce(&x, &x, huge, ncclFloat32, ncclSum, comm, NULL) == ncclInvalidArgument,
+          "all-reduce of %zu floats", huge);
+    const char *msg = ncclGetLastError(comm);
+    CHECK(msg != NULL && strstr(msg, "overflows") != NULL, "message: %s", msg ? msg : "(null)");
+    CHECK(ncclBroadcast(&x, &x, SIZE_MAX, ncclFloat16, 0, comm, NULL) == ncclInvalidArgument,
+          "broadcast of SIZE_MAX halves");
+    if (g_nranks > 1) {
+        size_t per = SIZE_MAX / 4 / (size_t)g_nranks + 1;
+        CHECK(ncclAllGather(&x, &x, per, ncclFloat32, comm, NULL) == ncclInvalidArgument,
+              "all-gather of %zu floats per rank on %d ranks", per, g_nranks);
+    }
+    /* the communicator still works */
+    float v = (float)g_rank, sum = 0.0f;
+    NCCLOK(ncclAllReduce(&v, &sum, 1, ncclFloat32, ncclSum, comm, NULL));
+    CHECK(sum == (float)(g_nranks * (g_nranks - 1) / 2), "sum %g after the refused calls", sum);
+}
+
 static int rank_main(ncclUniqueId id)
 {
     ncclComm_t comm;
@@ -425,6 +451,7 @@ static int rank_main(ncclUniqueId id)
     NCCLOK(ncclRecv(NULL, 0, ncclInt32, (g_rank + 1) % g_nranks, comm, NULL));
     CHECK(ncclSend(&id, 1, ncclInt32, g_nranks, comm, NULL) == ncclInvalidArgument,
           "peer out of range");
+    test_size_overflow(comm);
     test_revoke(comm);
     return 0;
 }

@@ -190,11 +190,23 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr,
-                "usage: %s dead-peer|timeout|mismatch|mismatch-ll|proto-mismatch|abort|early-exit\n",
+                "usage: %s dead-peer|timeout|bad-timeout|mismatch|mismatch-ll|proto-mismatch|abort|"
+                "early-exit\n",
                 argv[0]);
         return 2;
     }
     const char *c = argv[1];
+    if (strcmp(c, "bad-timeout") == 0) {
+        /* A negative deadline once meant "never" (a cast to unsigned): init refuses it. */
+        setenv("WEFT_TIMEOUT", "-5", 1);
+        ncclComm_t comm = NULL;
+        ncclResult_t res = ncclCommInitAll(&comm, 1, NULL);
+        const char *msg = ncclGetLastError(NULL);
+        EXPECT(res == ncclInvalidArgument, "init with WEFT_TIMEOUT=-5 returned %d", res);
+        EXPECT(msg != NULL && strstr(msg, "WEFT_TIMEOUT") != NULL, "message: %s", msg);
+        printf("%d passed, %d failed\n", g_failed ? 0 : 1, g_failed ? 1 : 0);
+        return g_failed ? 1 : 0;
+    }
     if (strcmp(c, "timeout") == 0)
         setenv("WEFT_TIMEOUT", "2", 1);
     if (strcmp(c, "mismatch-ll") == 0)
