@@ -1,8 +1,9 @@
 /*
  * Shared-memory transport (ranks on the same host, host memory).
  *
- * Each rank creates one segment (shm_open + ftruncate + mmap) holding its doorbell and, for every
- * channel and every peer, the FIFOs *into* this rank from that peer: control block then
+ * Each rank creates one segment (shm_open, reserved with posix_fallocate, mmap) holding its
+ * doorbell and, for every channel and every rank of its host that it connects to (itself
+ * included), the FIFOs *into* this rank from that rank: control block then
  * WEFT_STEPS slots, then the LL FIFO (control block, WEFT_LL_SLOTS small slots; exec/lane.h), left
  * out when NCCL_PROTO excludes LL for every collective. Every rank maps every connected peer's
  * segment, so a sender writes its slices straight into the receiver's slots and the receiver
@@ -10,6 +11,12 @@
  * unlinked as soon as every rank has mapped them, so a crash leaves nothing in /dev/shm. Small
  * communicators map every FIFO page at setup (WEFT_SHM_PREFAULT_BYTES); larger ones only the LL
  * FIFOs, and their other pages cost memory only once used.
+ *
+ * A segment is reserved whole when it is made: a /dev/shm too small for it (Docker's default is
+ * 64 MiB) fails init on every rank with a message naming the size needed, the space there and the
+ * knobs that shrink it, instead of a SIGBUS in the middle of a collective. A peer's segment of
+ * another size than this rank expects (another WEFT_HOST_NCHANNELS, slot size or NCCL_PROTO) is
+ * refused before it is mapped, for the same reason.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,7 +53,7 @@ struct weft_shm_header {
 };
 
 struct weft_shm_state {
-    size_t seg_bytes;
+    size_t *seg_bytes;          /* [nranks]: each connected rank's segment */
     size_t conn_stride;
     int nconn_channels;
     int nranks;
@@ -78,10 +85,33 @@ static void shm_name(char *buf, size_t len, uint64_t comm_hash, int rank)
     snprintf(buf, len, "/weft-%016llx-%d", (unsigned long long)comm_hash, rank);
 }
 
-/* FIFO into segment owner from `from` on channel c. */
-static char *shm_fifo(const struct weft_shm_state *st, void *seg, int nranks, int c, int from)
+/*
+ * Position of rank `from` among the ranks whose FIFOs live in `owner`'s segment: those owner
+ * connects to over shared memory, in rank order (from = nranks: how many there are). Computed
+ * from exchanged peer info only, so every rank finds the same layout of every segment.
+ */
+static int shm_local_index(const struct ncclComm *comm, int owner, int from)
 {
-    return (char *)seg + WEFT_SHM_HEADER_BYTES + ((size_t)c * nranks + from) * st->conn_stride;
+    int idx = 0;
+    for (int q = 0; q < from; q++)
+        idx += shm_can_connect(comm, owner, q);
+    return idx;
+}
+
+static size_t shm_seg_bytes(const struct ncclComm *comm, const struct weft_shm_state *st,
+                            int owner)
+{
+    return WEFT_SHM_HEADER_BYTES + (size_t)st->nconn_channels *
+                                       shm_local_index(comm, owner, comm->nranks) * st->conn_stride;
+}
+
+/* FIFO into segment owner from `from` on channel c. */
+static char *shm_fifo(const struct ncclComm *comm, const struct weft_shm_state *st, void *seg,
+                      int owner, int c, int from)
+{
+    int nlocal = shm_local_index(comm, owner, comm->nranks);
+    return (char *)seg + WEFT_SHM_HEADER_BYTES +
+           ((size_t)c * nlocal + shm_local_index(comm, owner, from)) * st->conn_stride;
 }
 
 static ncclResult_t shm_close(struct ncclComm *comm, void *state)
@@ -98,14 +128,32 @@ static ncclResult_t shm_close(struct ncclComm *comm, void *state)
     comm->peer_departed = NULL;
     for (int p = 0; st->segs != NULL && p < st->nranks; p++)
         if (st->segs[p] != NULL)
-            munmap(st->segs[p], st->seg_bytes);
+            munmap(st->segs[p], st->seg_bytes[p]);
     free(st->segs);
+    free(st->seg_bytes);
     free(st->conns);
     free(st);
     return ncclSuccess;
 }
 
-static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **seg_p)
+/* Free (or, with total, all) bytes of the file system of POSIX shared memory; 0: unknown. */
+static size_t shm_fs_bytes(int total)
+{
+    struct statvfs vfs;
+    if (statvfs("/dev/shm", &vfs) != 0)
+        return 0;
+    return (size_t)(total ? vfs.f_blocks : vfs.f_bavail) * vfs.f_frsize;
+}
+
+/*
+ * Creates (create) or opens a segment of `bytes` and maps it. A new segment is reserved whole
+ * (posix_fallocate): where /dev/shm cannot hold it that fails here, with ncclSystemError and a
+ * message (host_bytes: what the segments of every rank of this host take together), rather than
+ * as a SIGBUS at the first touch of a page past the end of the space. A
+ * peer's segment of another size is refused (ncclInvalidUsage) before it is mapped.
+ */
+static ncclResult_t shm_map(const char *name, size_t bytes, int create, int owner,
+                            size_t host_bytes, void **seg_p)
 {
     int fd;
     if (create) {
@@ -118,11 +166,31 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **s
         WEFT_WARN("shm_open %s failed: %s", name, strerror(errno));
         return ncclSystemError;
     }
-    if (create && ftruncate(fd, (off_t)bytes) != 0) {
-        WEFT_WARN("ftruncate %s to %zu bytes failed: %s", name, bytes, strerror(errno));
-        close(fd);
-        shm_unlink(name);
-        return ncclSystemError;
+    if (create) {
+        int err = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+        if (err != 0) {
+            WEFT_WARN("rank %d: cannot reserve %zu MiB of shared memory for its FIFOs in /dev/shm "
+                      "(%s): the ranks of this host need %zu MiB there, it holds %zu MiB in all "
+                      "(%zu MiB free there now); give /dev/shm more room (docker run --shm-size), "
+                      "or lower WEFT_HOST_NCHANNELS or WEFT_SHM_SLOT_BYTES, or use "
+                      "NCCL_PROTO=Simple, or set NCCL_SHM_DISABLE=1",
+                      owner, (bytes + (1u << 20) - 1) >> 20, strerror(err),
+                      (host_bytes + (1u << 20) - 1) >> 20, shm_fs_bytes(1) >> 20,
+                      shm_fs_bytes(0) >> 20);
+            close(fd);
+            shm_unlink(name);
+            return ncclSystemError;
+        }
+    } else {
+        struct stat sb;
+        if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != bytes) {
+            WEFT_WARN("the shared-memory segment of rank %d is %lld bytes, this rank expects %zu: "
+                      "set WEFT_HOST_NCHANNELS, WEFT_SHM_SLOT_BYTES and NCCL_PROTO alike on "
+                      "every rank",
+                      owner, (long long)sb.st_size, bytes);
+            close(fd);
+            return ncclInvalidUsage;
+        }
     }
     void *seg = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -134,6 +202,34 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, void **s
     }
     *seg_p = seg;
     return ncclSuccess;
+}
+
+/*
+ * Every rank's outcome of a setup phase, so that a rank that failed (no room in /dev/shm, a
+ * segment of the wrong size) makes every rank fail now, with a message naming it, instead of
+ * leaving the others waiting for it. Collective; also the barrier between the phases.
+ */
+static ncclResult_t shm_agree(struct ncclComm *comm, ncclResult_t mine, const char *phase)
+{
+    int nranks = comm->nranks;
+    int32_t *all = calloc((size_t)nranks, sizeof(int32_t));
+    if (all == NULL) {
+        WEFT_WARN("out of memory exchanging shared-memory setup results of %d ranks", nranks);
+        return ncclSystemError;
+    }
+    all[comm->rank] = (int32_t)mine;
+    ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, all, sizeof(int32_t));
+    for (int p = 0; res == ncclSuccess && p < nranks; p++) {
+        if (all[p] == ncclSuccess)
+            continue;
+        res = (ncclResult_t)all[p];
+        if (p != comm->rank)
+            WEFT_WARN("rank %d: rank %d (host %s) failed to %s (its log says why)", comm->rank, p,
+                      comm->peer_info[p].hostname, phase);
+        break;
+    }
+    free(all);
+    return res;
 }
 
 /*
@@ -180,7 +276,16 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     size_t ll_offset = sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot;
     size_t ll_bytes = ll ? sizeof(struct weft_fifo_ctrl) + WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES : 0;
     st->conn_stride = (ll_offset + ll_bytes + 4095) & ~(size_t)4095;
-    st->seg_bytes = WEFT_SHM_HEADER_BYTES + (size_t)nch * nranks * st->conn_stride;
+    /* The transport table hands shm the peers it is first to connect; that is every rank
+     * shm_can_connect admits, which the segment layout counts on. */
+    for (int p = 0; p < nranks; p++) {
+        if (!peer_mask[p] != !shm_can_connect(comm, me, p)) {
+            WEFT_WARN("rank %d: shared-memory peers differ from the transport choice (rank %d)", me,
+                      p);
+            res = ncclInternalError;
+            goto err;
+        }
+    }
     /* Map every FIFO now while they take little memory (8 ranks: 6 MiB a rank) and /dev/shm has
      * room for all the ranks' (a container's may hold 64 MiB), else the LL FIFOs only: the first
      * operations of a size faulted their pages one by one (8 ranks on 2 cores, the first 8
@@ -189,51 +294,59 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     for (int p = 0; p < nranks; p++)
         npeers += p != me && peer_mask[p];
     size_t fifo_total = (size_t)nch * npeers * st->conn_stride;
-    struct statvfs vfs;
-    int prefault_all = fifo_total <= WEFT_SHM_PREFAULT_BYTES && statvfs("/dev/shm", &vfs) == 0 &&
-                       fifo_total * (size_t)(npeers + 1) <= (size_t)vfs.f_bavail * vfs.f_frsize / 4;
+    int prefault_all = fifo_total <= WEFT_SHM_PREFAULT_BYTES &&
+                       fifo_total * (size_t)(npeers + 1) <= shm_fs_bytes(0) / 4;
     st->segs = calloc((size_t)nranks, sizeof(void *));
+    st->seg_bytes = calloc((size_t)nranks, sizeof(size_t));
     st->conns = calloc((size_t)nch * nranks * 4, sizeof(struct weft_conn));
-    if (st->segs == NULL || st->conns == NULL) {
+    if (st->segs == NULL || st->seg_bytes == NULL || st->conns == NULL) {
         WEFT_WARN("out of memory for shared-memory connections of %d ranks", nranks);
         res = ncclSystemError;
         goto err;
     }
+    size_t host_bytes = 0; /* every segment of this host: each rank connects to all of them */
+    for (int p = 0; p < nranks; p++) {
+        if (peer_mask[p] || p == me)
+            st->seg_bytes[p] = shm_seg_bytes(comm, st, p);
+        host_bytes += st->seg_bytes[p];
+    }
 
     char name[64];
     shm_name(name, sizeof(name), comm->comm_hash, me);
-    WEFT_CHECK_GOTO(shm_map(name, st->seg_bytes, 1, &st->segs[me]), res, err);
+    /* Everyone has created (and reserved) its segment or failed: map the peers', then let
+     * everyone unlink its own. */
+    res = shm_map(name, st->seg_bytes[me], 1, me, host_bytes, &st->segs[me]);
+    WEFT_CHECK_GOTO(shm_agree(comm, res, "reserve its shared-memory segment"), res, err_unlink);
     struct weft_shm_header *hdr = st->segs[me];
     hdr->magic = WEFT_SHM_SEGMENT_MAGIC;
     hdr->rank = me;
     hdr->nranks = nranks;
     hdr->conn_stride = st->conn_stride;
-
-    /* Everyone has created its segment: map the peers', then let everyone unlink its own. */
     WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
-    for (int p = 0; p < nranks; p++) {
+    ncclResult_t mapped = ncclSuccess;
+    for (int p = 0; p < nranks && mapped == ncclSuccess; p++) {
         if (p == me || !peer_mask[p])
             continue;
         char peer_name[64];
         shm_name(peer_name, sizeof(peer_name), comm->comm_hash, p);
-        WEFT_CHECK_GOTO(shm_map(peer_name, st->seg_bytes, 0, &st->segs[p]), res, err_unlink);
+        mapped = shm_map(peer_name, st->seg_bytes[p], 0, p, 0, &st->segs[p]);
+        if (mapped != ncclSuccess)
+            break;
         struct weft_shm_header *ph = st->segs[p];
         if (ph->magic != WEFT_SHM_SEGMENT_MAGIC || ph->rank != p || ph->nranks != nranks) {
             WEFT_WARN("shared segment %s of rank %d is not a segment of this communicator",
                       peer_name, p);
-            res = ncclInternalError;
-            goto err_unlink;
-        }
-        if (ph->conn_stride != st->conn_stride) {
+            mapped = ncclInternalError;
+        } else if (ph->conn_stride != st->conn_stride) {
             WEFT_WARN("rank %d: the shared-memory FIFOs of rank %d take %llu bytes per peer and "
                       "channel, here %zu: set WEFT_SHM_SLOT_BYTES and NCCL_PROTO alike on every "
                       "rank",
                       me, p, (unsigned long long)ph->conn_stride, st->conn_stride);
-            res = ncclInvalidUsage;
-            goto err_unlink;
+            mapped = ncclInvalidUsage;
         }
     }
-    WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
+    WEFT_CHECK_GOTO(shm_agree(comm, mapped, "map the shared-memory segments of its peers"), res,
+                    err_unlink);
     shm_unlink(name);
 
     for (int c = 0; c < nch; c++) {
@@ -244,8 +357,8 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             struct weft_conn *recv = send + 1;
             void *peer_seg = st->segs[p];
             struct weft_doorbell *peer_bell = &((struct weft_shm_header *)peer_seg)->bell;
-            char *out = shm_fifo(st, peer_seg, nranks, c, me);
-            char *in = shm_fifo(st, st->segs[me], nranks, c, p);
+            char *out = shm_fifo(comm, st, peer_seg, p, c, me);
+            char *in = shm_fifo(comm, st, st->segs[me], me, c, p);
             shm_conn_init(send, out, slot, WEFT_STEPS, peer_bell);
             shm_conn_init(recv, in, slot, WEFT_STEPS, peer_bell);
             if (ll) {
@@ -278,7 +391,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     }
     WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT,
               "rank %d: shm segment %zu bytes, %d channels, slot %zu%s; %s mapped at setup", me,
-              st->seg_bytes, nch, slot, ll ? ", LL FIFOs" : "",
+              st->seg_bytes[me], nch, slot, ll ? ", LL FIFOs" : "",
               prefault_all ? "every FIFO" : ll ? "the LL FIFOs" : "nothing");
     *state_p = st;
     return ncclSuccess;
