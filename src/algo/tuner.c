@@ -224,6 +224,18 @@ int weft_tune_ll_any(void)
     return 0;
 }
 
+uint64_t weft_tune_knobs_hash(int proto)
+{
+    tune_load();
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the masks */
+    for (int c = 0; c < TUNE_NCOLL; c++) {
+        h = (h ^ (proto ? tune_cfg.proto[c] : tune_cfg.algo[c])) * 1099511628211ull;
+    }
+    if (!proto)
+        h = (h ^ (uint64_t)(int64_t)tune_cfg.force) * 1099511628211ull;
+    return h;
+}
+
 /* The algorithms with a schedule of their own for coll. */
 static unsigned tune_available(int coll)
 {

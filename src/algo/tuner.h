@@ -15,6 +15,7 @@
 #define WEFT_ALGO_TUNER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "algo/cost.h"
 #include "nccl.h"
@@ -38,6 +39,12 @@ int weft_tune_ll(int coll);
 
 /* 1 when NCCL_PROTO lets some collective use LL: connections then get LL FIFOs. */
 int weft_tune_ll_any(void);
+
+/*
+ * A fingerprint of what NCCL_ALGO, NCCL_PROTO and WEFT_ALGO allow (the parsed masks, not the
+ * text: "ring" and "Ring" agree), for the init check that every rank restricts alike.
+ */
+uint64_t weft_tune_knobs_hash(int proto);
 
 /* What the tuner knows of a communicator: values every rank computes alike at setup. */
 struct weft_tune_comm {

@@ -292,8 +292,10 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
         }
         over |= ncpu > 0 && on_machine > ncpu;
     }
-    /* One host: the host's own view, as the single-host rule was measured with. */
-    struct weft_tune_comm tc = {.oversubscribed = nhosts > 1 ? over : comm->oversubscribed,
+    /* Whether a machine runs more ranks than cores, from the exchanged core counts (the fewest
+     * any rank of the machine may use): every rank must choose alike, so not from this rank's
+     * own affinity (which decides only how its own waits behave, comm->oversubscribed). */
+    struct weft_tune_comm tc = {.oversubscribed = over,
                                 .chunk_bytes = (double)weft_slot_payload(comm->slot_bytes) *
                                                WEFT_CHUNK_SLOTS};
     ncclResult_t res = weft_cost_layout_init(&tc.layout, nranks, host);
@@ -338,6 +340,95 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     return ncclSuccess;
 }
 
+WEFT_PARAM_DECL(ShmSlotBytes);    /* transports/shm */
+WEFT_PARAM_DECL(SocketSlotBytes); /* transports/socket */
+WEFT_PARAM_DECL(SocketNthreads);
+WEFT_PARAM_DECL(NsocksPerthread);
+WEFT_PARAM_DECL(DirectMaxBytes);  /* algo/tuner.c */
+WEFT_PARAM_DECL(FuseBytes);       /* exec/host.c */
+
+/* The knobs of WEFT_NSETTINGS, in the order of weft_peer_info.settings. */
+static const char *const weft_setting_names[WEFT_NSETTINGS] = {
+    "WEFT_HOST_NCHANNELS", "WEFT_SHM_SLOT_BYTES",   "WEFT_SOCKET_SLOT_BYTES",
+    "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_ALGO/WEFT_ALGO",
+    "NCCL_PROTO",          "WEFT_DIRECT_MAX_BYTES", "WEFT_FUSE_BYTES",
+};
+#define WEFT_SETTING_HASHED(i) ((i) == 5 || (i) == 6) /* masks fingerprinted: no value to print */
+
+void weft_comm_settings(int nchannels, int64_t *v)
+{
+    v[0] = nchannels;
+    v[1] = weft_param_ShmSlotBytes();
+    v[2] = weft_param_SocketSlotBytes();
+    v[3] = weft_param_SocketNthreads();
+    v[4] = weft_param_NsocksPerthread();
+    v[5] = (int64_t)weft_tune_knobs_hash(0);
+    v[6] = (int64_t)weft_tune_knobs_hash(1);
+    v[7] = weft_param_DirectMaxBytes();
+    v[8] = weft_param_FuseBytes();
+}
+
+/*
+ * Every rank must hold the same settings (weft_setting_names): a rank with other channels would
+ * map its peers' segments with the wrong size, other algorithm restrictions would pair a tree
+ * step with a ring step. One message names every setting that differs and which ranks hold which
+ * value; every rank reaches the same verdict from the same exchanged values.
+ */
+static ncclResult_t weft_comm_agree(struct ncclComm *comm)
+{
+    char msg[1024];
+    size_t len = 0;
+    int nranks = comm->nranks, bad = 0;
+    const struct weft_peer_info *pi = comm->peer_info;
+    for (int i = 0; i < WEFT_NSETTINGS; i++) {
+        int p = 1;
+        while (p < nranks && pi[p].settings[i] == pi[0].settings[i])
+            p++;
+        if (p == nranks)
+            continue;
+        bad++;
+        len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0, "%s%s:",
+                                bad > 1 ? ";" : "", weft_setting_names[i]);
+        /* one group per distinct value, in order of its first rank (at most 4 shown) */
+        int groups = 0;
+        for (int a = 0; a < nranks; a++) {
+            int first = 1;
+            for (int q = 0; q < a && first; q++)
+                first = pi[q].settings[i] != pi[a].settings[i];
+            if (!first)
+                continue;
+            if (++groups > 4) {
+                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
+                                        " ...");
+                break;
+            }
+            if (WEFT_SETTING_HASHED(i))
+                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
+                                        "%s one value on ranks", groups > 1 ? "," : "");
+            else
+                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
+                                        "%s %lld on ranks", groups > 1 ? "," : "",
+                                        (long long)pi[a].settings[i]);
+            int shown = 0;
+            for (int q = a; q < nranks; q++) {
+                if (pi[q].settings[i] != pi[a].settings[i])
+                    continue;
+                if (++shown > 8) {
+                    len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
+                                            " ...");
+                    break;
+                }
+                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
+                                        "%s%d", shown > 1 ? "," : " ", q);
+            }
+        }
+    }
+    if (bad == 0)
+        return ncclSuccess;
+    WEFT_WARN("rank %d: settings that must be the same on every rank differ: %s", comm->rank, msg);
+    return ncclInvalidUsage;
+}
+
 /* Exchanges peer info and connects every peer with the first transport that reaches it. */
 static ncclResult_t weft_comm_connect(struct ncclComm *comm)
 {
@@ -357,6 +448,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     me->ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
                                                               : (int)sysconf(_SC_NPROCESSORS_ONLN);
     gethostname(me->hostname, sizeof(me->hostname) - 1);
+    weft_comm_settings(comm->nchannels, me->settings);
     WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peer_info, sizeof(*me)));
     for (int p = 0; p < nranks; p++) {
         struct weft_peer_info *pi = &comm->peer_info[p];
@@ -368,6 +460,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
         }
         pi->hostname[sizeof(pi->hostname) - 1] = '\0';
     }
+    WEFT_CHECK(weft_comm_agree(comm));
     /* More local ranks than usable cores: waits must give the core away (exec/host.c). */
     int local = 0;
     for (int p = 0; p < nranks; p++)

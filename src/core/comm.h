@@ -27,8 +27,16 @@ struct weft_bootstrap;
 struct weft_transport;
 struct weft_stream;
 
-/* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather. */
-#define WEFT_PEER_INFO_VERSION 3
+/*
+ * Settings that shape the wire or a schedule (channels, slot sizes, socket links, algorithm and
+ * protocol restrictions, the direct and fusion limits): every rank must hold the same, and init
+ * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
+ */
+#define WEFT_NSETTINGS 9
+
+/* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
+ * Version 4: settings added. */
+#define WEFT_PEER_INFO_VERSION 4
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;
@@ -40,6 +48,7 @@ struct weft_peer_info {
     int32_t ncpu;       /* cores the rank may run on; 0: unknown */
     char hostname[WEFT_HOSTNAME_LEN]; /* for messages that name the peer's host */
     uint64_t machine_hash; /* same value = same machine (boot id), whatever NCCL_HOSTID says */
+    int64_t settings[WEFT_NSETTINGS];
 };
 
 /* The rank set NCCL_SHM_DISABLE: no pair that includes it uses shared memory. */
@@ -60,8 +69,8 @@ struct weft_user_op {
  * Set once any communicator of this process found more ranks on its host than cores. Then every
  * communicator of the process waits as an oversubscribed one (exec/host.c): a 2-rank group split
  * from an 8-rank job on 2 cores is not crowded by its own count, but its peers still share the
- * cores with the rest of the job. Only waits read it; algorithm choices use comm->oversubscribed,
- * which every rank of a communicator computes alike.
+ * cores with the rest of the job. Only waits read it; algorithm choices use comm->tune, which
+ * every rank of a communicator computes alike from exchanged values.
  */
 extern int weft_host_oversubscribed;
 
@@ -112,7 +121,8 @@ struct ncclComm {
     uint64_t op_seq;                  /* operations issued, for error messages */
     int busy;                         /* threads currently executing on this comm */
     int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
-    int oversubscribed;               /* more ranks on this host than cores we may run on */
+    int oversubscribed;               /* more ranks on this host than cores this rank may run on
+                                       * (its own affinity: for its waits only) */
     int nhosts;                       /* distinct host_hash values among the peers */
     int ranks_per_host;               /* the most ranks on one host */
     /* Ring order (weft_sched_ring_order: hosts in order of their lowest rank, each host's ranks
@@ -149,6 +159,10 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
                              const ncclConfig_t *config);
 /* The collective part of init: bootstrap, peer exchange, transports. */
 ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id);
+
+/* This process's values of the settings every rank must share (weft_peer_info.settings), for a
+ * communicator of nchannels channels. */
+void weft_comm_settings(int nchannels, int64_t *settings);
 
 /* Takes the next ticket (issuing thread only). */
 uint64_t weft_comm_ticket_take(struct ncclComm *comm);

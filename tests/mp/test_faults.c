@@ -75,6 +75,31 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
         EXPECT(ncclGetLastError(NULL)[0] != '\0', "rank %d: no message", rank);
         return g_failed;
     }
+    if (strcmp(c, "setting-mismatch") == 0) {
+        /* WEFT_TEST_MISMATCH=VAR=VALUE on rank 1 only: every rank's init fails, at once, with a
+         * message naming VAR and the rank that holds the other value. */
+        const char *spec = getenv("WEFT_TEST_MISMATCH");
+        char var[64];
+        const char *eq = spec != NULL ? strchr(spec, '=') : NULL;
+        if (eq == NULL || (size_t)(eq - spec) >= sizeof(var)) {
+            fprintf(stderr, "setting-mismatch needs WEFT_TEST_MISMATCH=VAR=VALUE\n");
+            return 2;
+        }
+        memcpy(var, spec, (size_t)(eq - spec));
+        var[eq - spec] = 0;
+        if (rank == 1)
+            setenv(var, eq + 1, 1);
+        double t0 = now_s();
+        ncclResult_t res = ncclCommInitRank(&comm, nranks, id, rank);
+        const char *msg = ncclGetLastError(NULL);
+        EXPECT(res == ncclInvalidUsage, "rank %d: init with %s on rank 1 returned %d", rank, spec,
+               res);
+        EXPECT(now_s() - t0 < 10, "rank %d: init took %.1f s", rank, now_s() - t0);
+        EXPECT(strstr(msg, var) != NULL && strstr(msg, "differ") != NULL &&
+                   strstr(msg, " ranks 1") != NULL,
+               "rank %d: message names neither %s nor rank 1: %s", rank, var, msg);
+        return g_failed;
+    }
     if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) {
         fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
         return 1;
@@ -190,8 +215,8 @@ int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr,
-                "usage: %s dead-peer|timeout|bad-timeout|mismatch|mismatch-ll|proto-mismatch|abort|"
-                "early-exit\n",
+                "usage: %s dead-peer|timeout|bad-timeout|mismatch|mismatch-ll|proto-mismatch|"
+                "setting-mismatch|abort|early-exit\n",
                 argv[0]);
         return 2;
     }

@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# The GPU check: one command for a machine with one NVIDIA GPU (an H200 here), inside 9 minutes.
+#
+#   tests/gpu/run.sh [--dry-run] [--build DIR]
+#
+# Stages run in order, each with its own budget; a stage that would start with less time left
+# than its budget prints `SKIPPED: <stage> (budget)` instead of running into the device tool's
+# kill. Every stage ends with an `N passed, N failed` line; the last line of the run adds them up.
+# A case is one command with its own timeout (the rest of its stage's budget at most).
+#
+# Build: a build carried from the CPU machine (--build DIR, default build-gpu, made with
+# `meson setup build-gpu -Dcuda=enabled -Dbuildtype=release`) is used as it is when its library
+# loads here; otherwise the script builds one with the toolkit it finds (meson, ninja -j16).
+#
+# Results (at most 8 files) go under $OUT (the device tool's folder; ./gpu-out otherwise):
+# summary.txt, env.txt, build.log, unit.log, multirank.log, perf.csv, perf.log, sanitizer.log.
+#
+# --dry-run (on the CPU machine, no GPU): checks this script's own tools and its stage list: every
+# binary a case names exists in the build and runs its --help (or the emulated GPU, where the case
+# can run there), the budgets add up to the deadline, and the result files stay within 8. It costs
+# no device minutes, so a script bug is found before a lease is spent on it.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+dry=0
+build=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --dry-run) dry=1 ;;
+    --build) build=$2; shift ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1"; exit 2 ;;
+    esac
+    shift
+done
+[ -n "$build" ] || build=$top/build-gpu
+case "$build" in /*) ;; *) build=$top/$build ;; esac
+out=${OUT:-$top/gpu-out}
+mkdir -p "$out"
+
+DEADLINE=540 # seconds: the device tool kills a command at 600
+start=$(date +%s)
+# stage name, budget (s), result file
+stages=(preflight:15:env.txt build:150:build.log unit:60:unit.log multirank:150:multirank.log
+        perf:90:perf.log sanitizer:60:sanitizer.log)
+total_pass=0
+total_fail=0
+summary=$out/summary.txt
+: >"$summary"
+
+say() { echo "$*" | tee -a "$summary"; }
+elapsed() { echo $(($(date +%s) - start)); }
+
+# The cases of each stage: "name|timeout|command". $B is the build folder. A case passes when its
+# command exits 0 (each binary checks its results element by element and exits non-zero on a
+# wrong one). Cases marked emu= also run on the emulated GPU in --dry-run (WEFT_CUDA=emu:2).
+unit_cases=(
+    "emu=redop-bitwise|40|\$B/tests/gpu-emu/test_kernels redop"
+    "emu=loopback-simple|40|\$B/tests/gpu-emu/test_kernels loopback"
+    "emu=ll-flag-wrap|20|\$B/tests/gpu-emu/test_kernels llwrap"
+    "emu=abort|20|\$B/tests/gpu-emu/test_coll abort"
+    "emu=deadline|20|env WEFT_TIMEOUT=2 \$B/tests/gpu-emu/test_coll deadline"
+)
+multirank_cases=(
+    "emu=threads-2|60|\$B/tests/gpu-emu/test_coll colls 2"
+    "emu=threads-4|80|\$B/tests/gpu-emu/test_coll colls 4"
+    "emu=one-stream-4|40|\$B/tests/gpu-emu/test_coll onestream 4"
+    "emu=graph-replay|40|\$B/tests/gpu-emu/test_coll graph 2"
+)
+perf_cases=(
+    "copy-rate|20|\$B/perf/all_reduce_perf -b 1G -e 1G -n 5 -w 2 -c 0 -g 1 -R copy"
+    "weft-1rank|25|\$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 1 -c 0"
+    "weft-2ranks|30|\$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 2 -c 0"
+    "nvidia-1rank|25|nccl_wheel \$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 1 -c 0"
+)
+sanitizer_cases=(
+    "memcheck|25|compute-sanitizer --tool memcheck --error-exitcode 1 \$B/tests/gpu-emu/test_kernels loopback-small"
+    "racecheck|15|compute-sanitizer --tool racecheck --error-exitcode 1 \$B/tests/gpu-emu/test_kernels loopback-small"
+    "synccheck|15|compute-sanitizer --tool synccheck --error-exitcode 1 \$B/tests/gpu-emu/test_kernels loopback-small"
+)
+
+# NVIDIA's libnccl.so.2 from the image's nvidia-nccl-cu13 wheel: runs a command with it first on
+# the library path.
+nccl_wheel_dir() {
+    python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' \
+        2>/dev/null
+}
+nccl_wheel() {
+    local d
+    d=$(nccl_wheel_dir)
+    [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] || { echo "no nvidia-nccl wheel"; return 3; }
+    LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+}
+
+# run_cases STAGE LOG BUDGET_END CASE... : runs each case with min(its timeout, time left).
+run_cases() {
+    local stage=$1 log=$2 end=$3
+    shift 3
+    local pass=0 fail=0 c name tmo cmd left
+    for c in "$@"; do
+        name=${c%%|*}; c=${c#*|}; tmo=${c%%|*}; cmd=${c#*|}
+        name=${name#emu=}
+        left=$((end - $(date +%s)))
+        if [ "$left" -lt 3 ]; then
+            say "SKIPPED: $stage/$name (budget)"
+            fail=$((fail + 1))
+            continue
+        fi
+        [ "$tmo" -le "$left" ] || tmo=$left
+        echo "=== $stage/$name: $cmd" >>"$log"
+        local t0=$(date +%s)
+        B=$build eval "timeout -k 5 $tmo $cmd" >>"$log" 2>&1
+        local rc=$?
+        if [ $rc = 0 ]; then
+            pass=$((pass + 1)); echo "    ok   $stage/$name ($(($(date +%s) - t0)) s)"
+        else
+            fail=$((fail + 1)); echo "    FAIL $stage/$name (exit $rc, $(($(date +%s) - t0)) s)"
+            echo "--- exit $rc" >>"$log"
+        fi
+    done
+    total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
+    say "$stage: $pass passed, $fail failed"
+}
+
+stage_preflight() {
+    local log=$1 pass=0 fail=0
+    {
+        echo "date: $(date -u)"; uname -a; ldd --version 2>&1 | head -1
+        nvidia-smi -L 2>&1; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+        nvcc --version 2>&1 | tail -2; cc --version 2>&1 | head -1
+        meson --version 2>&1 || python3 -m mesonbuild.mesonmain --version 2>&1
+        compute-sanitizer --version 2>&1 | head -2
+        command -v nvidia-cuda-mps-control || echo "no nvidia-cuda-mps-control"
+        echo "nvidia nccl wheel: $(nccl_wheel_dir)"
+    } >"$log" 2>&1
+    if nvidia-smi -L >/dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+    total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
+    say "preflight: $pass passed, $fail failed ($(nvidia-smi -L 2>/dev/null | head -1))"
+}
+
+stage_build() {
+    local log=$1 end=$2
+    if [ -e "$build/libnccl.so.2" ] && "$build/tools/weft-info" >/dev/null 2>&1; then
+        echo "using the carried build $build" >"$log"
+        say "build: 1 passed, 0 failed (carried $build)"
+        total_pass=$((total_pass + 1))
+        return
+    fi
+    echo "building $build" >"$log"
+    local left=$((end - $(date +%s)))
+    if (cd "$top" && timeout "$left" meson setup "$build" -Dcuda=enabled -Dbuildtype=release \
+            >>"$log" 2>&1 && timeout "$((end - $(date +%s)))" ninja -C "$build" -j16 \
+            >>"$log" 2>&1); then
+        say "build: 1 passed, 0 failed (built here)"
+        total_pass=$((total_pass + 1))
+    else
+        tail -40 "$log" >"$log.tail"; mv "$log.tail" "$log"
+        say "build: 0 passed, 1 failed (see build.log)"
+        total_fail=$((total_fail + 1))
+    fi
+}
+
+# perf.csv: the rows of the perf tools' tables at 8 B, 1 MiB, 64 MiB and 1 GiB, one per case.
+perf_csv() {
+    local log=$1 csv=$out/perf.csv
+    echo "case,bytes,time_us,algbw_GBs,busbw_GBs" >"$csv"
+    awk '/^=== perf\// { split($2, a, "/"); name = substr(a[2], 1, length(a[2]) - 1) }
+         $1 ~ /^[0-9]+$/ && ($1 == 8 || $1 == 1048576 || $1 == 67108864 || $1 == 1073741824) {
+             printf "%s,%s,%s,%s,%s\n", name, $1, $6, $7, $8 }' "$log" >>"$csv"
+}
+
+dry_run() {
+    local pass=0 fail=0 sum=0 s name budget file nfiles=1
+    for s in "${stages[@]}"; do
+        budget=${s#*:}; budget=${budget%%:*}
+        sum=$((sum + budget)); nfiles=$((nfiles + 1))
+    done
+    nfiles=$((nfiles + 1)) # perf.csv
+    if [ "$sum" -le "$DEADLINE" ]; then pass=$((pass + 1)); else
+        echo "FAIL: stage budgets add up to $sum s, over the $DEADLINE s deadline"; fail=$((fail + 1)); fi
+    if [ "$nfiles" -le 8 ]; then pass=$((pass + 1)); else
+        echo "FAIL: $nfiles result files, over 8"; fail=$((fail + 1)); fi
+    for t in timeout awk python3 date tee; do
+        if command -v "$t" >/dev/null; then pass=$((pass + 1)); else
+            echo "FAIL: no $t"; fail=$((fail + 1)); fi
+    done
+    [ -e "$build/libnccl.so.2" ] || { echo "FAIL: no build at $build (meson setup $build)"; fail=$((fail + 1)); }
+    local c cmd bin tmo
+    for c in "${unit_cases[@]}" "${multirank_cases[@]}" "${perf_cases[@]}" "${sanitizer_cases[@]}"; do
+        name=${c%%|*}; cmd=${c#*|}; tmo=${cmd%%|*}; cmd=${cmd#*|}
+        # the binary a case runs: the first word that names a file of the build
+        bin=$(B=$build eval "echo $cmd" | tr ' ' '\n' | grep "^$build/" | head -1)
+        if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+            echo "FAIL: ${name#emu=}: $bin not built"; fail=$((fail + 1)); continue
+        fi
+        case "$name" in
+        emu=*)
+            if B=$build WEFT_CUDA=emu:2 eval "timeout -k 5 $tmo $cmd" >/tmp/weft-gpu-dry.$$ 2>&1; then
+                pass=$((pass + 1)); echo "    ok   ${name#emu=} on the emulated GPU"
+            else
+                fail=$((fail + 1)); echo "FAIL: ${name#emu=} on the emulated GPU:"; tail -5 /tmp/weft-gpu-dry.$$
+            fi ;;
+        *) pass=$((pass + 1)); echo "    ok   $name: $bin exists" ;;
+        esac
+    done
+    rm -f /tmp/weft-gpu-dry.$$
+    echo "dry-run: $pass passed, $fail failed"
+    [ "$fail" = 0 ]
+}
+
+if [ "$dry" = 1 ]; then
+    dry_run
+    exit $?
+fi
+
+for s in "${stages[@]}"; do
+    name=${s%%:*}; rest=${s#*:}; budget=${rest%%:*}; file=${rest#*:}
+    now=$(elapsed)
+    if [ $((now + budget)) -gt "$DEADLINE" ]; then
+        say "SKIPPED: $name (budget)"
+        continue
+    fi
+    end=$(($(date +%s) + budget))
+    log=$out/$file
+    : >"$log"
+    echo "--- stage $name (budget $budget s, at $now s)"
+    case "$name" in
+    preflight) stage_preflight "$log" ;;
+    build) stage_build "$log" "$end" ;;
+    unit) run_cases unit "$log" "$end" "${unit_cases[@]}" ;;
+    multirank) run_cases multirank "$log" "$end" "${multirank_cases[@]}" ;;
+    perf) run_cases perf "$log" "$end" "${perf_cases[@]}"; perf_csv "$log" ;;
+    sanitizer)
+        if command -v compute-sanitizer >/dev/null; then
+            run_cases sanitizer "$log" "$end" "${sanitizer_cases[@]}"
+        else
+            say "SKIPPED: sanitizer (no compute-sanitizer)"
+        fi ;;
+    esac
+done
+say "total: $total_pass passed, $total_fail failed in $(elapsed) s"
+[ "$total_fail" = 0 ]
