@@ -1,11 +1,15 @@
 /* Communicator lifecycle: init (bootstrap, peer exchange, transports), finalize, free. */
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -429,6 +433,50 @@ static ncclResult_t weft_comm_agree(struct ncclComm *comm)
     return ncclInvalidUsage;
 }
 
+/* The inode of this process's PID namespace, 0 when /proc cannot tell. */
+static uint64_t weft_pid_ns(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
+/* 0 once the process is gone or a zombie (a dead child nobody has reaped yet). */
+static int weft_pid_alive(int pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 1; /* no /proc: trust kill() */
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the state follows the command name */
+    return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+int weft_comm_peer_alive(const struct ncclComm *comm, int p)
+{
+    const struct weft_peer_info *peer = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
+    if (p == comm->rank || peer->host_hash != self->host_hash)
+        return 1;
+    int fd = comm->peer_alive_fd != NULL ? comm->peer_alive_fd[p] : -1;
+    /* A peer that destroyed the communicator dropped its lock with it: only its pid tells. */
+    int departed = comm->peer_departed != NULL && comm->peer_departed[p] != NULL &&
+                   __atomic_load_n(comm->peer_departed[p], __ATOMIC_ACQUIRE);
+    if (fd >= 0 && !departed) {
+        /* The peer's lock on its segment goes when its last descriptor does, at its exit. */
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        if (fcntl(fd, F_OFD_GETLK, &fl) == 0)
+            return fl.l_type != F_UNLCK;
+    }
+    if (peer->pid_ns != self->pid_ns || peer->pid_ns == 0 || peer->pid == self->pid)
+        return 1;
+    return weft_pid_alive(peer->pid);
+}
+
 /* Exchanges peer info and connects every peer with the first transport that reaches it. */
 static ncclResult_t weft_comm_connect(struct ncclComm *comm)
 {
@@ -449,6 +497,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
                                                               : (int)sysconf(_SC_NPROCESSORS_ONLN);
     gethostname(me->hostname, sizeof(me->hostname) - 1);
     weft_comm_settings(comm->nchannels, me->settings);
+    me->pid_ns = weft_pid_ns();
     WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peer_info, sizeof(*me)));
     for (int p = 0; p < nranks; p++) {
         struct weft_peer_info *pi = &comm->peer_info[p];

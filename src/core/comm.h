@@ -49,6 +49,8 @@ struct weft_peer_info {
     char hostname[WEFT_HOSTNAME_LEN]; /* for messages that name the peer's host */
     uint64_t machine_hash; /* same value = same machine (boot id), whatever NCCL_HOSTID says */
     int64_t settings[WEFT_NSETTINGS];
+    uint64_t pid_ns; /* inode of /proc/self/ns/pid (0: unknown): a pid means something to a
+                      * peer only in the same PID namespace (containers on one host differ) */
 };
 
 /* The rank set NCCL_SHM_DISABLE: no pair that includes it uses shared memory. */
@@ -89,6 +91,10 @@ struct ncclComm {
      * the shm transport, NULL entries for peers it does not reach). A peer process that is gone
      * after marking left cleanly, having finished its part; one gone without marking crashed. */
     const uint32_t **peer_departed;
+    /* [nranks] or NULL: a descriptor of each local peer's shared-memory segment, on which the
+     * peer holds a lock while its process lives (set by the shm transport, -1 for peers it does
+     * not reach). Unlike a pid it answers across PID namespaces. See weft_comm_peer_alive. */
+    int *peer_alive_fd;
 
     /*
      * connections: chan_peers[c][peer]; c == nchannels is the point-to-point channel. The arrays
@@ -163,6 +169,13 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id);
 /* This process's values of the settings every rank must share (weft_peer_info.settings), for a
  * communicator of nchannels channels. */
 void weft_comm_settings(int nchannels, int64_t *settings);
+
+/*
+ * 0 when peer p's process is known to be gone (or a zombie), 1 when it lives or nobody can tell
+ * (another host, or another PID namespace without a shared segment: the deadline decides then).
+ * Any thread; a few system calls.
+ */
+int weft_comm_peer_alive(const struct ncclComm *comm, int p);
 
 /* Takes the next ticket (issuing thread only). */
 uint64_t weft_comm_ticket_take(struct ncclComm *comm);

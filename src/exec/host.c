@@ -186,23 +186,6 @@ static ncclResult_t weft_exec_lane_error(struct weft_exec_lane *el)
     return ncclInvalidUsage;
 }
 
-/* 0 once the process is gone or a zombie (a dead child nobody has reaped yet). */
-static int weft_pid_alive(int pid)
-{
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return 0;
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 1; /* no /proc: trust kill() */
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')'); /* the state follows the command name */
-    return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
-}
-
 /* Checks abort, the peer's process and the deadline while blocked. */
 static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlanes,
                                           const struct weft_exec_block *block, uint64_t idle_ns)
@@ -230,8 +213,7 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
     const struct weft_peer_info *peer = &comm->peer_info[block->peer];
     const struct weft_peer_info *self = &comm->peer_info[comm->rank];
     int pid = peer->pid;
-    /* A pid means something only on our own host. */
-    if (peer->host_hash == self->host_hash && pid != self->pid && !weft_pid_alive(pid)) {
+    if (!weft_comm_peer_alive(comm, block->peer)) {
         WEFT_WARN("rank %d: peer %d (pid %d, host %s) exited while this rank waited for %s in %s "
                   "(operation %llu)",
                   comm->rank, block->peer, pid, peer->hostname,
@@ -244,7 +226,7 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
     for (int p = 0; p < comm->nranks; p++) {
         const struct weft_peer_info *other = &comm->peer_info[p];
         if (p == block->peer || other->host_hash != self->host_hash || other->pid == self->pid ||
-            weft_pid_alive(other->pid))
+            weft_comm_peer_alive(comm, p))
             continue;
         /* It destroyed the communicator before exiting: its part is done, not a crash. */
         if (comm->peer_departed != NULL && comm->peer_departed[p] != NULL &&

@@ -59,6 +59,9 @@ struct weft_shm_state {
     int nranks;
     int owns_bell;              /* comm->bell points into our segment */
     void **segs;                /* [nranks], NULL for peers not connected */
+    int *fds;                   /* [nranks]: each segment's descriptor, kept open (-1: none); this
+                                 * rank holds a lock on its own while it lives (comm.h,
+                                 * peer_alive_fd) */
     struct weft_conn *conns;    /* [nconn_channels][nranks][4]: send, recv, their LL FIFOs */
 };
 
@@ -126,6 +129,12 @@ static ncclResult_t shm_close(struct ncclComm *comm, void *state)
                          __ATOMIC_RELEASE);
     free(comm->peer_departed);
     comm->peer_departed = NULL;
+    if (comm->peer_alive_fd == st->fds)
+        comm->peer_alive_fd = NULL;
+    for (int p = 0; st->fds != NULL && p < st->nranks; p++)
+        if (st->fds[p] >= 0)
+            close(st->fds[p]);
+    free(st->fds);
     for (int p = 0; st->segs != NULL && p < st->nranks; p++)
         if (st->segs[p] != NULL)
             munmap(st->segs[p], st->seg_bytes[p]);
@@ -150,10 +159,12 @@ static size_t shm_fs_bytes(int total)
  * (posix_fallocate): where /dev/shm cannot hold it that fails here, with ncclSystemError and a
  * message (host_bytes: what the segments of every rank of this host take together), rather than
  * as a SIGBUS at the first touch of a page past the end of the space. A
- * peer's segment of another size is refused (ncclInvalidUsage) before it is mapped.
+ * peer's segment of another size is refused (ncclInvalidUsage) before it is mapped. The
+ * descriptor stays open (*fd_p): on its own segment the owner takes a lock that lasts as long as
+ * its process, and its peers test that lock to learn whether it still lives.
  */
 static ncclResult_t shm_map(const char *name, size_t bytes, int create, int owner,
-                            size_t host_bytes, void **seg_p)
+                            size_t host_bytes, void **seg_p, int *fd_p)
 {
     int fd;
     if (create) {
@@ -192,15 +203,23 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, int owne
             return ncclInvalidUsage;
         }
     }
+    struct flock lock = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    if (create && fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+        WEFT_WARN("locking %s failed: %s", name, strerror(errno));
+        close(fd);
+        shm_unlink(name);
+        return ncclSystemError;
+    }
     void *seg = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (seg == MAP_FAILED) {
         WEFT_WARN("mmap of %s (%zu bytes) failed: %s", name, bytes, strerror(errno));
+        close(fd);
         if (create)
             shm_unlink(name);
         return ncclSystemError;
     }
     *seg_p = seg;
+    *fd_p = fd;
     return ncclSuccess;
 }
 
@@ -298,13 +317,16 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
                        fifo_total * (size_t)(npeers + 1) <= shm_fs_bytes(0) / 4;
     st->segs = calloc((size_t)nranks, sizeof(void *));
     st->seg_bytes = calloc((size_t)nranks, sizeof(size_t));
+    st->fds = malloc((size_t)nranks * sizeof(int));
     st->conns = calloc((size_t)nch * nranks * 4, sizeof(struct weft_conn));
-    if (st->segs == NULL || st->seg_bytes == NULL || st->conns == NULL) {
+    if (st->segs == NULL || st->seg_bytes == NULL || st->fds == NULL || st->conns == NULL) {
         WEFT_WARN("out of memory for shared-memory connections of %d ranks", nranks);
         res = ncclSystemError;
         goto err;
     }
     size_t host_bytes = 0; /* every segment of this host: each rank connects to all of them */
+    for (int p = 0; p < nranks; p++)
+        st->fds[p] = -1;
     for (int p = 0; p < nranks; p++) {
         if (peer_mask[p] || p == me)
             st->seg_bytes[p] = shm_seg_bytes(comm, st, p);
@@ -315,7 +337,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     shm_name(name, sizeof(name), comm->comm_hash, me);
     /* Everyone has created (and reserved) its segment or failed: map the peers', then let
      * everyone unlink its own. */
-    res = shm_map(name, st->seg_bytes[me], 1, me, host_bytes, &st->segs[me]);
+    res = shm_map(name, st->seg_bytes[me], 1, me, host_bytes, &st->segs[me], &st->fds[me]);
     WEFT_CHECK_GOTO(shm_agree(comm, res, "reserve its shared-memory segment"), res, err_unlink);
     struct weft_shm_header *hdr = st->segs[me];
     hdr->magic = WEFT_SHM_SEGMENT_MAGIC;
@@ -329,7 +351,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             continue;
         char peer_name[64];
         shm_name(peer_name, sizeof(peer_name), comm->comm_hash, p);
-        mapped = shm_map(peer_name, st->seg_bytes[p], 0, p, 0, &st->segs[p]);
+        mapped = shm_map(peer_name, st->seg_bytes[p], 0, p, 0, &st->segs[p], &st->fds[p]);
         if (mapped != ncclSuccess)
             break;
         struct weft_shm_header *ph = st->segs[p];
@@ -383,6 +405,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     for (int p = 0; comm->peer_departed != NULL && p < nranks; p++)
         if (st->segs[p] != NULL)
             comm->peer_departed[p] = &((struct weft_shm_header *)st->segs[p])->departed;
+    comm->peer_alive_fd = st->fds;
     /* shm is set up first (src/core/comm.c), so the rank sleeps on the doorbell in its segment,
      * the one its shm peers ring; the socket proxies ring it too. */
     if (comm->bell == NULL) {
