@@ -1841,7 +1841,7 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
 {
     struct perf_state *sts, *st;
     const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-    const char *why = "";
+    const char *why = "", *env;
     char version_line[256] = "";
     pthread_t threads[PERF_MAX_THREADS], wd;
     int rc, nranks, is_main;
@@ -1868,6 +1868,16 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
     /* Device buffers wherever a GPU backend is, unless -H 1 (see devmem.h). */
     st->dm = perf_devmem_get(&why);
     st->dev_bufs = (be->caps & PERF_BE_DEVICE) && !st->a.host_buffers && st->dm->ndev > 0;
+    /* perf-smoke's device tests: they must not pass on host buffers, and skip (77) only where
+     * the loaded library reports no device backend, saying so. */
+    env = getenv("WEFT_PERF_DEVICE");
+    if (env != NULL && atoi(env) != 0 && !st->dev_bufs) {
+        if (is_main)
+            printf("# SKIP: WEFT_PERF_DEVICE=%s but no device buffers: %s\n", env,
+                   st->a.host_buffers ? "-H 1" : (why[0] ? why : "no GPU backend"));
+        free(st);
+        return usage_exit(is_main, 77);
+    }
     if (st->a.graph_launches > 0 && !st->dev_bufs) {
         if (is_main)
             fprintf(stderr, "%s: -G %d needs device buffers: %s\n", prog, st->a.graph_launches,
