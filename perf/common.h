@@ -1,5 +1,6 @@
 /*
- * Shared driver of the *_perf tools: an nccl-tests (2.19.6) compatible benchmark on host memory.
+ * Shared driver of the *_perf tools: an nccl-tests (2.19.6) compatible benchmark on device or host
+ * memory.
  *
  * A tool is one small file: the call that runs its collective and
  *
@@ -11,9 +12,23 @@
  * the library call differs (a perf_run_fn).
  *
  * perf_main parses the nccl-tests flags, finds rank/size/unique id with weftLaunchInfo (run the
- * tool under weftrun), creates the communicator, sweeps sizes x types x ops x roots, and prints the
- * nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links against
+ * tool under weftrun), creates the communicators, sweeps sizes x types x ops x roots, and prints
+ * the nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links against
  * NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer tools).
+ *
+ * Ranks and devices (NCCL backend). A process runs -t threads, each driving -g ranks: rank =
+ * (process * t + thread) * g + i of processes * t * g, on device (host-local index) mod (devices),
+ * so several ranks may share a device. A thread creates its ranks' communicators in one group
+ * (ncclCommInitRank per rank, its device current) and issues every call on all its ranks in one
+ * group, as nccl-tests. Buffers are device memory wherever a device runtime is found (devmem.h:
+ * Weft's weftCuda* with WEFT_CUDA=emu:N or a GPU, or the CUDA runtime under another libnccl.so.2),
+ * each rank with its own non-blocking stream (-y 1: the NULL stream); host memory otherwise or with
+ * -H 1 (stream NULL: a call is complete when it returns). On device buffers data is made and
+ * checked on the host and copied in and out, outside the timed loop; -G N captures the `-n`
+ * iterations into one graph per rank and times N launches of it. The tools link libnccl.so.2 (not
+ * libcudart), so LD_LIBRARY_PATH can swap in NVIDIA's library; without Weft's weftLaunchInfo the
+ * process must be the whole job. WEFT_PERF_DEVICE=1: exit 77 (skip) when no device buffers are
+ * available, with the reason (perf-smoke's device tests).
  *
  * For each row it runs out-of-place then in-place: initialise data, one op, barrier, `-n` timed
  * iterations (each of `-m` ops, grouped when m > 1), time combined over ranks per `-a`, then `-c`
@@ -40,7 +55,8 @@
  * Output. Rank 0 prints the nccl-tests table on stdout. With -J FILE it also writes one JSON object
  * per measurement (one half of a table row) to FILE, one per line, in this order; the NCCL and
  * the MPI tools write the same fields the same way, so runs can be compared line by line:
- *   "library"    "weft" (the *_perf tools); "openmpi", "mpich", "intelmpi", "mvapich" or "mpi"
+ *   "library"    "weft" (the *_perf tools on Weft), "nccl" (on another libnccl.so.2); "openmpi",
+ *                "mpich", "intelmpi", "mvapich" or "mpi"
  *                (the mpi_*_perf tools, from MPI_Get_library_version)
  *   "collective" all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv,
  *                gather, scatter or hypercube (the tool name without mpi_ and _perf)
@@ -55,10 +71,11 @@
  *   "time_us"    microseconds per op, combined over ranks per -a (3 decimals)
  *   "algbw"      GB/s (1e9 bytes/s, 6 decimals); "busbw" likewise (algbw x bus factor)
  *   "wrong"      wrong elements summed over ranks; null with -c 0
+ *   "memory"     "device" or "host": where the buffers were
  * Non-finite numbers are written as null. New fields are only ever added at the end.
  *
- * Threads: everything runs on the main thread except the -T watchdog, which only calls the
- * backend's abort (ncclCommAbort).
+ * Threads: -t driving threads (the first is the main thread; it alone prints, on process 0), and
+ * the -T watchdog, which only calls the backend's abort (ncclCommAbort) on every rank.
  */
 #ifndef WEFT_PERF_COMMON_H
 #define WEFT_PERF_COMMON_H

@@ -335,6 +335,13 @@ static void devmem_bind(void)
             devmem_set_none();
         return;
     }
+    /* A Weft without a device runtime runs on host memory only: device pointers from a CUDA
+     * runtime of our own would reach its host executor. */
+    if (dlsym(RTLD_DEFAULT, "weftLaunchInfo") != NULL) {
+        snprintf(devmem_why, sizeof(devmem_why),
+                 "this Weft libnccl.so.2 has no device runtime (no weftCudaBackend)");
+        return;
+    }
     if (devmem_bind_cudart() != 0)
         devmem_set_none();
 }

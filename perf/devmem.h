@@ -7,7 +7,7 @@
  *            (WEFT_CUDA=emu:N, emulated devices) or "cuda" (a real GPU), "none" (no device);
  *   cudart   another libnccl.so.2 (NVIDIA's, through LD_LIBRARY_PATH): the CUDA runtime, dlopen'ed
  *            as libcudart.so.13, libcudart.so.12 or libcudart.so, used when it reports >= 1 device;
- *   none     neither: the tools use host buffers only.
+ *   none     neither, or a Weft library without weftCudaBackend: the tools use host buffers only.
  *
  * The perf tools never link libcudart: every entry point is one pointer of `struct perf_devmem`,
  * filled once by perf_devmem_get() from whichever runtime was found (one way per thing; both
