@@ -648,6 +648,7 @@ struct perf_state {
     int nteams;             /* teams in the job */
     int dev_bufs;
     int is_main;            /* global rank 0's thread: prints */
+    int require_device;     /* WEFT_PERF_DEVICE: 1 device buffers and executor, 2 buffers */
     char host[256];
     size_t buf_bytes;    /* usable bytes of send/recv (rotation space) */
     size_t expect_bytes;
@@ -1773,6 +1774,39 @@ static void print_table_header(const struct perf_state *st)
            "", 0, "");
 }
 
+/*
+ * WEFT_PERF_DEVICE=1: whether the library lacks a CUDA executor, decided for the whole job. A
+ * library that runs device buffers binds each communicator to the device current at its init (as
+ * NCCL); one that does not (Weft with the emulated GPU but no executor yet) would run the device
+ * tests on its host path, ignoring their streams, so they skip instead, saying so.
+ */
+static int device_unbound(struct perf_state *st)
+{
+    int64_t unbound = 0;
+    int first = -1, first_dev = -1, first_got = -1;
+
+    for (int i = 0; i < st->team.n; i++) {
+        int dev = -1;
+        PERF_CHECK(st, st->be->comm_device(&st->team.ctx[i], &dev));
+        if (dev == st->team.ctx[i].device)
+            continue;
+        if (unbound++ == 0) {
+            first = st->team.ctx[i].rank;
+            first_dev = st->team.ctx[i].device;
+            first_got = dev;
+        }
+    }
+    if (st->is_main && unbound > 0)
+        printf("# SKIP: WEFT_PERF_DEVICE=1 but the library has no CUDA executor: rank %d on device "
+               "%d has a communicator bound to device %d (ncclCommCuDevice)\n", first, first_dev,
+               first_got);
+    unbound = sum_int64(st, unbound);
+    if (st->is_main && unbound > 0)
+        printf("# SKIP: %" PRId64 " of %d ranks are not bound to their device\n", unbound,
+               st->team.ctx[0].nranks);
+    return unbound > 0;
+}
+
 /* Everything one driving thread does, from its communicators to the footer. */
 static void *thread_main(void *arg)
 {
@@ -1785,6 +1819,12 @@ static void *thread_main(void *arg)
 
     team_create(st);
     PERF_CHECK(st, be->comm_init(&st->team));
+    if (st->require_device == 1 && device_unbound(st)) {
+        PERF_CHECK(st, be->comm_fini(&st->team));
+        team_destroy(st);
+        st->rc = 77;
+        return NULL;
+    }
     print_devices(st);
     allocate_buffers(st);
     if (st->is_main)
@@ -1871,7 +1911,8 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
     /* perf-smoke's device tests: they must not pass on host buffers, and skip (77) only where
      * the loaded library reports no device backend, saying so. */
     env = getenv("WEFT_PERF_DEVICE");
-    if (env != NULL && atoi(env) != 0 && !st->dev_bufs) {
+    st->require_device = env == NULL ? 0 : strcmp(env, "buffers") == 0 ? 2 : atoi(env) != 0;
+    if (st->require_device && !st->dev_bufs) {
         if (is_main)
             printf("# SKIP: WEFT_PERF_DEVICE=%s but no device buffers: %s\n", env,
                    st->a.host_buffers ? "-H 1" : (why[0] ? why : "no GPU backend"));
@@ -2105,6 +2146,11 @@ static ncclResult_t nccl_be_comm_init(struct perf_team *team)
     return res != ncclSuccess ? res : end;
 }
 
+static ncclResult_t nccl_be_comm_device(const struct perf_ctx *ctx, int *dev_p)
+{
+    return ncclCommCuDevice(ctx->comm, dev_p);
+}
+
 static ncclResult_t nccl_be_comm_fini(struct perf_team *team)
 {
     const struct perf_devmem *dm = perf_devmem_get(NULL);
@@ -2333,6 +2379,7 @@ const struct perf_backend perf_nccl_backend = {
     .fini = nccl_be_fini,
     .comm_init = nccl_be_comm_init,
     .comm_fini = nccl_be_comm_fini,
+    .comm_device = nccl_be_comm_device,
     .barrier = nccl_be_barrier,
     .reduce_double = nccl_be_reduce_double,
     .sum_int64 = nccl_be_sum_int64,

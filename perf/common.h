@@ -27,8 +27,10 @@
  * checked on the host and copied in and out, outside the timed loop; -G N captures the `-n`
  * iterations into one graph per rank and times N launches of it. The tools link libnccl.so.2 (not
  * libcudart), so LD_LIBRARY_PATH can swap in NVIDIA's library; without Weft's weftLaunchInfo the
- * process must be the whole job. WEFT_PERF_DEVICE=1: exit 77 (skip) when no device buffers are
- * available, with the reason (perf-smoke's device tests).
+ * process must be the whole job. WEFT_PERF_DEVICE=1 (perf-smoke's device tests): exit 77 (skip),
+ * with the reason, when no device buffers are available or when the library has no CUDA executor,
+ * i.e. it does not bind communicators to their ranks' devices (ncclCommCuDevice);
+ * WEFT_PERF_DEVICE=buffers asks for device buffers only (the mock runtime's tests).
  *
  * For each row it runs out-of-place then in-place: initialise data, one op, barrier, `-n` timed
  * iterations (each of `-m` ops, grouped when m > 1), time combined over ranks per `-a`, then `-c`
@@ -241,6 +243,8 @@ struct perf_backend {
      * unspecified). Collective over all ranks; comm_fini undoes it. */
     ncclResult_t (*comm_init)(struct perf_team *team);
     ncclResult_t (*comm_fini)(struct perf_team *team);
+    /* The device ctx's communicator is bound to (ncclCommCuDevice), -1 for none. */
+    ncclResult_t (*comm_device)(const struct perf_ctx *ctx, int *dev_p);
     ncclResult_t (*barrier)(const struct perf_team *team);
     /* In place over all teams: *v = op(the *v of every team), op PERF_OP_SUM, _MIN or _MAX. */
     ncclResult_t (*reduce_double)(const struct perf_team *team, double *v, int op);

@@ -155,6 +155,13 @@ static ncclResult_t mpi_be_comm_fini(struct perf_team *team)
     return ncclSuccess;
 }
 
+static ncclResult_t mpi_be_comm_device(const struct perf_ctx *ctx, int *dev_p)
+{
+    (void)ctx;
+    *dev_p = -1;
+    return ncclSuccess;
+}
+
 static ncclResult_t mpi_be_barrier(const struct perf_team *team)
 {
     (void)team;
@@ -247,6 +254,7 @@ const struct perf_backend perf_mpi_backend = {
     .fini = mpi_be_fini,
     .comm_init = mpi_be_comm_init,
     .comm_fini = mpi_be_comm_fini,
+    .comm_device = mpi_be_comm_device,
     .barrier = mpi_be_barrier,
     .reduce_double = mpi_be_reduce_double,
     .sum_int64 = mpi_be_sum_int64,

@@ -838,6 +838,12 @@ ncclResult_t be_comm_fini(perf_team *)
     return ncclSuccess;
 }
 
+ncclResult_t be_comm_device(const perf_ctx *, int *dev_p)
+{
+    *dev_p = -1;
+    return ncclSuccess;
+}
+
 ncclResult_t be_barrier(const perf_team *)
 {
     return guarded("barrier", [] {
@@ -959,6 +965,7 @@ perf_backend make_backend()
     b.caps = 0;
     b.comm_init = be_comm_init;
     b.comm_fini = be_comm_fini;
+    b.comm_device = be_comm_device;
     b.barrier = be_barrier;
     b.reduce_double = be_reduce_double;
     b.sum_int64 = be_sum_int64;
