@@ -1042,10 +1042,25 @@ struct perf_result {
     int64_t wrong; /* -1: not checked */
 };
 
-/* -G: captures the iteration loop on every rank's stream (begin), or ends the capture into one
- * executable graph per rank (end). */
+/* The driving threads of this process (pthread barrier; nothing with one thread). */
+static pthread_barrier_t perf_threads_barrier;
+
+static void threads_sync(const struct perf_state *st)
+{
+    if (st->a.nthreads > 1)
+        pthread_barrier_wait(&perf_threads_barrier);
+}
+
+/*
+ * -G: captures the iteration loop on every rank's stream (begin), or ends the capture into one
+ * executable graph per rank (end). Weft's capture is global mode: while any thread captures, no
+ * thread may synchronise (copies, the helper collectives), so the process's threads capture
+ * together, between two thread barriers.
+ */
 static void graph_capture(struct perf_state *st, int end)
 {
+    if (!end)
+        threads_sync(st);
     for (int i = 0; i < st->team.n; i++) {
         cudaStream_t s = st->team.ctx[i].stream;
         if (end)
@@ -1053,6 +1068,8 @@ static void graph_capture(struct perf_state *st, int end)
         else
             PERF_CUDACHECK(st, st->dm->capture_begin(s));
     }
+    if (end)
+        threads_sync(st);
 }
 
 static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
@@ -1258,7 +1275,10 @@ ncclResult_t perf_copy(const struct perf_ctx *ctx, void *dst, const void *src, s
         return ncclSuccess;
     }
     dm = perf_devmem_get(NULL);
-    err = dm->memcpy_async(dst, src, bytes, ctx->stream);
+    /* The NULL stream is the current device's: make it the rank's (one thread, several). */
+    err = ctx->stream == NULL ? dm->set_device(ctx->device) : 0;
+    if (err == 0)
+        err = dm->memcpy_async(dst, src, bytes, ctx->stream);
     if (err != 0) {
         fprintf(stderr, "perf: device copy of %zu bytes failed: %s\n", bytes,
                 dm->error_string(err));
@@ -2003,6 +2023,11 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
         pthread_detach(wd);
     }
 
+    if (st->a.nthreads > 1 &&
+        pthread_barrier_init(&perf_threads_barrier, NULL, (unsigned)st->a.nthreads) != 0) {
+        fprintf(stderr, "%s: cannot make a barrier of %d threads\n", prog, st->a.nthreads);
+        return 1;
+    }
     for (int t = 1; t < st->a.nthreads; t++) {
         if (pthread_create(&threads[t], NULL, thread_main, &sts[t]) != 0) {
             fprintf(stderr, "%s: cannot start thread %d of %d\n", prog, t, st->a.nthreads);
@@ -2016,6 +2041,8 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
         if (sts[t].rc > rc)
             rc = sts[t].rc;
     }
+    if (st->a.nthreads > 1)
+        pthread_barrier_destroy(&perf_threads_barrier);
     if (st->json)
         fclose(st->json);
     PERF_CHECK(st, be->fini(&st->proc));
