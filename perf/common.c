@@ -1321,7 +1321,7 @@ static void usage(const char *prog)
            "[-h,--help]\n"
            "Run under weftrun: weftrun -n <processes> %s ...; ranks = processes x -t x -g, rank\n"
            "i of a process on GPU i mod (GPUs of the host), several ranks may share one.\n"
-           "Buffers are device memory where a GPU backend is (Weft: WEFT_CUDA=emu:N or a real GPU;\n"
+           "Buffers are device memory where a GPU backend is (Weft: WEFT_CUDA=emu:N or a GPU;\n"
            "another libnccl.so.2: the CUDA runtime), host memory otherwise or with -H 1.\n"
            "Not supported: -R (registration), -D (device API).\n",
            prog, prog);
