@@ -9,7 +9,7 @@
  * a constructor: cudaGetDeviceCount initialises the driver. Any error there (35 no driver, 34 stub
  * library, 100 no device, 999) or zero devices means "no CUDA" for the rest of the process.
  *
- * Capture uses cudaStreamCaptureModeGlobal, the mode the emulator implements.
+ * Capture uses the mode WEFT_CUDA_CAPTURE_MODE names (default global), as the emulator does.
  * Kernels: k->device_fn takes the params struct by value; launch passes params as its only
  * argument.
  */
@@ -20,7 +20,10 @@
 #include <cuda_runtime_api.h>
 
 #include "core/log.h"
+#include "core/param.h"
 #include "cuda/cuda_ops.h"
+
+WEFT_PARAM_DECL(CudaCaptureMode);
 
 typedef CUresult (*weft_pfn_cu_pointer_get_attribute)(void *data, CUpointer_attribute attr,
                                                       CUdeviceptr ptr);
@@ -152,7 +155,11 @@ static int real_launch(const struct weft_kernel *k, int grid, int block, size_t 
 
 static int real_capture_begin(weft_cuda_stream_t s)
 {
-    return (int)cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeGlobal);
+    int knob = (int)weft_param_CudaCaptureMode();
+    enum cudaStreamCaptureMode mode = knob == 1   ? cudaStreamCaptureModeThreadLocal
+                                      : knob == 2 ? cudaStreamCaptureModeRelaxed
+                                                  : cudaStreamCaptureModeGlobal;
+    return (int)cudaStreamBeginCapture((cudaStream_t)s, mode);
 }
 
 static int real_capture_end(weft_cuda_stream_t s, weft_cuda_graph_t *g_p)

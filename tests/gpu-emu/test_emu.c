@@ -6,6 +6,7 @@
  *   test_emu CASE      runs one case (meson runs each in its own process, WEFT_CUDA=emu:2)
  * Exit 0 pass, 1 fail, 77 skip.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,7 +77,7 @@ static int child_signal(void (*fn)(void *), void *arg)
 
 static void touch_byte(void *p) { *(volatile char *)p = 1; }
 
-/* ---- memory ------------------------------------------------------------------------------------ */
+/* ---- memory ---------------------------------------------------------------------------------- */
 
 static void case_memory(void)
 {
@@ -195,7 +196,7 @@ static void case_fault(void)
     OK(ops->free(d2));
 }
 
-/* ---- streams and events ------------------------------------------------------------------------ */
+/* ---- streams and events ---------------------------------------------------------------------- */
 
 static void hostfn_append(void *arg)
 {
@@ -326,7 +327,7 @@ static void case_destroy_waiting(void)
     OK(ops->host_free(flag));
 }
 
-/* ---- capture and graphs -------------------------------------------------------------------------- */
+/* ---- capture and graphs ---------------------------------------------------------------------- */
 
 static void case_capture(void)
 {
@@ -474,7 +475,39 @@ static void case_capture_forbidden(void)
     OK(ops->free(d));
 }
 
-/* ---- kernels -------------------------------------------------------------------------------------- */
+static void *malloc_in_thread(void *arg)
+{
+    void *p = NULL;
+    int *res = arg;
+    *res = ops->malloc(&p, 64);
+    if (*res == 0)
+        ops->free(p);
+    return NULL;
+}
+
+/* WEFT_CUDA_CAPTURE_MODE=1 (thread-local): another thread may malloc during the capture; the
+ * capturing thread may not. */
+static void case_capture_mode(void)
+{
+    weft_cuda_stream_t s;
+    OK(ops->stream_create(&s));
+    weft_cuda_graph_t g;
+    OK(ops->capture_begin(s));
+    pthread_t th;
+    int res = -1;
+    pthread_create(&th, NULL, malloc_in_thread, &res);
+    pthread_join(th, NULL);
+    CHECK_EQ(res, 0);
+    OK(ops->capture_end(s, &g));
+    OK(ops->graph_destroy(g));
+    OK(ops->capture_begin(s));
+    void *p;
+    CHECK_EQ(ops->malloc(&p, 64), WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(ops->capture_end(s, &g), WEFT_CUDA_ERR_CAPTURE_INVALIDATED);
+    OK(ops->stream_destroy(s));
+}
+
+/* ---- kernels --------------------------------------------------------------------------------- */
 
 static void run_index(const struct weft_kernel *k, int grid, int block, size_t shared,
                       uint32_t **p1_p, uint32_t **p2_p, uint32_t **dims_p, weft_cuda_stream_t s)
@@ -678,7 +711,7 @@ static void case_dialect(void)
     free(h2);
 }
 
-/* ---- fault injection -------------------------------------------------------------------------------- */
+/* ---- fault injection ------------------------------------------------------------------------- */
 
 static void case_fail_malloc(void) /* WEFT_EMU_FAIL_MALLOC=3 */
 {
@@ -711,7 +744,7 @@ static void case_fail_launch(void) /* WEFT_EMU_FAIL_LAUNCH=2 */
     OK(ops->free(d));
 }
 
-/* ---- the public forwards (include/weft.h) -------------------------------------------------------- */
+/* ---- the public forwards (include/weft.h) ---------------------------------------------------- */
 
 static void case_api(void)
 {
@@ -775,6 +808,35 @@ static void case_none(void)
         CHECK(*slot != NULL);
 }
 
+/* Not a test (not in meson): launch + synchronize latency, for sizing kernels' tests. */
+static void case_bench_launch(void)
+{
+    uint64_t *d;
+    OK(ops->malloc((void **)&d, 4096 * 8));
+    weft_cuda_stream_t s;
+    OK(ops->stream_create(&s));
+    const int shapes[][2] = {{1, 1}, {1, 32}, {8, 32}, {8, 128}};
+    for (int i = 0; i < 4; i++) {
+        struct temu_axpb_params p = {d, 4096, 1, 1};
+        OK(ops->launch(&temu_axpb_kernel, shapes[i][0], shapes[i][1], 0, &p, sizeof(p), s));
+        OK(ops->stream_synchronize(s));
+        const int reps = 50;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int r = 0; r < reps; r++) {
+            OK(ops->launch(&temu_axpb_kernel, shapes[i][0], shapes[i][1], 0, &p, sizeof(p), s));
+            OK(ops->stream_synchronize(s));
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /
+                    1e3 / reps;
+        fprintf(stderr, "grid %d block %d: %.1f us per launch + synchronize\n", shapes[i][0],
+                shapes[i][1], us);
+    }
+    OK(ops->stream_destroy(s));
+    OK(ops->free(d));
+}
+
 struct test_case {
     const char *name;
     void (*fn)(void);
@@ -789,6 +851,7 @@ static const struct test_case cases[] = {
     {"capture", case_capture},
     {"capture_join", case_capture_join},
     {"capture_forbidden", case_capture_forbidden},
+    {"capture_mode", case_capture_mode},
     {"launch", case_launch},
     {"named_barrier", case_named_barrier},
     {"barrier_errors", case_barrier_errors},
@@ -799,6 +862,7 @@ static const struct test_case cases[] = {
     {"fail_launch", case_fail_launch},
     {"api", case_api},
     {"none", case_none},
+    {"bench_launch", case_bench_launch},
 };
 
 int main(int argc, char **argv)
