@@ -605,30 +605,32 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
         c.blk_lane = -1;
         c.blk_expected = c.blk_seen = 0;
         lanes_init(&c);
-        /* A communicator whose earlier kernel gave up has inconsistent FIFOs: do nothing. */
-        w->what = weft_ld_relaxed_u32(&c.comm->stuck->state, WEFT_SCOPE_SYS) != WEFT_DEV_OK
-                      ? WORK_EXIT : WORK_NONE;
     }
-    weft_sync_block();
-    if (w->what == WORK_EXIT)
-        return;
+    /* Every thread reads the slice after the first barrier and is done with it before the
+     * second, so thread 0 writes the next one only after the second. */
     uint64_t idle_since = 0;
+    int first = 1;
     for (;;) {
         if (tid == 0) {
             uint32_t spins = 0;
             idle_since = weft_globaltimer_ns();
-            for (;;) {
-                int r = find_slice(&c, w);
-                if (r != WORK_NONE) {
-                    w->what = r;
-                    break;
+            /* A communicator whose earlier kernel gave up has inconsistent FIFOs: do nothing. */
+            if (first && weft_ld_relaxed_u32(&c.comm->stuck->state, WEFT_SCOPE_SYS) != 0)
+                w->what = WORK_EXIT;
+            else
+                for (;;) {
+                    int r = find_slice(&c, w);
+                    if (r != WORK_NONE) {
+                        w->what = r;
+                        break;
+                    }
+                    weft_spin_hint();
+                    if ((++spins & 15) == 0 && check_leave(&c, idle_since)) {
+                        w->what = WORK_EXIT;
+                        break;
+                    }
                 }
-                weft_spin_hint();
-                if ((++spins & 15) == 0 && check_leave(&c, idle_since)) {
-                    w->what = WORK_EXIT;
-                    break;
-                }
-            }
+            first = 0;
         }
         weft_sync_block();
         if (w->what == WORK_EXIT)

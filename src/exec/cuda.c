@@ -31,6 +31,7 @@
 #include "core/group.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/emu_thread.h"
 #include "dev_fifo.h"
 #include "dev_kernel.h"
 #include "exec/cuda.h"
@@ -351,6 +352,16 @@ ncclResult_t weft_cuda_comm_free(struct ncclComm *comm)
     struct weft_cuda_comm *cc = comm->cuda;
     if (cc == NULL)
         return ncclSuccess;
+    /* Kernels still queued finish first (an aborted one leaves at once); then say why a kernel
+     * gave up, if one did and nobody asked yet. */
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int prev = -1;
+    ops->get_device(&prev);
+    ops->set_device(cc->dev);
+    ops->stream_synchronize(cc->stream);
+    if (prev >= 0)
+        ops->set_device(prev);
+    weft_cuda_comm_check(comm);
     comm->cuda = NULL;
     weft_cuda_release(comm, cc);
     return ncclSuccess;
@@ -543,7 +554,7 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     ncclResult_t res = ncclSuccess;
-    int prev = -1;
+    int prev = -1, ncomms = 0;
     ops->get_device(&prev);
     struct ncclComm **comms = calloc((size_t)ntasks, sizeof(*comms));
     struct weft_dev_params *params = malloc(sizeof(*params));
@@ -553,7 +564,7 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
         res = ncclSystemError;
         goto out;
     }
-    int ncomms = 0;
+
     for (int t = 0; t < ntasks; t++) {
         int seen = 0;
         for (int i = 0; i < ncomms; i++)
@@ -627,4 +638,81 @@ out:
     free(params);
     free(comms);
     return res;
+}
+
+/*
+ * TEMPORARY: a "none" table for builds without piece E's backends (src/cuda/cuda.c defines the
+ * real weft_cuda(), which overrides this weak one). Removed when gpu-emu's backends are merged.
+ */
+static int weft_cuda_tmp_count(int *n_p)
+{
+    *n_p = 0;
+    return 0;
+}
+static int weft_cuda_tmp_attr(struct weft_ptr_attr *a, const void *p)
+{
+    (void)p;
+    memset(a, 0, sizeof(*a));
+    a->device = -1;
+    return 0;
+}
+static const char *weft_cuda_tmp_err(int err)
+{
+    return err == 0 ? "no error" : "CUDA driver version is insufficient for CUDA runtime version";
+}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define WEFT_TMP_NONE(name, ...)                                                                   \
+    static int weft_cuda_tmp_##name(__VA_ARGS__)                                                   \
+    {                                                                                              \
+        return 35;                                                                                 \
+    }
+WEFT_TMP_NONE(i, int a)
+WEFT_TMP_NONE(ip, int *a)
+WEFT_TMP_NONE(ipii, int *a, int b, int c)
+WEFT_TMP_NONE(pp, void **a, size_t b)
+WEFT_TMP_NONE(p, void *a)
+WEFT_TMP_NONE(cpy, void *a, const void *b, size_t c, void *d)
+WEFT_TMP_NONE(set, void *a, int b, size_t c, void *d)
+WEFT_TMP_NONE(pip, void *a, int *b)
+WEFT_TMP_NONE(spp, void **a)
+WEFT_TMP_NONE(ps, void *a, void *b)
+WEFT_TMP_NONE(pspp, void *a, void **b)
+WEFT_TMP_NONE(launch, const struct weft_kernel *k, int g, int b, size_t s, const void *p,
+              size_t pb, void *st)
+WEFT_TMP_NONE(hf, void *s, void (*fn)(void *), void *arg)
+WEFT_TMP_NONE(v, void)
+#undef WEFT_TMP_NONE
+static const struct weft_cuda_ops weft_cuda_tmp_none = {
+    WEFT_CUDA_OPS_VERSION, "none", weft_cuda_tmp_count, weft_cuda_tmp_ip, weft_cuda_tmp_i,
+    weft_cuda_tmp_ipii, weft_cuda_tmp_i, weft_cuda_tmp_pp, weft_cuda_tmp_p, weft_cuda_tmp_pp,
+    weft_cuda_tmp_p, weft_cuda_tmp_attr, weft_cuda_tmp_cpy, weft_cuda_tmp_set, weft_cuda_tmp_spp,
+    weft_cuda_tmp_p, weft_cuda_tmp_p, weft_cuda_tmp_p, weft_cuda_tmp_pip, weft_cuda_tmp_spp,
+    weft_cuda_tmp_p, weft_cuda_tmp_ps, weft_cuda_tmp_ps, weft_cuda_tmp_p, weft_cuda_tmp_launch,
+    weft_cuda_tmp_p, weft_cuda_tmp_pspp, weft_cuda_tmp_ps, weft_cuda_tmp_p, weft_cuda_tmp_err,
+    weft_cuda_tmp_hf, weft_cuda_tmp_v};
+#pragma GCC diagnostic pop
+
+__attribute__((weak)) const struct weft_cuda_ops *weft_cuda(void)
+{
+    return &weft_cuda_tmp_none;
+}
+
+/* The emulator's kernel context (src/cuda/emu.c); never reached without it. */
+__attribute__((weak)) __thread struct weft_emu_tctx weft_emu_tls;
+__attribute__((weak)) void weft_emu_sync_block(void)
+{
+}
+__attribute__((weak)) void weft_emu_bar_sync(int id, int nthreads)
+{
+    (void)id;
+    (void)nthreads;
+}
+__attribute__((weak)) void weft_emu_spin_hint(void)
+{
+}
+__attribute__((weak)) void weft_emu_trap(const char *why)
+{
+    (void)why;
+    abort();
 }
