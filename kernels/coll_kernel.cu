@@ -95,8 +95,6 @@ struct work {
     uint64_t divisor;
 };
 
-WEFT_STATIC_ASSERT(sizeof(work) <= WEFT_DEV_SHARED_BYTES, "the slice must fit the shared area");
-
 template <class T> WEFT_KFN T from_bits(uint64_t b)
 {
     union {
@@ -593,18 +591,28 @@ WEFT_KFN int check_leave(conductor *c, uint64_t idle_since)
     return 0;
 }
 
+/* The block's dynamic shared memory: the slice, and thread 0's state (in shared memory rather
+ * than on every thread's stack: 6 KiB of local memory per thread otherwise). */
+struct block_shared {
+    work w;
+    conductor c;
+};
+WEFT_STATIC_ASSERT(sizeof(block_shared) <= WEFT_DEV_SHARED_BYTES,
+                   "the block's state must fit its shared memory");
+
 WEFT_KFN void coll_body(const weft_dev_params *p)
 {
-    work *w = (work *)weft_shared();
+    block_shared *sh = (block_shared *)weft_shared();
+    work *w = &sh->w;
+    conductor *c = &sh->c;
     int tid = weft_tid(), nt = weft_ntid();
-    conductor c;
     if (tid == 0) {
-        c.p = p;
-        c.comm = p->comm;
-        c.b = weft_bid();
-        c.blk_lane = -1;
-        c.blk_expected = c.blk_seen = 0;
-        lanes_init(&c);
+        c->p = p;
+        c->comm = p->comm;
+        c->b = weft_bid();
+        c->blk_lane = -1;
+        c->blk_expected = c->blk_seen = 0;
+        lanes_init(c);
     }
     /* Every thread reads the slice after the first barrier and is done with it before the
      * second, so thread 0 writes the next one only after the second. */
@@ -615,17 +623,17 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
             uint32_t spins = 0;
             idle_since = weft_globaltimer_ns();
             /* A communicator whose earlier kernel gave up has inconsistent FIFOs: do nothing. */
-            if (first && weft_ld_relaxed_u32(&c.comm->stuck->state, WEFT_SCOPE_SYS) != 0)
+            if (first && weft_ld_relaxed_u32(&c->comm->stuck->state, WEFT_SCOPE_SYS) != 0)
                 w->what = WORK_EXIT;
             else
                 for (;;) {
-                    int r = find_slice(&c, w);
+                    int r = find_slice(c, w);
                     if (r != WORK_NONE) {
                         w->what = r;
                         break;
                     }
                     weft_spin_hint();
-                    if ((++spins & 15) == 0 && check_leave(&c, idle_since)) {
+                    if ((++spins & 15) == 0 && check_leave(c, idle_since)) {
                         w->what = WORK_EXIT;
                         break;
                     }
@@ -639,14 +647,14 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
             do_work(w, tid, nt);
         weft_sync_block();
         if (tid == 0)
-            post_slice(&c);
+            post_slice(c);
     }
 }
 
 } /* namespace */
 
 #if defined(__CUDACC__)
-__global__ void __launch_bounds__(1024) weft_coll_kernel(const weft_dev_params p)
+__global__ void __launch_bounds__(1024) weft_coll_kernel(const __grid_constant__ weft_dev_params p)
 {
     coll_body(&p);
 }

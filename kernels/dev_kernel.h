@@ -24,8 +24,8 @@
 #define WEFT_DEV_MAX_OPS 32
 /* Steps a block keeps per connection key (weft_sched_build_window refills it). */
 #define WEFT_DEV_WINDOW 32
-/* Dynamic shared memory of a block: the slice all its threads work on. */
-#define WEFT_DEV_SHARED_BYTES 256
+/* Dynamic shared memory of a block: the slice all its threads work on and thread 0's state. */
+#define WEFT_DEV_SHARED_BYTES 8192
 
 struct weft_dev_op {
     uint64_t count;       /* NCCL's count */
