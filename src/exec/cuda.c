@@ -31,7 +31,6 @@
 #include "core/group.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
-#include "cuda/emu_thread.h"
 #include "dev_fifo.h"
 #include "dev_kernel.h"
 #include "exec/cuda.h"
@@ -48,12 +47,29 @@ WEFT_PARAM_DECL(Timeout);
 void weft_coll_kernel_emu(void *params);
 const void *weft_coll_kernel_device_fn(void) __attribute__((weak));
 
+/*
+ * The FIFO memory of all ranks of one communicator, freed by the last rank to leave: a rank's
+ * FIFOs receive its peers' posts (tail, and head for its sends) until every peer's kernels are
+ * done, and a peer may still run when this rank destroys its communicator (each rank
+ * synchronises only its own stream before it leaves). Allocated by rank 0; the others learn its
+ * address with the FIFO addresses (all ranks are in this process).
+ */
+struct weft_cuda_clique {
+    int refs; /* ranks that have not left yet */
+    int nranks;
+    struct {
+        void *fifo;
+        int dev;
+    } rank[];
+};
+
 struct weft_cuda_comm {
     int dev;
     int nch;           /* collective channels (blocks) */
     int nthreads;
     size_t slot_bytes;
-    char *fifo;        /* this rank's FIFO memory (device) */
+    char *fifo;        /* this rank's FIFO memory (device), owned by the clique once joined */
+    struct weft_cuda_clique *clique; /* NULL until joined */
     struct weft_dev_comm *dstate; /* device */
     struct weft_step *steps;      /* device */
     int *ring;                    /* device, or NULL */
@@ -130,7 +146,8 @@ ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev)
 
 /* What every rank tells the others about its device state. */
 struct weft_cuda_peer {
-    uint64_t fifo; /* device address of its FIFO memory */
+    uint64_t fifo;   /* device address of its FIFO memory */
+    uint64_t clique; /* rank 0: the address of the communicator's struct weft_cuda_clique */
     int32_t dev;
     int32_t pad;
 };
@@ -155,8 +172,21 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
         ops->free(cc->steps);
     if (cc->dstate != NULL)
         ops->free(cc->dstate);
-    if (cc->fifo != NULL)
+    if (cc->clique != NULL) {
+        /* Our kernels are done (stream synchronised above); the last rank frees every FIFO. */
+        struct weft_cuda_clique *q = cc->clique;
+        if (__atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+            for (int r = 0; r < q->nranks; r++) {
+                if (q->rank[r].fifo == NULL)
+                    continue;
+                ops->set_device(q->rank[r].dev);
+                ops->free(q->rank[r].fifo);
+            }
+            free(q);
+        }
+    } else if (cc->fifo != NULL) {
         ops->free(cc->fifo);
+    }
     if (cc->pinned != NULL)
         ops->host_free(cc->pinned);
     if (prev >= 0)
@@ -249,7 +279,27 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     /* Everyone's FIFOs are zeroed before anyone learns where they are. */
     peers[me].fifo = (uint64_t)(uintptr_t)cc->fifo;
     peers[me].dev = cc->dev;
-    WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, peers, sizeof(*peers)), res, err);
+    struct weft_cuda_clique *clique = NULL;
+    if (me == 0) {
+        clique = calloc(1, sizeof(*clique) + (size_t)nranks * sizeof(clique->rank[0]));
+        if (clique == NULL) {
+            WEFT_WARN("rank %d: out of memory for the CUDA executor", me);
+            res = ncclSystemError;
+            goto err;
+        }
+        clique->refs = nranks;
+        clique->nranks = nranks;
+        peers[me].clique = (uint64_t)(uintptr_t)clique;
+    }
+    /* Nothing may fail between here and joining the clique: every rank must join it. */
+    res = weft_bootstrap_allgather(comm->bootstrap, peers, sizeof(*peers));
+    if (res != ncclSuccess) {
+        free(clique);
+        goto err;
+    }
+    cc->clique = (struct weft_cuda_clique *)(uintptr_t)peers[0].clique;
+    cc->clique->rank[me].fifo = cc->fifo;
+    cc->clique->rank[me].dev = cc->dev;
     for (int p = 0; p < nranks; p++) {
         if (peers[p].dev == cc->dev)
             continue;
@@ -640,79 +690,3 @@ out:
     return res;
 }
 
-/*
- * TEMPORARY: a "none" table for builds without piece E's backends (src/cuda/cuda.c defines the
- * real weft_cuda(), which overrides this weak one). Removed when gpu-emu's backends are merged.
- */
-static int weft_cuda_tmp_count(int *n_p)
-{
-    *n_p = 0;
-    return 0;
-}
-static int weft_cuda_tmp_attr(struct weft_ptr_attr *a, const void *p)
-{
-    (void)p;
-    memset(a, 0, sizeof(*a));
-    a->device = -1;
-    return 0;
-}
-static const char *weft_cuda_tmp_err(int err)
-{
-    return err == 0 ? "no error" : "CUDA driver version is insufficient for CUDA runtime version";
-}
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#define WEFT_TMP_NONE(name, ...)                                                                   \
-    static int weft_cuda_tmp_##name(__VA_ARGS__)                                                   \
-    {                                                                                              \
-        return 35;                                                                                 \
-    }
-WEFT_TMP_NONE(i, int a)
-WEFT_TMP_NONE(ip, int *a)
-WEFT_TMP_NONE(ipii, int *a, int b, int c)
-WEFT_TMP_NONE(pp, void **a, size_t b)
-WEFT_TMP_NONE(p, void *a)
-WEFT_TMP_NONE(cpy, void *a, const void *b, size_t c, void *d)
-WEFT_TMP_NONE(set, void *a, int b, size_t c, void *d)
-WEFT_TMP_NONE(pip, void *a, int *b)
-WEFT_TMP_NONE(spp, void **a)
-WEFT_TMP_NONE(ps, void *a, void *b)
-WEFT_TMP_NONE(pspp, void *a, void **b)
-WEFT_TMP_NONE(launch, const struct weft_kernel *k, int g, int b, size_t s, const void *p,
-              size_t pb, void *st)
-WEFT_TMP_NONE(hf, void *s, void (*fn)(void *), void *arg)
-WEFT_TMP_NONE(v, void)
-#undef WEFT_TMP_NONE
-static const struct weft_cuda_ops weft_cuda_tmp_none = {
-    WEFT_CUDA_OPS_VERSION, "none", weft_cuda_tmp_count, weft_cuda_tmp_ip, weft_cuda_tmp_i,
-    weft_cuda_tmp_ipii, weft_cuda_tmp_i, weft_cuda_tmp_pp, weft_cuda_tmp_p, weft_cuda_tmp_pp,
-    weft_cuda_tmp_p, weft_cuda_tmp_attr, weft_cuda_tmp_cpy, weft_cuda_tmp_set, weft_cuda_tmp_spp,
-    weft_cuda_tmp_p, weft_cuda_tmp_p, weft_cuda_tmp_p, weft_cuda_tmp_pip, weft_cuda_tmp_spp,
-    weft_cuda_tmp_p, weft_cuda_tmp_ps, weft_cuda_tmp_ps, weft_cuda_tmp_p, weft_cuda_tmp_launch,
-    weft_cuda_tmp_p, weft_cuda_tmp_pspp, weft_cuda_tmp_ps, weft_cuda_tmp_p, weft_cuda_tmp_err,
-    weft_cuda_tmp_hf, weft_cuda_tmp_v};
-#pragma GCC diagnostic pop
-
-__attribute__((weak)) const struct weft_cuda_ops *weft_cuda(void)
-{
-    return &weft_cuda_tmp_none;
-}
-
-/* The emulator's kernel context (src/cuda/emu.c); never reached without it. */
-__attribute__((weak)) __thread struct weft_emu_tctx weft_emu_tls;
-__attribute__((weak)) void weft_emu_sync_block(void)
-{
-}
-__attribute__((weak)) void weft_emu_bar_sync(int id, int nthreads)
-{
-    (void)id;
-    (void)nthreads;
-}
-__attribute__((weak)) void weft_emu_spin_hint(void)
-{
-}
-__attribute__((weak)) void weft_emu_trap(const char *why)
-{
-    (void)why;
-    abort();
-}

@@ -27,6 +27,7 @@
 #include "cuda/cuda_ops.h"
 #include "nccl.h"
 #include "redop.h"
+#include "weft.h"
 
 #define MAXR 8
 #define MAX_FAIL_PRINT 20
@@ -641,14 +642,18 @@ static int case_graph(void)
         return 1;
     size_t count = 3001;
     float *d[MAXR][3], *h = malloc(count * sizeof(float));
-    weft_cuda_graph_t g[MAXR];
-    /* Each rank's stream captures its own graph; the captures run from one thread inside one
+    weftCudaGraph_t g[MAXR];
+    /* Through the public forwards of weft.h, as a program would. Each rank's stream captures its
+     * own graph; the captures run from one thread inside one
      * group per operation (the kernels of all ranks must run at once at replay). */
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
         for (int k = 0; k < 3; k++)
             CU(cu->malloc((void **)&d[r][k], count * sizeof(float)));
-        CU(cu->capture_begin(g_bufs[r].stream));
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
     }
     for (int k = 0; k < 3; k++) {
         check(ncclGroupStart(), "ncclGroupStart");
@@ -659,7 +664,7 @@ static int case_graph(void)
     }
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
-        CU(cu->capture_end(g_bufs[r].stream, &g[r]));
+        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
     }
     for (int rep = 0; rep < 5; rep++) {
         for (int r = 0; r < g_n; r++) {
@@ -668,12 +673,12 @@ static int case_graph(void)
                 for (size_t i = 0; i < count; i++)
                     h[i] = (float)((r + 1) * (k + 1) + (int)(i % 50) + rep);
                 CU(cu->memcpy_async(d[r][k], h, count * sizeof(float), g_bufs[r].stream));
+                CU(cu->stream_synchronize(g_bufs[r].stream)); /* h is rewritten next */
             }
-            CU(cu->stream_synchronize(g_bufs[r].stream));
         }
         for (int r = 0; r < g_n; r++) {
             CU(cu->set_device(g_dev[r]));
-            CU(cu->graph_launch(g[r], g_bufs[r].stream));
+            CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
         }
         for (int r = 0; r < g_n; r++) {
             CU(cu->set_device(g_dev[r]));
@@ -700,7 +705,7 @@ static int case_graph(void)
     }
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
-        CU(cu->graph_destroy(g[r]));
+        CU(weftCudaGraphDestroy(g[r]));
         for (int k = 0; k < 3; k++)
             CU(cu->free(d[r][k]));
     }
