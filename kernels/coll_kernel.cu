@@ -428,6 +428,11 @@ WEFT_KFN int find_slice(conductor *c, work *w)
         w->dtype = op->dtype;
         w->es = es;
         w->scalar = op->scalar;
+        if (op->scalar_dev != NULL) { /* ncclScalarDevice: the value when the kernel runs */
+            w->scalar = 0;
+            for (uint64_t k = 0; k < es; k++)
+                w->scalar |= (uint64_t)((const uint8_t *)op->scalar_dev)[k] << (8 * k);
+        }
         w->divisor = op->divisor;
         w->pre = pre;
         w->post = post;

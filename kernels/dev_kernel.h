@@ -34,6 +34,7 @@ struct weft_dev_op {
     uint64_t seq;         /* the operation's number on the communicator, for reports */
     uint64_t divisor;     /* integer avg */
     uint64_t scalar;      /* premul scalar, the element type's bytes */
+    const void *scalar_dev; /* or its device address (read when the kernel runs), or NULL */
     int32_t root;         /* root, or peer for send/recv */
     uint8_t coll;         /* enum weft_coll */
     uint8_t algo;         /* enum weft_algo, chosen by the host tuner */

@@ -125,6 +125,14 @@ int weft_cuda_set_device(int dev)
     return weft_cuda()->set_device(dev);
 }
 
+int weft_cuda_is_device_ptr(const void *p)
+{
+    struct weft_ptr_attr attr;
+    if (p == NULL || weft_cuda()->pointer_attr(&attr, p) != 0)
+        return 0;
+    return attr.kind == WEFT_MEM_DEVICE || attr.kind == WEFT_MEM_MANAGED;
+}
+
 ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
@@ -494,17 +502,38 @@ static ncclResult_t weft_cuda_buf(struct ncclComm *comm, const void *buf, const 
     return ncclSuccess;
 }
 
+static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct weft_task *task,
+                                               int send_needed, int recv_needed);
+
 ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, int send_needed,
                                 int recv_needed)
+{
+    task->on_device = 0;
+    if (!comm->cuda_bound && comm->cuda == NULL)
+        return ncclSuccess; /* no CUDA in this process: everything is host memory */
+    WEFT_CHECK(weft_cuda_classify_buffers(comm, task, send_needed, recv_needed));
+    if (!task->on_device && task->has_redop && task->redop.scalar_dev != NULL) {
+        /* A device-resident PreMulSum scalar for the host executor: read it now. */
+        const struct weft_cuda_ops *ops = weft_cuda();
+        size_t es = weft_dtype_size(task->dtype);
+        int err = ops->memcpy_async(task->redop.scalar.bytes, task->redop.scalar_dev, es, NULL);
+        if (err == 0)
+            err = ops->stream_synchronize(NULL);
+        if (err != 0)
+            return weft_cuda_fail(err, "reading the PreMulSum scalar", comm->rank);
+        task->redop.scalar_dev = NULL;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct weft_task *task,
+                                               int send_needed, int recv_needed)
 {
     const char *api = task->api;
     const void *bufs[2] = {task->sendbuf, task->recvbuf};
     const char *names[2] = {"sendbuff", "recvbuff"};
     int kinds[2] = {WEFT_MEM_HOST, WEFT_MEM_HOST}, devs[2] = {-1, -1};
     void *dptr[2] = {NULL, NULL};
-    task->on_device = 0;
-    if (!comm->cuda_bound && comm->cuda == NULL)
-        return ncclSuccess; /* no CUDA in this process: everything is host memory */
     int any_dev = 0, any_host = 0;
     int needed[2] = {send_needed, recv_needed};
     for (int i = 0; i < 2; i++) {
@@ -576,6 +605,7 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
         op->postdiv = (uint8_t)t->redop.postdiv;
         op->divisor = t->redop.divisor;
         op->scalar = t->redop.scalar.u64;
+        op->scalar_dev = t->redop.scalar_dev;
     }
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);

@@ -25,6 +25,9 @@ int weft_cuda_current_device(void);
 int weft_cuda_device_count(void);
 int weft_cuda_set_device(int dev);
 
+/* 1 when p is device or managed memory (the host cannot read it directly on a real GPU). */
+int weft_cuda_is_device_ptr(const void *p);
+
 /* Binds a new communicator to device dev (-1: the current one; nothing without devices).
  * Before the peer exchange, so every rank learns every rank's device. */
 ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev);

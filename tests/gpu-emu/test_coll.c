@@ -36,11 +36,12 @@ enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_PREMUL, NOPS };
 static const char *op_names[NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 enum {
     C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_ALLTOALL, C_GATHER,
-    C_SCATTER, C_SENDRECV, NCOLLS
+    C_SCATTER, C_SENDRECV, C_P2PALL, NCOLLS
 };
 static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter",
                                          "allgather", "broadcast", "alltoall",
-                                         "gather",    "scatter", "sendrecv"};
+                                         "gather",    "scatter", "sendrecv",
+                                         "p2p-all"};
 
 static int g_n = 2, g_d = 1, g_one_stream, g_quick;
 static int g_passed, g_failed, g_printed;
@@ -226,6 +227,7 @@ static double expected_reduce(int t, int op, size_t i, int n)
 struct rank_bufs {
     char *dsend, *drecv; /* device */
     char *hsend, *hrecv; /* host staging */
+    char *dscalar;       /* a PreMulSum scalar in device memory (ncclScalarDevice) */
     size_t bytes;
     cudaStream_t stream;
 };
@@ -282,8 +284,20 @@ static ncclRedOp_t make_op(int r, int t, int op)
         unsigned char scalar[8];
         ncclRedOp_t o = ncclSum;
         store(t, scalar, 0, premul_scalar(r));
-        check(ncclRedOpCreatePreMulSum(&o, scalar, (ncclDataType_t)t, ncclScalarHostImmediate,
-                                       g_comms[r]),
+        /* Odd types take the scalar from device memory, read by the kernel when it runs. */
+        void *where = scalar;
+        ncclScalarResidence_t res = ncclScalarHostImmediate;
+        if (t % 2 == 1) {
+            struct rank_bufs *b = &g_bufs[r];
+            CU(cu->set_device(g_dev[r]));
+            if (b->dscalar == NULL)
+                CU(cu->malloc((void **)&b->dscalar, 8));
+            CU(cu->memcpy_async(b->dscalar, scalar, 8, NULL));
+            CU(cu->stream_synchronize(NULL));
+            where = b->dscalar;
+            res = ncclScalarDevice;
+        }
+        check(ncclRedOpCreatePreMulSum(&o, where, (ncclDataType_t)t, res, g_comms[r]),
               "ncclRedOpCreatePreMulSum");
         return o;
     }
@@ -295,9 +309,10 @@ static void run_one(int coll, int t, int op, size_t count, int inplace, int root
     int n = g_n;
     size_t es = weft_dtype_size(t);
     size_t in_elems = count, out_elems = count;
-    if (coll == C_ALLGATHER || coll == C_ALLTOALL || coll == C_GATHER)
+    int a2a = coll == C_ALLTOALL || coll == C_P2PALL;
+    if (coll == C_ALLGATHER || a2a || coll == C_GATHER)
         out_elems = count * n;
-    if (coll == C_REDUCESCATTER || coll == C_ALLTOALL || coll == C_SCATTER)
+    if (coll == C_REDUCESCATTER || a2a || coll == C_SCATTER)
         in_elems = count * n;
     size_t big = (in_elems > out_elems ? in_elems : out_elems) + 1;
     const char *inptr[MAXR];
@@ -349,10 +364,18 @@ static void run_one(int coll, int t, int op, size_t count, int inplace, int root
         case C_ALLTOALL: res = ncclAlltoAll(inptr[r], outptr[r], count, t, c, s); break;
         case C_GATHER: res = ncclGather(inptr[r], outptr[r], count, t, root, c, s); break;
         case C_SCATTER: res = ncclScatter(inptr[r], outptr[r], count, t, root, c, s); break;
-        default:
+        case C_SENDRECV:
             res = ncclSend(inptr[r], count, t, (r + 1) % n, c, s);
             if (res == ncclSuccess)
                 res = ncclRecv(outptr[r], count, t, (r + n - 1) % n, c, s);
+            break;
+        default: /* every pair, this rank included, both ways, in one group */
+            for (int j = 0; j < n && res == ncclSuccess; j++) {
+                int peer = (r + j) % n; /* a different order on every rank */
+                res = ncclSend(inptr[r] + (size_t)peer * count * es, count, t, peer, c, s);
+                if (res == ncclSuccess)
+                    res = ncclRecv(outptr[r] + (size_t)peer * count * es, count, t, peer, c, s);
+            }
             break;
         }
         ok = check(res, coll_names[coll]);
@@ -390,6 +413,7 @@ static void run_one(int coll, int t, int op, size_t count, int inplace, int root
             case C_GATHER: want = contrib(coll, t, op, (int)(i / count), i % count); break;
             case C_BROADCAST: want = contrib(coll, t, op, root, i); break;
             case C_ALLTOALL:
+            case C_P2PALL:
                 want = contrib(coll, t, op, (int)(i / count), (size_t)r * count + i % count);
                 break;
             case C_SCATTER: want = contrib(coll, t, op, root, (size_t)r * count + i); break;
@@ -451,6 +475,8 @@ static void teardown(void)
             CU(cu->free(g_bufs[r].dsend));
             CU(cu->free(g_bufs[r].drecv));
         }
+        if (g_bufs[r].dscalar != NULL)
+            CU(cu->free(g_bufs[r].dscalar));
         free(g_bufs[r].hsend);
         free(g_bufs[r].hrecv);
         memset(&g_bufs[r], 0, sizeof(g_bufs[r]));
@@ -479,11 +505,12 @@ static int case_sweep(void)
                     if (big && coll == C_ALLREDUCE && ti % 4 != 0 && oi != 0)
                         continue;
                     for (int inplace = 0; inplace < 2; inplace++) {
-                        if (inplace && (coll == C_ALLTOALL || coll == C_SENDRECV))
+                        if (inplace && (coll == C_ALLTOALL || coll >= C_SENDRECV))
                             continue;
                         size_t count = counts[ci];
                         if (big && (coll == C_ALLGATHER || coll == C_REDUCESCATTER ||
-                                    coll == C_ALLTOALL || coll == C_GATHER || coll == C_SCATTER))
+                                    coll == C_ALLTOALL || coll == C_GATHER ||
+                                    coll == C_SCATTER || coll == C_P2PALL))
                             count = count / (size_t)g_n + 1;
                         run_one(coll, t, op, count, inplace, (int)((ci + (size_t)ti) % g_n));
                     }
