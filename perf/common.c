@@ -1847,6 +1847,9 @@ static void *thread_main(void *arg)
     }
     print_devices(st);
     allocate_buffers(st);
+    /* Allocations may wait for the device (cudaMalloc, cudaMemset), where a collective of another
+     * thread's ranks could already wait for this thread: none starts before all are done. */
+    threads_sync(st);
     if (st->is_main)
         print_table_header(st);
 
@@ -1889,6 +1892,7 @@ static void *thread_main(void *arg)
     barrier(st);
 
     watchdog_disarm(st);
+    threads_sync(st); /* as for the allocations: no thread frees while one's collective runs */
     free_buffers(st);
     PERF_CHECK(st, be->comm_fini(&st->team));
     team_destroy(st);
@@ -1938,6 +1942,17 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
                    st->a.host_buffers ? "-H 1" : (why[0] ? why : "no GPU backend"));
         free(st);
         return usage_exit(is_main, 77);
+    }
+    /* On the NULL stream a thread's synchronous copy would queue behind a collective whose
+     * ranks include another thread's, blocked the same way: refuse rather than hang. */
+    if (st->dev_bufs && st->a.stream_null && st->a.nthreads > 1 &&
+        st->a.nthreads * st->a.ngpus > st->dm->ndev) {
+        if (is_main)
+            fprintf(stderr, "%s: -y 1 with -t %d x -g %d ranks on %d devices: threads would share "
+                    "a device's NULL stream (deadlock); use streams (-y 0) or fewer ranks\n",
+                    prog, st->a.nthreads, st->a.ngpus, st->dm->ndev);
+        free(st);
+        return usage_exit(is_main, 2);
     }
     if (st->a.graph_launches > 0 && !st->dev_bufs) {
         if (is_main)
@@ -2066,11 +2081,19 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
 
 static ncclUniqueId nccl_job_id; /* this process's id, made or received by init */
 
-/* Per rank (ctx->be_state): the helper collectives' buffer. */
+/* Per rank (ctx->be_state): the helper collectives' buffer. A grown one keeps the old until
+ * comm_fini: cudaFree waits for the whole device, where another thread's ranks may have a
+ * collective in flight that waits for this thread. */
+#define NCCL_SCRATCH_RETIRED 8
 struct nccl_rank_state {
     void *scratch;
     size_t cap;
+    void *retired[NCCL_SCRATCH_RETIRED];
+    int nretired;
 };
+
+/* Sized at comm_init for every helper the driver calls (its all-gather of rank lines). */
+#define NCCL_SCRATCH_PER_RANK 256
 
 /* Job sizes other launchers announce: a job of several processes cannot run without Weft's
  * launch helper (nothing here could hand them one unique id). */
@@ -2146,6 +2169,8 @@ static ncclResult_t nccl_be_cuda_error(const char *what, int err)
     return ncclUnhandledCudaError;
 }
 
+static ncclResult_t nccl_scratch(struct perf_ctx *ctx, size_t bytes, void **p_p);
+
 /* One group of ncclCommInitRank, each on its rank's device (current at the call, as NCCL binds
  * it), as nccl-tests' ncclGroupStart + ncclCommInitRank per GPU. */
 static ncclResult_t nccl_be_comm_init(struct perf_team *team)
@@ -2154,9 +2179,14 @@ static ncclResult_t nccl_be_comm_init(struct perf_team *team)
     ncclResult_t res = ncclSuccess, end = ncclSuccess;
 
     for (int i = 0; i < team->n; i++) {
+        void *p;
         team->ctx[i].be_state = calloc(1, sizeof(struct nccl_rank_state));
         if (team->ctx[i].be_state == NULL)
             return ncclSystemError;
+        res = nccl_scratch(&team->ctx[i],
+                           (size_t)team->ctx[i].nranks * NCCL_SCRATCH_PER_RANK + 64, &p);
+        if (res != ncclSuccess)
+            return res;
     }
     if (team->n > 1)
         res = ncclGroupStart();
@@ -2178,9 +2208,22 @@ static ncclResult_t nccl_be_comm_device(const struct perf_ctx *ctx, int *dev_p)
     return ncclCommCuDevice(ctx->comm, dev_p);
 }
 
-static ncclResult_t nccl_be_comm_fini(struct perf_team *team)
+static void nccl_scratch_free(const struct perf_ctx *ctx, void *p)
 {
     const struct perf_devmem *dm = perf_devmem_get(NULL);
+
+    if (p == NULL)
+        return;
+    if (!ctx->dev_bufs) {
+        free(p);
+        return;
+    }
+    dm->set_device(ctx->device);
+    dm->free(p);
+}
+
+static ncclResult_t nccl_be_comm_fini(struct perf_team *team)
+{
     ncclResult_t res = ncclSuccess;
 
     for (int i = 0; i < team->n; i++) {
@@ -2190,13 +2233,10 @@ static ncclResult_t nccl_be_comm_fini(struct perf_team *team)
 
         if (res == ncclSuccess)
             res = r;
-        if (rs != NULL && rs->scratch != NULL) {
-            if (ctx->dev_bufs) {
-                dm->set_device(ctx->device);
-                dm->free(rs->scratch);
-            } else {
-                free(rs->scratch);
-            }
+        if (rs != NULL) {
+            nccl_scratch_free(ctx, rs->scratch);
+            for (int k = 0; k < rs->nretired; k++)
+                nccl_scratch_free(ctx, rs->retired[k]);
         }
         free(rs);
         ctx->be_state = NULL;
@@ -2216,20 +2256,23 @@ static ncclResult_t nccl_scratch(struct perf_ctx *ctx, size_t bytes, void **p_p)
         *p_p = rs->scratch;
         return ncclSuccess;
     }
+    if (rs->scratch != NULL && rs->nretired == NCCL_SCRATCH_RETIRED) {
+        snprintf(nccl_be_error, sizeof(nccl_be_error), "helper scratch grown too often");
+        return ncclInternalError;
+    }
     if (!ctx->dev_bufs) {
         p = malloc(bytes);
         if (p == NULL)
             return ncclSystemError;
-        free(rs->scratch);
     } else {
         err = dm->set_device(ctx->device);
         if (err == 0)
             err = dm->malloc(&p, bytes);
         if (err != 0)
             return nccl_be_cuda_error("cudaMalloc", err);
-        if (rs->scratch != NULL)
-            dm->free(rs->scratch);
     }
+    if (rs->scratch != NULL)
+        rs->retired[rs->nretired++] = rs->scratch;
     rs->scratch = p;
     rs->cap = bytes;
     *p_p = p;
