@@ -175,8 +175,9 @@ struct perf_team {
 
 /*
  * A collective, independent of the library that runs it (colls.c). Every slot is required.
- * Called on the main thread; buffers belong to the driver and are 64-byte aligned (plus -u
- * elements).
+ * Called on the thread that drives the rank; buffers belong to the driver and are 64-byte aligned
+ * (plus -u elements). init_data and expected always work on host memory (on device buffers the
+ * driver copies in and out).
  */
 struct perf_coll {
     const char *name; /* collective name, e.g. "all_gather" (JSON "collective") */
@@ -209,8 +210,11 @@ extern const struct perf_coll perf_coll_all_reduce, perf_coll_all_gather,
 /*
  * Issues one collective with the library under test: op->c.count elements of op->type, op->root,
  * op->nccl_op; send/recv laid out as op->c says (in place: op->in_place, pointers already at
- * nccl-tests' offsets). Blocking: the result is in recv when it returns (stream NULL). A failure
- * returns non-success after setting the backend's last error where the library does not.
+ * nccl-tests' offsets), on ctx->stream: on host buffers (stream NULL) the result is in recv when
+ * it returns; on device buffers the call only enqueues and the driver waits for the stream (the
+ * call may be captured into a graph: stream-ordered work only, see perf_copy). Several ranks of one
+ * thread are issued inside one group. A failure returns non-success after setting the backend's
+ * last error where the library does not.
  */
 typedef ncclResult_t (*perf_run_fn)(const struct perf_ctx *ctx, const struct perf_op *op,
                                     const void *send, void *recv);
