@@ -6,8 +6,12 @@
  * call it carries completed on return), a capture records nothing and a graph launch does
  * nothing (so -G times nothing; validation runs outside the graph and still checks every
  * element). Each allocation is poisoned so that a copy the driver forgets shows up as #wrong.
- * WEFT_PERF_MOCK_DEVICES sets the device count (default 2).
+ * WEFT_PERF_MOCK_DEVICES sets the device count (default 2). WEFT_PERF_MOCK_CORRUPT=1 flips the
+ * lowest bit of the last byte of every synchronous copy of 64 bytes or more out of "device" memory,
+ * so that a test can see the driver count wrong elements it only sees through such copies.
  */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +25,44 @@ struct mock_stream {
 };
 
 static __thread int mock_device;
+
+/* Live allocations, for WEFT_PERF_MOCK_CORRUPT (the driver makes a few dozen at most). */
+#define MOCK_MAX_ALLOCS 4096
+static struct {
+    uintptr_t base;
+    size_t bytes;
+} mock_allocs[MOCK_MAX_ALLOCS];
+static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void mock_track(void *p, size_t bytes, int add)
+{
+    pthread_mutex_lock(&mock_lock);
+    for (int i = 0; i < MOCK_MAX_ALLOCS; i++) {
+        if (add && mock_allocs[i].base == 0) {
+            mock_allocs[i].base = (uintptr_t)p;
+            mock_allocs[i].bytes = bytes;
+            break;
+        }
+        if (!add && mock_allocs[i].base == (uintptr_t)p) {
+            mock_allocs[i].base = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mock_lock);
+}
+
+static int mock_is_device(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int found = 0;
+
+    pthread_mutex_lock(&mock_lock);
+    for (int i = 0; i < MOCK_MAX_ALLOCS && !found; i++)
+        found = mock_allocs[i].base != 0 && a >= mock_allocs[i].base &&
+                a < mock_allocs[i].base + mock_allocs[i].bytes;
+    pthread_mutex_unlock(&mock_lock);
+    return found;
+}
 
 MOCK_API const char *weftCudaBackend(void);
 MOCK_API const char *weftCudaBackend(void)
@@ -57,6 +99,7 @@ MOCK_API int weftCudaMalloc(void **p, size_t bytes)
     if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0)
         return 2;
     memset(m, 0x5a, bytes);
+    mock_track(m, bytes, 1);
     *p = m;
     return 0;
 }
@@ -64,6 +107,7 @@ MOCK_API int weftCudaMalloc(void **p, size_t bytes)
 MOCK_API int weftCudaFree(void *p);
 MOCK_API int weftCudaFree(void *p)
 {
+    mock_track(p, 0, 0);
     free(p);
     return 0;
 }
@@ -71,7 +115,13 @@ MOCK_API int weftCudaFree(void *p)
 MOCK_API int weftCudaMemcpy(void *dst, const void *src, size_t bytes);
 MOCK_API int weftCudaMemcpy(void *dst, const void *src, size_t bytes)
 {
+    const char *corrupt = getenv("WEFT_PERF_MOCK_CORRUPT");
+
     memmove(dst, src, bytes);
+    /* From 64 bytes: the driver's 8-byte helper results (time, error counts) stay intact. */
+    if (corrupt != NULL && atoi(corrupt) != 0 && bytes >= 64 && mock_is_device(src) &&
+        !mock_is_device(dst))
+        ((unsigned char *)dst)[bytes - 1] ^= 1;
     return 0;
 }
 
