@@ -405,6 +405,24 @@ void weft_cuda_comm_abort(struct ncclComm *comm)
         __atomic_store_n(comm->cuda->abort_host, 1, __ATOMIC_RELEASE);
 }
 
+ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm)
+{
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL)
+        return ncclSuccess;
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int prev = -1, err;
+    ops->get_device(&prev);
+    ops->set_device(cc->dev);
+    err = ops->stream_synchronize(cc->stream);
+    if (prev >= 0)
+        ops->set_device(prev);
+    if (err != 0)
+        return weft_cuda_fail(err, "cudaStreamSynchronize (the communicator's kernels)",
+                              comm->rank);
+    return weft_cuda_comm_check(comm);
+}
+
 ncclResult_t weft_cuda_comm_free(struct ncclComm *comm)
 {
     struct weft_cuda_comm *cc = comm->cuda;

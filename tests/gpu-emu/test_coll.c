@@ -583,6 +583,41 @@ static int case_multicomm(void)
         CU(cu->free(dy[r]));
         CU(cu->free(dz[r]));
     }
+    /* A group of more operations than one launch carries (WEFT_DEV_MAX_OPS): several launches
+     * per communicator, in order; then ncclCommFinalize waits for them. */
+    enum { NOPS_BIG = 40 };
+    size_t small = 33;
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&dx[r], NOPS_BIG * small * sizeof(float)));
+        for (size_t i = 0; i < NOPS_BIG * small; i++)
+            hx[i] = (float)(r + (int)(i / small));
+        CU(cu->memcpy_async(dx[r], hx, NOPS_BIG * small * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int k = 0; k < NOPS_BIG; k++)
+        for (int r = 0; r < g_n; r++)
+            check(ncclAllReduce(dx[r] + k * small, dx[r] + k * small, small, ncclFloat32, ncclSum,
+                                b[r], g_bufs[r].stream), "ncclAllReduce");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < g_n; r++)
+        check(ncclCommFinalize(b[r]), "ncclCommFinalize");
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->memcpy_async(hx, dx[r], NOPS_BIG * small * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        int ok = 1;
+        for (size_t i = 0; i < NOPS_BIG * small && ok; i++) {
+            float want = (float)(g_n * (g_n - 1) / 2 + g_n * (int)(i / small));
+            if (hx[i] != want) {
+                fail("data", C_ALLREDUCE, ncclFloat32, OP_SUM, small, 1, r, i, hx[i], want);
+                ok = 0;
+            }
+        }
+        g_passed += ok;
+        CU(cu->free(dx[r]));
+    }
     free(hx);
     for (int r = 0; r < g_n; r++)
         check(ncclCommDestroy(b[r]), "ncclCommDestroy");
