@@ -215,7 +215,7 @@ static void *weft_cuda_dev_view(void *host)
 ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
-    int nranks = comm->nranks, me = comm->rank;
+    int nranks = comm->nranks, me = comm->rank, prev = -1;
     ncclResult_t res = ncclSuccess;
     /* Every rank decides alike, from the exchanged peer info. */
     int all_dev = 1, one_process = 1;
@@ -239,7 +239,6 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         res = ncclSystemError;
         goto err;
     }
-    int prev = -1;
     ops->get_device(&prev);
     cc->dev = comm->cuda_dev;
     WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, err);
@@ -396,6 +395,8 @@ err:
     free(peers);
     if (cc != NULL)
         weft_cuda_release(comm, cc);
+    if (prev >= 0)
+        ops->set_device(prev);
     return res;
 }
 
