@@ -265,7 +265,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     size_t step_bytes = (size_t)cc->nch * (size_t)nwin * WEFT_DEV_WINDOW * sizeof(struct weft_step);
     WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->steps, step_bytes), "cudaMalloc (steps)", me,
                         res, err);
-    size_t pinned_bytes = 2 * WEFT_CACHELINE + sizeof(struct weft_dev_stuck);
+    size_t pinned_bytes = WEFT_CACHELINE + (size_t)cc->nch * sizeof(struct weft_dev_stuck);
     WEFT_CUDA_CALL_GOTO(ops->host_alloc(&cc->pinned, pinned_bytes), "cudaHostAlloc", me, res,
                         err);
     memset(cc->pinned, 0, pinned_bytes);
@@ -459,9 +459,17 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     struct weft_cuda_comm *cc = comm->cuda;
     if (cc == NULL)
         return ncclSuccess;
-    const struct weft_dev_stuck *st = cc->stuck_host;
-    uint32_t state = __atomic_load_n(&st->state, __ATOMIC_ACQUIRE);
-    if (state == WEFT_DEV_OK)
+    const struct weft_dev_stuck *st = NULL;
+    uint32_t state = WEFT_DEV_OK;
+    /* The block that gave up for its own reason, rather than one that followed it. */
+    for (int b = 0; b < cc->nch; b++) {
+        uint32_t s = __atomic_load_n(&cc->stuck_host[b].state, __ATOMIC_ACQUIRE);
+        if (s != WEFT_DEV_OK && (st == NULL || state == WEFT_DEV_ABORTED)) {
+            st = &cc->stuck_host[b];
+            state = s;
+        }
+    }
+    if (st == NULL)
         return ncclSuccess;
     ncclResult_t res = state == WEFT_DEV_MISMATCH    ? ncclInvalidUsage
                        : state == WEFT_DEV_BAD_SCHED ? ncclInternalError
