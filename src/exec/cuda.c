@@ -63,6 +63,8 @@ struct weft_cuda_clique {
     } rank[];
 };
 
+#define WEFT_CUDA_STAGE_OLD 16
+
 struct weft_cuda_comm {
     int dev;
     int nch;           /* collective channels (blocks) */
@@ -79,6 +81,13 @@ struct weft_cuda_comm {
     weft_cuda_stream_t stream;
     weft_cuda_event_t ev_in, ev_out;
     int reported; /* the stuck record was turned into an error */
+    /* Copies of in-place all-to-all inputs (the pairwise exchange would overwrite blocks before
+     * sending them). Grown, never shrunk; replaced buffers stay allocated until the communicator
+     * goes, since a captured graph may still copy into them. */
+    char *stage;
+    size_t stage_bytes;
+    void *stage_old[WEFT_CUDA_STAGE_OLD];
+    int nstage_old;
     struct weft_kernel kernel;
 };
 
@@ -176,6 +185,10 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
         ops->event_destroy(cc->ev_out);
     if (cc->ring != NULL)
         ops->free(cc->ring);
+    for (int i = 0; i < cc->nstage_old; i++)
+        ops->free(cc->stage_old[i]);
+    if (cc->stage != NULL)
+        ops->free(cc->stage);
     if (cc->steps != NULL)
         ops->free(cc->steps);
     if (cc->dstate != NULL)
@@ -601,11 +614,6 @@ static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct wef
             return ncclInvalidArgument;
         }
     }
-    if (task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf) {
-        WEFT_WARN("%s: rank %d: in-place all-to-all on device buffers is not supported yet", api,
-                  comm->rank);
-        return ncclInvalidUsage;
-    }
     task->on_device = 1;
     task->sendbuf = dptr[0];
     task->recvbuf = dptr[1];
@@ -636,6 +644,69 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     }
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
+}
+
+static int weft_cuda_inplace_a2a(const struct weft_task *t)
+{
+    return t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf;
+}
+
+/*
+ * Stages the inputs of comm's in-place all-to-alls in tasks[first, end) (copies on the internal
+ * stream, so in stream order) and points the ops there. Grows the staging buffer where needed,
+ * which cannot happen under capture.
+ */
+static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_task *tasks,
+                                    int first, int end, struct weft_dev_params *params)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_cuda_comm *cc = comm->cuda;
+    size_t need = 0;
+    for (int t = first; t < end; t++)
+        if (tasks[t].comm == comm && weft_cuda_inplace_a2a(&tasks[t]))
+            need += (tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks + 255) &
+                    ~(size_t)255;
+    if (need == 0)
+        return ncclSuccess;
+    if (need > cc->stage_bytes) {
+        int capturing = 0;
+        ops->stream_capturing(cc->stream, &capturing);
+        if (capturing) {
+            WEFT_WARN("rank %d: in-place ncclAlltoAll under graph capture needs %zu bytes of "
+                      "staging (have %zu): issue one of that size outside the capture first",
+                      comm->rank, need, cc->stage_bytes);
+            return ncclInvalidUsage;
+        }
+        if (cc->stage != NULL) {
+            if (cc->nstage_old == WEFT_CUDA_STAGE_OLD) {
+                WEFT_CUDA_CALL(ops->stream_synchronize(cc->stream), "cudaStreamSynchronize",
+                               comm->rank);
+                for (int i = 0; i < cc->nstage_old; i++)
+                    ops->free(cc->stage_old[i]);
+                cc->nstage_old = 0;
+            }
+            cc->stage_old[cc->nstage_old++] = cc->stage;
+            cc->stage = NULL;
+            cc->stage_bytes = 0;
+        }
+        WEFT_CUDA_CALL(ops->malloc((void **)&cc->stage, need), "cudaMalloc (all-to-all staging)",
+                       comm->rank);
+        cc->stage_bytes = need;
+    }
+    size_t off = 0;
+    for (int t = first, k = 0; t < end; t++) {
+        if (tasks[t].comm != comm)
+            continue;
+        if (weft_cuda_inplace_a2a(&tasks[t])) {
+            size_t bytes = tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks;
+            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, tasks[t].sendbuf, bytes, cc->stream),
+                           "cudaMemcpyAsync (all-to-all staging)", comm->rank);
+            params->ops[k].sendbuf = cc->stage + off;
+            off += (bytes + 255) & ~(size_t)255;
+        }
+        k++;
+    }
+    return ncclSuccess;
 }
 
 /* The user streams of comm's tasks, without repeats. */
@@ -710,6 +781,7 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
         for (;;) {
             memset(params, 0, sizeof(*params));
             params->comm = cc->dstate;
+            int first = t;
             while (t < ntasks && params->nops < WEFT_DEV_MAX_OPS) {
                 if (tasks[t].comm == comm)
                     weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
@@ -717,6 +789,7 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             }
             if (params->nops == 0)
                 break;
+            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, first, t, params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads, WEFT_DEV_SHARED_BYTES, params,

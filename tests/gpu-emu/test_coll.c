@@ -506,7 +506,7 @@ static int case_sweep(void)
                     if (big && coll == C_ALLREDUCE && ti % 4 != 0 && oi != 0)
                         continue;
                     for (int inplace = 0; inplace < 2; inplace++) {
-                        if (inplace && (coll == C_ALLTOALL || coll >= C_SENDRECV))
+                        if (inplace && coll >= C_SENDRECV)
                             continue;
                         size_t count = counts[ci];
                         if (big && (coll == C_ALLGATHER || coll == C_REDUCESCATTER ||
