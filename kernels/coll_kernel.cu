@@ -376,9 +376,9 @@ WEFT_KFN int lane_waits_turn(const conductor *c, int i)
 WEFT_KFN void stuck_report(conductor *c, uint32_t state, const weft_dev_op *op, int peer, int send,
                            uint64_t step, uint64_t expected, uint64_t seen)
 {
-    weft_dev_stuck *st = c->comm->stuck;
-    if (weft_ld_acquire_u32(&st->state, WEFT_SCOPE_SYS) != WEFT_DEV_OK)
-        return; /* another block reported first */
+    weft_dev_stuck *st = &c->comm->stuck[c->b];
+    if (weft_ld_relaxed_u32(&st->state, WEFT_SCOPE_SYS) != WEFT_DEV_OK)
+        return; /* this block reported already */
     st->channel = c->b;
     st->peer = peer;
     st->send = send;
@@ -570,11 +570,20 @@ WEFT_KFN void post_slice(conductor *c)
     }
 }
 
+/* 1 when a block of the communicator gave up (this kernel or an earlier one). */
+WEFT_KFN int any_stuck(const weft_dev_comm *comm)
+{
+    for (int b = 0; b < comm->nchannels; b++)
+        if (weft_ld_relaxed_u32(&comm->stuck[b].state, WEFT_SCOPE_SYS) != WEFT_DEV_OK)
+            return 1;
+    return 0;
+}
+
 /* 1 when the block must leave: abort word set, another block gave up, or the deadline passed. */
 WEFT_KFN int check_leave(conductor *c, uint64_t idle_since)
 {
     weft_dev_comm *comm = c->comm;
-    if (weft_ld_relaxed_u32(&comm->stuck->state, WEFT_SCOPE_SYS) != WEFT_DEV_OK)
+    if (any_stuck(comm))
         return 1;
     const weft_dev_op *op = NULL;
     int peer = -1, send = 0;
@@ -628,7 +637,7 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
             uint32_t spins = 0;
             idle_since = weft_globaltimer_ns();
             /* A communicator whose earlier kernel gave up has inconsistent FIFOs: do nothing. */
-            if (first && weft_ld_relaxed_u32(&c->comm->stuck->state, WEFT_SCOPE_SYS) != 0)
+            if (first && any_stuck(c->comm))
                 w->what = WORK_EXIT;
             else
                 for (;;) {

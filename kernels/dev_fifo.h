@@ -152,8 +152,10 @@ enum weft_dev_stuck_state {
 };
 
 /*
- * Host-visible (pinned, mapped) record of the first block that gave up; the fields are written
- * before `state` (release, system scope). Other blocks that see state != 0 leave too.
+ * Host-visible (pinned, mapped) record of why a block gave up, one per block (so no two writers
+ * race on one record); the fields are written before `state` (release, system scope). A block
+ * that sees any record's state != 0 leaves too, and so does every later kernel of the
+ * communicator. The host reports the first record set.
  */
 struct weft_dev_stuck {
     uint32_t state;   /* enum weft_dev_stuck_state; written last */
@@ -166,8 +168,6 @@ struct weft_dev_stuck {
     uint64_t step;    /* schedule step index within the operation */
     uint64_t expected; /* counter value (or bytes) needed */
     uint64_t seen;     /* counter value (or bytes) found */
-    uint32_t claimed; /* first block to set it wins */
-    uint32_t pad;
 };
 
 #endif

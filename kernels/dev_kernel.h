@@ -64,7 +64,7 @@ struct weft_dev_comm {
     uint64_t slot_bytes;  /* payload of a slot, a multiple of 16 */
     uint64_t timeout_ns;  /* no progress for this long: the kernel gives up (0: never) */
     const uint32_t *abort;         /* pinned host word, device view; nonzero: leave */
-    struct weft_dev_stuck *stuck;  /* pinned host record, device view */
+    struct weft_dev_stuck *stuck;  /* [nchannels] pinned host records, device view */
     const int *ring;               /* [nranks] device memory, or NULL for rank order */
     const int *ring_pos;
     struct weft_step *steps;       /* [nchannels][nwin][WEFT_DEV_WINDOW] */

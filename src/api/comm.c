@@ -158,7 +158,8 @@ struct weft_finalize_job {
 static ncclResult_t weft_finalize_run(struct weft_job *job)
 {
     struct weft_finalize_job *f = (struct weft_finalize_job *)job;
-    return weft_comm_ticket_wait(f->comm, f->ticket);
+    WEFT_CHECK(weft_comm_ticket_wait(f->comm, f->ticket));
+    return weft_cuda_comm_sync(f->comm); /* and every kernel launched before */
 }
 
 static void weft_finalize_finish(struct weft_job *job, ncclResult_t res)

@@ -63,6 +63,8 @@ struct weft_cuda_clique {
     } rank[];
 };
 
+#define WEFT_CUDA_STAGE_OLD 16
+
 struct weft_cuda_comm {
     int dev;
     int nch;           /* collective channels (blocks) */
@@ -79,6 +81,13 @@ struct weft_cuda_comm {
     weft_cuda_stream_t stream;
     weft_cuda_event_t ev_in, ev_out;
     int reported; /* the stuck record was turned into an error */
+    /* Copies of in-place all-to-all inputs (the pairwise exchange would overwrite blocks before
+     * sending them). Grown, never shrunk; replaced buffers stay allocated until the communicator
+     * goes, since a captured graph may still copy into them. */
+    char *stage;
+    size_t stage_bytes;
+    void *stage_old[WEFT_CUDA_STAGE_OLD];
+    int nstage_old;
     struct weft_kernel kernel;
 };
 
@@ -176,6 +185,10 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
         ops->event_destroy(cc->ev_out);
     if (cc->ring != NULL)
         ops->free(cc->ring);
+    for (int i = 0; i < cc->nstage_old; i++)
+        ops->free(cc->stage_old[i]);
+    if (cc->stage != NULL)
+        ops->free(cc->stage);
     if (cc->steps != NULL)
         ops->free(cc->steps);
     if (cc->dstate != NULL)
@@ -215,7 +228,7 @@ static void *weft_cuda_dev_view(void *host)
 ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
-    int nranks = comm->nranks, me = comm->rank;
+    int nranks = comm->nranks, me = comm->rank, prev = -1;
     ncclResult_t res = ncclSuccess;
     /* Every rank decides alike, from the exchanged peer info. */
     int all_dev = 1, one_process = 1;
@@ -239,7 +252,6 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         res = ncclSystemError;
         goto err;
     }
-    int prev = -1;
     ops->get_device(&prev);
     cc->dev = comm->cuda_dev;
     WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, err);
@@ -266,7 +278,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     size_t step_bytes = (size_t)cc->nch * (size_t)nwin * WEFT_DEV_WINDOW * sizeof(struct weft_step);
     WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->steps, step_bytes), "cudaMalloc (steps)", me,
                         res, err);
-    size_t pinned_bytes = 2 * WEFT_CACHELINE + sizeof(struct weft_dev_stuck);
+    size_t pinned_bytes = WEFT_CACHELINE + (size_t)cc->nch * sizeof(struct weft_dev_stuck);
     WEFT_CUDA_CALL_GOTO(ops->host_alloc(&cc->pinned, pinned_bytes), "cudaHostAlloc", me, res,
                         err);
     memset(cc->pinned, 0, pinned_bytes);
@@ -396,6 +408,8 @@ err:
     free(peers);
     if (cc != NULL)
         weft_cuda_release(comm, cc);
+    if (prev >= 0)
+        ops->set_device(prev);
     return res;
 }
 
@@ -403,6 +417,24 @@ void weft_cuda_comm_abort(struct ncclComm *comm)
 {
     if (comm->cuda != NULL)
         __atomic_store_n(comm->cuda->abort_host, 1, __ATOMIC_RELEASE);
+}
+
+ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm)
+{
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL)
+        return ncclSuccess;
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int prev = -1, err;
+    ops->get_device(&prev);
+    ops->set_device(cc->dev);
+    err = ops->stream_synchronize(cc->stream);
+    if (prev >= 0)
+        ops->set_device(prev);
+    if (err != 0)
+        return weft_cuda_fail(err, "cudaStreamSynchronize (the communicator's kernels)",
+                              comm->rank);
+    return weft_cuda_comm_check(comm);
 }
 
 ncclResult_t weft_cuda_comm_free(struct ncclComm *comm)
@@ -440,9 +472,17 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     struct weft_cuda_comm *cc = comm->cuda;
     if (cc == NULL)
         return ncclSuccess;
-    const struct weft_dev_stuck *st = cc->stuck_host;
-    uint32_t state = __atomic_load_n(&st->state, __ATOMIC_ACQUIRE);
-    if (state == WEFT_DEV_OK)
+    const struct weft_dev_stuck *st = NULL;
+    uint32_t state = WEFT_DEV_OK;
+    /* The block that gave up for its own reason, rather than one that followed it. */
+    for (int b = 0; b < cc->nch; b++) {
+        uint32_t s = __atomic_load_n(&cc->stuck_host[b].state, __ATOMIC_ACQUIRE);
+        if (s != WEFT_DEV_OK && (st == NULL || state == WEFT_DEV_ABORTED)) {
+            st = &cc->stuck_host[b];
+            state = s;
+        }
+    }
+    if (st == NULL)
         return ncclSuccess;
     ncclResult_t res = state == WEFT_DEV_MISMATCH    ? ncclInvalidUsage
                        : state == WEFT_DEV_BAD_SCHED ? ncclInternalError
@@ -574,11 +614,6 @@ static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct wef
             return ncclInvalidArgument;
         }
     }
-    if (task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf) {
-        WEFT_WARN("%s: rank %d: in-place all-to-all on device buffers is not supported yet", api,
-                  comm->rank);
-        return ncclInvalidUsage;
-    }
     task->on_device = 1;
     task->sendbuf = dptr[0];
     task->recvbuf = dptr[1];
@@ -609,6 +644,69 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     }
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
+}
+
+static int weft_cuda_inplace_a2a(const struct weft_task *t)
+{
+    return t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf;
+}
+
+/*
+ * Stages the inputs of comm's in-place all-to-alls in tasks[first, end) (copies on the internal
+ * stream, so in stream order) and points the ops there. Grows the staging buffer where needed,
+ * which cannot happen under capture.
+ */
+static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_task *tasks,
+                                    int first, int end, struct weft_dev_params *params)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_cuda_comm *cc = comm->cuda;
+    size_t need = 0;
+    for (int t = first; t < end; t++)
+        if (tasks[t].comm == comm && weft_cuda_inplace_a2a(&tasks[t]))
+            need += (tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks + 255) &
+                    ~(size_t)255;
+    if (need == 0)
+        return ncclSuccess;
+    if (need > cc->stage_bytes) {
+        int capturing = 0;
+        ops->stream_capturing(cc->stream, &capturing);
+        if (capturing) {
+            WEFT_WARN("rank %d: in-place ncclAlltoAll under graph capture needs %zu bytes of "
+                      "staging (have %zu): issue one of that size outside the capture first",
+                      comm->rank, need, cc->stage_bytes);
+            return ncclInvalidUsage;
+        }
+        if (cc->stage != NULL) {
+            if (cc->nstage_old == WEFT_CUDA_STAGE_OLD) {
+                WEFT_CUDA_CALL(ops->stream_synchronize(cc->stream), "cudaStreamSynchronize",
+                               comm->rank);
+                for (int i = 0; i < cc->nstage_old; i++)
+                    ops->free(cc->stage_old[i]);
+                cc->nstage_old = 0;
+            }
+            cc->stage_old[cc->nstage_old++] = cc->stage;
+            cc->stage = NULL;
+            cc->stage_bytes = 0;
+        }
+        WEFT_CUDA_CALL(ops->malloc((void **)&cc->stage, need), "cudaMalloc (all-to-all staging)",
+                       comm->rank);
+        cc->stage_bytes = need;
+    }
+    size_t off = 0;
+    for (int t = first, k = 0; t < end; t++) {
+        if (tasks[t].comm != comm)
+            continue;
+        if (weft_cuda_inplace_a2a(&tasks[t])) {
+            size_t bytes = tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks;
+            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, tasks[t].sendbuf, bytes, cc->stream),
+                           "cudaMemcpyAsync (all-to-all staging)", comm->rank);
+            params->ops[k].sendbuf = cc->stage + off;
+            off += (bytes + 255) & ~(size_t)255;
+        }
+        k++;
+    }
+    return ncclSuccess;
 }
 
 /* The user streams of comm's tasks, without repeats. */
@@ -683,6 +781,7 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
         for (;;) {
             memset(params, 0, sizeof(*params));
             params->comm = cc->dstate;
+            int first = t;
             while (t < ntasks && params->nops < WEFT_DEV_MAX_OPS) {
                 if (tasks[t].comm == comm)
                     weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
@@ -690,6 +789,7 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             }
             if (params->nops == 0)
                 break;
+            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, first, t, params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads, WEFT_DEV_SHARED_BYTES, params,

@@ -39,6 +39,9 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm);
 /* Sets the abort word a waiting kernel polls (it leaves within a millisecond or so). */
 void weft_cuda_comm_abort(struct ncclComm *comm);
 
+/* Waits for the kernels launched so far (ncclCommFinalize); their error, if one gave up. */
+ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm);
+
 /* Waits for the communicator's kernels, frees its device resources. Idempotent. */
 ncclResult_t weft_cuda_comm_free(struct ncclComm *comm);
 

@@ -14,6 +14,7 @@
  *   abort      rank 0 launches alone; ncclCommAbort makes its kernel leave within 1 s
  *   timeout    rank 0 launches alone with WEFT_TIMEOUT=2: the error names peer 1
  *   badbuf     a device buffer on a communicator of another device, host/device mix
+ *   mismatch   rank 0 sends more than rank 1 receives: rank 1 reports it, naming peer 0
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -505,7 +506,7 @@ static int case_sweep(void)
                     if (big && coll == C_ALLREDUCE && ti % 4 != 0 && oi != 0)
                         continue;
                     for (int inplace = 0; inplace < 2; inplace++) {
-                        if (inplace && (coll == C_ALLTOALL || coll >= C_SENDRECV))
+                        if (inplace && coll >= C_SENDRECV)
                             continue;
                         size_t count = counts[ci];
                         if (big && (coll == C_ALLGATHER || coll == C_REDUCESCATTER ||
@@ -582,6 +583,41 @@ static int case_multicomm(void)
         CU(cu->free(dx[r]));
         CU(cu->free(dy[r]));
         CU(cu->free(dz[r]));
+    }
+    /* A group of more operations than one launch carries (WEFT_DEV_MAX_OPS): several launches
+     * per communicator, in order; then ncclCommFinalize waits for them. */
+    enum { NOPS_BIG = 40 };
+    size_t small = 33;
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&dx[r], NOPS_BIG * small * sizeof(float)));
+        for (size_t i = 0; i < NOPS_BIG * small; i++)
+            hx[i] = (float)(r + (int)(i / small));
+        CU(cu->memcpy_async(dx[r], hx, NOPS_BIG * small * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int k = 0; k < NOPS_BIG; k++)
+        for (int r = 0; r < g_n; r++)
+            check(ncclAllReduce(dx[r] + k * small, dx[r] + k * small, small, ncclFloat32, ncclSum,
+                                b[r], g_bufs[r].stream), "ncclAllReduce");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < g_n; r++)
+        check(ncclCommFinalize(b[r]), "ncclCommFinalize");
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->memcpy_async(hx, dx[r], NOPS_BIG * small * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        int ok = 1;
+        for (size_t i = 0; i < NOPS_BIG * small && ok; i++) {
+            float want = (float)(g_n * (g_n - 1) / 2 + g_n * (int)(i / small));
+            if (hx[i] != want) {
+                fail("data", C_ALLREDUCE, ncclFloat32, OP_SUM, small, 1, r, i, hx[i], want);
+                ok = 0;
+            }
+        }
+        g_passed += ok;
+        CU(cu->free(dx[r]));
     }
     free(hx);
     for (int r = 0; r < g_n; r++)
@@ -826,6 +862,46 @@ static int case_timeout(void)
     return 0;
 }
 
+/* Rank 0 sends 1000 floats, rank 1 expects 999: rank 1's kernel finds the slice size wrong. */
+static int case_mismatch(void)
+{
+    setup_streams();
+    if (!init_all(g_comms))
+        return 1;
+    float *d[2];
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&d[r], 1000 * sizeof(float)));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    check(ncclSend(d[0], 1000, ncclFloat32, 1, g_comms[0], g_bufs[0].stream), "ncclSend");
+    check(ncclRecv(d[1], 999, ncclFloat32, 0, g_comms[1], g_bufs[1].stream), "ncclRecv");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+    }
+    ncclResult_t a0 = ncclSuccess, a1 = ncclSuccess;
+    check(ncclCommGetAsyncError(g_comms[0], &a0), "ncclCommGetAsyncError");
+    check(ncclCommGetAsyncError(g_comms[1], &a1), "ncclCommGetAsyncError");
+    const char *msg = ncclGetLastError(NULL);
+    printf("mismatch: rank 0 %d, rank 1 %d: %s\n", a0, a1, msg);
+    int ok = a0 == ncclSuccess && a1 == ncclInvalidUsage && strstr(msg, "peer 0") != NULL &&
+             strstr(msg, "ncclRecv") != NULL;
+    if (!ok)
+        fprintf(stderr, "FAIL mismatch\n");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->free(d[r]));
+    }
+    teardown();
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+    return 0;
+}
+
 static int case_badbuf(void)
 {
     setup_streams();
@@ -898,6 +974,8 @@ int main(int argc, char **argv)
         rc = case_timeout();
     else if (strcmp(c, "badbuf") == 0)
         rc = case_badbuf();
+    else if (strcmp(c, "mismatch") == 0)
+        rc = case_mismatch();
     else {
         fprintf(stderr, "unknown case %s\n", c);
         return 2;
