@@ -1929,9 +1929,10 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
         snprintf(st->host, sizeof(st->host), "localhost");
     st->host[strcspn(st->host, ".")] = '\0';
     st->verbose = getenv("WEFT_PERF_VERBOSE") != NULL;
-    /* Device buffers wherever a GPU backend is, unless -H 1 (see devmem.h). */
-    st->dm = perf_devmem_get(&why);
-    st->dev_bufs = (be->caps & PERF_BE_DEVICE) && !st->a.host_buffers && st->dm->ndev > 0;
+    /* Device buffers wherever a GPU backend is, unless -H 1 (see devmem.h). The MPI and Gloo
+     * peers never look for one (no CUDA runtime loaded into them). */
+    st->dm = (be->caps & PERF_BE_DEVICE) ? perf_devmem_get(&why) : NULL;
+    st->dev_bufs = st->dm != NULL && !st->a.host_buffers && st->dm->ndev > 0;
     /* perf-smoke's device tests: they must not pass on host buffers, and skip (77) only where
      * the loaded library reports no device backend, saying so. */
     env = getenv("WEFT_PERF_DEVICE");
