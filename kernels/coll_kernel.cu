@@ -15,6 +15,9 @@
  *
  * Compiled by g++ as C++ for the emulated GPU (always) and by nvcc for sm_80/sm_90 when the
  * toolkit is found; kernels/dialect.h maps the device primitives for each.
+ *
+ * Protocol: Simple only (dev_fifo.h). LL (flags in the data lines, no tail) is not done yet;
+ * NCCL_PROTO does not affect device work.
  */
 #include <stddef.h>
 #include <stdint.h>
