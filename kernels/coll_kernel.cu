@@ -40,10 +40,20 @@
 #endif
 #define WEFT_SCHED_DEVICE 1
 
-/* The schedules, compiled for the device (C++ names in a namespace: no clash with the host's). */
+/* The schedules, compiled for the device: C++ names in a namespace (no clash with the host's C
+ * functions), with internal linkage (no clash between the g++ and the nvcc objects). */
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" /* the kernel uses the windowed builder only */
+#endif
 namespace weft_ksched {
+namespace {
 #include "algo/sched.c"
 }
+}
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace {
 

@@ -15,6 +15,10 @@ WEFT_PARAM_STR(Cuda, "WEFT_CUDA", "auto",
                "CUDA backend: auto (the real GPU if one answers, else none), 0/none, cuda, "
                "emu:N (N emulated devices in this process)");
 
+WEFT_PARAM(CudaCaptureMode, "WEFT_CUDA_CAPTURE_MODE", 0,
+           "capture mode of every stream capture, as cudaStreamCaptureMode: 0 global, "
+           "1 thread-local, 2 relaxed");
+
 const char *weft_cuda_error_text(int err)
 {
     switch (err) {
@@ -28,7 +32,8 @@ const char *weft_cuda_error_text(int err)
     case WEFT_CUDA_ERR_NO_DEVICE: return "no CUDA-capable device is detected";
     case WEFT_CUDA_ERR_INVALID_DEVICE: return "invalid device ordinal";
     case WEFT_CUDA_ERR_INVALID_HANDLE: return "invalid resource handle";
-    case WEFT_CUDA_ERR_ILLEGAL_STATE: return "the operation cannot be performed in the present state";
+    case WEFT_CUDA_ERR_ILLEGAL_STATE:
+        return "the operation cannot be performed in the present state";
     case WEFT_CUDA_ERR_NOT_READY: return "device not ready";
     case WEFT_CUDA_ERR_LAUNCH_RESOURCES: return "too many resources requested for launch";
     case WEFT_CUDA_ERR_PEER_ALREADY_ENABLED:
@@ -46,7 +51,7 @@ const char *weft_cuda_error_text(int err)
     }
 }
 
-/* ---- none: no CUDA in this process ------------------------------------------------------------- */
+/* ---- none: no CUDA in this process ----------------------------------------------------------- */
 
 #define NONE_ERR WEFT_CUDA_ERR_NO_DRIVER
 
@@ -147,7 +152,7 @@ const struct weft_cuda_ops weft_cuda_none_ops = {
     .device_synchronize = none_void,
 };
 
-/* ---- selection ---------------------------------------------------------------------------------- */
+/* ---- selection ------------------------------------------------------------------------------- */
 
 static pthread_once_t weft_cuda_once = PTHREAD_ONCE_INIT;
 static const struct weft_cuda_ops *weft_cuda_active;

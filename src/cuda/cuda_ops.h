@@ -139,7 +139,8 @@ struct weft_cuda_ops {
                   const void *params, size_t params_bytes, weft_cuda_stream_t s);
 
     /* Graphs: begin/end capture on a stream, launch/destroy an executable graph. Other streams
-     * join a capture by waiting on an event recorded in it (as in CUDA). */
+     * join a capture by waiting on an event recorded in it (as in CUDA). The capture mode is the
+     * knob WEFT_CUDA_CAPTURE_MODE (cudaStreamCaptureMode values; default 0, global). */
     int (*capture_begin)(weft_cuda_stream_t s);
     int (*capture_end)(weft_cuda_stream_t s, weft_cuda_graph_t *g_p);
     int (*graph_launch)(weft_cuda_graph_t g, weft_cuda_stream_t s);

@@ -8,8 +8,8 @@
  *
  * Memory: one memfd per allocation, mapped shared, followed by a PROT_NONE guard page, so a kernel
  * running off the end faults. free replaces the whole range by a PROT_NONE mapping (the pages are
- * released; the addresses stay reserved, up to WEFT_EMU_QUARANTINE_MB of them, oldest released
- * first), so a use after free faults (SIGSEGV) instead of landing in a later allocation, and API
+ * released; the addresses stay reserved, up to WEFT_EMU_QUARANTINE_MB of them and 16384 ranges,
+ * oldest released first), so a use after free faults (SIGSEGV) instead of landing in a later allocation, and API
  * calls given a freed pointer (memcpy, memset, free, pointer_attr) return 1 with a warning. Pinned
  * host memory is allocated the same way and is its own device address (UVA). pointer_attr finds
  * any address inside a live allocation; other addresses are plain host.
@@ -26,12 +26,14 @@
  * event is re-recorded on a second stream before the first record ran, a waiter of the first
  * ticket may be released by the second record (CUDA tracks only the latest record too).
  *
- * Capture (CUDA's global mode): capture_begin puts a non-legacy stream in capture; enqueued
- * kernels, copies, memsets and host functions become graph nodes, in issue order. An event
- * recorded in a capturing stream marks the capture; a stream waiting on it joins the capture, its
- * nodes going to the same list (issue order is a valid order of the captured DAG); capture_end on
- * the origin stream ends it for every joined stream. While any capture is active, the calls CUDA
- * calls unsafe fail with 900 and invalidate every active capture (capture_end then returns 901):
+ * Capture (mode WEFT_CUDA_CAPTURE_MODE, default CUDA's global mode): capture_begin puts a
+ * non-legacy stream in capture; enqueued kernels, copies, memsets and host functions become graph
+ * nodes, in issue order. An event recorded in a capturing stream marks the capture; a stream
+ * waiting on it joins the capture, its nodes going to the same list (issue order is a valid order
+ * of the captured DAG); capture_end on the origin stream ends it for every joined stream.
+ * While a capture forbids them to the calling thread (global mode: a capture of any thread;
+ * thread-local: one of this thread; relaxed: none), the calls CUDA calls unsafe fail with 900 and
+ * invalidate that capture (its end returns 901):
  * stream_synchronize or stream_query of a capturing stream, synchronising the legacy stream (the
  * synchronous weftCudaMemcpy), device_synchronize, malloc, free, host_alloc, host_free. A
  * capturing stream waiting on an event recorded outside the capture is ignored (no node).
@@ -39,8 +41,11 @@
  *
  * Kernels: see src/cuda/emu_thread.h and contract section 4. grid x block pooled OS threads; idle
  * pool threads exit after 5 s. A launch item completes when every thread returned. Blocks run
- * concurrently, or, with WEFT_EMU_SERIALIZE=1, one at a time in a random order (WEFT_EMU_SEED);
- * kernels of different streams always run concurrently. A failed launch (trap, barrier misuse,
+ * concurrently, or, with WEFT_EMU_SERIALIZE=N, in waves of N blocks (1: one at a time) in a random
+ * order (WEFT_EMU_SEED); kernels of different streams always run concurrently. Serialized, a
+ * kernel whose blocks wait on each other, or on blocks of another rank's kernel that runs its
+ * blocks in another order, hangs: that is what the mode exposes (a real GPU runs a small grid
+ * co-resident, but CUDA does not promise it). A failed launch (trap, barrier misuse,
  * block deadlock) unwinds every thread of the kernel (longjmp: kernels must not rely on C++
  * destructors) and becomes the stream's sticky error (719 or 710), returned by synchronize/query.
  *
@@ -65,7 +70,8 @@
 #include "cuda/emu_thread.h"
 
 WEFT_PARAM(EmuSerialize, "WEFT_EMU_SERIALIZE", 0,
-           "emulated GPU: run the blocks of each kernel one at a time, in random order");
+           "emulated GPU: N > 0 runs the blocks of each kernel N at a time (waves), in random "
+           "order; 0 runs them all at once");
 WEFT_PARAM(EmuSeed, "WEFT_EMU_SEED", 0,
            "emulated GPU: seed of the serialized block order (0: from the clock, logged)");
 WEFT_PARAM(EmuFailMalloc, "WEFT_EMU_FAIL_MALLOC", 0,
@@ -75,16 +81,20 @@ WEFT_PARAM(EmuFailLaunch, "WEFT_EMU_FAIL_LAUNCH", 0,
 WEFT_PARAM(EmuWatchdog, "WEFT_EMU_WATCHDOG", 60,
            "emulated GPU: seconds a host wait lasts before it warns with the streams' state "
            "(0: never)");
-WEFT_PARAM(EmuStackKb, "WEFT_EMU_STACK_KB", 512, "emulated GPU: stack of each emulated thread, KiB");
+WEFT_PARAM(EmuStackKb, "WEFT_EMU_STACK_KB", 512,
+           "emulated GPU: stack of each emulated thread, KiB");
 WEFT_PARAM(EmuQuarantineMb, "WEFT_EMU_QUARANTINE_MB", 65536,
            "emulated GPU: address space of freed allocations kept unmapped-but-reserved so a use "
            "after free faults, MiB");
+
+WEFT_PARAM_DECL(CudaCaptureMode);
 
 #define EMU_MAX_DEV 64
 #define EMU_MAX_BLOCK 1024
 #define EMU_MAX_SHARED (227u << 10)
 #define EMU_MAX_PARAMS 32764
 #define EMU_NBAR 16
+#define EMU_MAX_QUARANTINED 16384
 
 __thread struct weft_emu_tctx weft_emu_tls;
 static __thread int emu_cur_dev;
@@ -245,8 +255,8 @@ static int emu_alloc_release(void *p, int kind, const char *api)
     emu_table_remove(&emu_live, i);
     /* One mmap replaces the data and keeps the range reserved: no window where another thread's
      * mmap could take the addresses. */
-    void *r = mmap(p, a.map_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
-                   -1, 0);
+    void *r = mmap(p, a.map_size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED)
         munmap(p, a.map_size);
     close(a.fd);
@@ -255,8 +265,10 @@ static int emu_alloc_release(void *p, int kind, const char *api)
         emu_freed_bytes += a.map_size;
     else if (r != MAP_FAILED)
         munmap(p, a.map_size);
+    /* Bounded in bytes and in count: each reservation is a mapping, and vm.max_map_count
+     * (65530 by default) caps those. */
     size_t limit = (size_t)weft_param_EmuQuarantineMb() << 20;
-    while (emu_freed_bytes > limit && emu_freed.n > 0) {
+    while ((emu_freed_bytes > limit || emu_freed.n > EMU_MAX_QUARANTINED) && emu_freed.n > 0) {
         int oldest = 0;
         for (int j = 1; j < emu_freed.n; j++)
             if (emu_freed.v[j].seq < emu_freed.v[oldest].seq)
@@ -293,7 +305,7 @@ static int emu_check_range(const void *p, size_t bytes, const char *api, const c
     return res;
 }
 
-/* ---- objects: streams, events, captures, graphs ----------------------------------------------- */
+/* ---- objects: streams, events, captures, graphs ---------------------------------------------- */
 
 enum emu_item_kind { EMU_KERNEL, EMU_MEMCPY, EMU_MEMSET, EMU_RECORD, EMU_WAIT, EMU_HOSTFN };
 
@@ -324,6 +336,8 @@ struct emu_item {
 struct emu_capture {
     uint64_t id;
     struct emu_stream *origin;
+    int mode;         /* cudaStreamCaptureMode: 0 global, 1 thread-local, 2 relaxed */
+    pthread_t thread; /* the thread that began it */
     int invalid;
     struct emu_item *head, *tail;
     int nnodes;
@@ -446,18 +460,25 @@ static void emu_capture_invalidate(struct emu_capture *c, const char *why)
     c->invalid = 1;
 }
 
-/* A call CUDA forbids while a global-mode capture is active: 900, and every capture invalid. */
+/*
+ * A call CUDA calls unsafe during capture: 900 when a capture forbids it to the calling thread
+ * (a global-mode capture of any thread, a thread-local one of this thread; relaxed never), and
+ * those captures are invalidated.
+ */
 static int emu_forbid_in_capture(const char *api)
 {
     int res = WEFT_CUDA_SUCCESS;
+    pthread_t self = pthread_self();
     pthread_mutex_lock(&emu_mu);
-    if (emu_captures != NULL) {
-        for (struct emu_capture *c = emu_captures; c != NULL; c = c->next)
+    for (struct emu_capture *c = emu_captures; c != NULL; c = c->next) {
+        if (c->mode == 0 || (c->mode == 1 && pthread_equal(c->thread, self))) {
             emu_capture_invalidate(c, api);
-        WEFT_WARN("emulated %s: not permitted while a stream is capturing (900)", api);
-        res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+            res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+        }
     }
     pthread_mutex_unlock(&emu_mu);
+    if (res != WEFT_CUDA_SUCCESS)
+        WEFT_WARN("emulated %s: not permitted while a stream is capturing (900)", api);
     return res;
 }
 
@@ -580,7 +601,7 @@ static struct emu_item *emu_item_new(int kind, const char *api)
     return it;
 }
 
-/* ---- kernels ---------------------------------------------------------------------------------- */
+/* ---- kernels --------------------------------------------------------------------------------- */
 
 struct emu_bar {
     int expected, arrived;
@@ -776,8 +797,10 @@ static void emu_thread_run(struct emu_launch *L, int b, int t)
     weft_emu_tls.block = B;
     weft_emu_tls.launch = L;
     emu_cur_dev = L->device;
-    if (!__atomic_load_n(&L->failed, __ATOMIC_ACQUIRE) && setjmp(emu_unwind_jmp) == 0)
-        L->k->emu_fn(L->params);
+    if (!__atomic_load_n(&L->failed, __ATOMIC_ACQUIRE)) {
+        if (setjmp(emu_unwind_jmp) == 0)
+            L->k->emu_fn(L->params);
+    }
     memset(&weft_emu_tls, 0, sizeof(weft_emu_tls));
     emu_block_exit(L, B);
     pthread_mutex_lock(&L->mu);
@@ -988,15 +1011,16 @@ static int emu_kernel_run(struct emu_stream *s, struct emu_item *it)
         order[b] = b;
     }
     __atomic_store_n(&s->running, L.k->name, __ATOMIC_RELAXED);
-    if (weft_param_EmuSerialize()) {
+    int64_t wave = weft_param_EmuSerialize();
+    if (wave > 0) {
         for (int i = L.grid - 1; i > 0; i--) {
             int j = (int)(emu_rng_next() % (uint64_t)(i + 1));
             int tmp = order[i];
             order[i] = order[j];
             order[j] = tmp;
         }
-        for (int i = 0; i < L.grid; i++)
-            emu_run_wave(&L, order, i, 1, s);
+        for (int i = 0; i < L.grid; i += (int)wave)
+            emu_run_wave(&L, order, i, L.grid - i < wave ? L.grid - i : (int)wave, s);
     } else {
         emu_run_wave(&L, order, 0, L.grid, s);
     }
@@ -1016,7 +1040,7 @@ out:
     return res;
 }
 
-/* ---- stream worker ------------------------------------------------------------------------------ */
+/* ---- stream worker --------------------------------------------------------------------------- */
 
 static int emu_item_run(struct emu_stream *s, struct emu_item *it)
 {
@@ -1123,7 +1147,7 @@ static int emu_device_wait(int dev)
     return res;
 }
 
-/* ---- the table's slots ------------------------------------------------------------------------- */
+/* ---- the table's slots ----------------------------------------------------------------------- */
 
 static int emu_get_device_count(int *n_p)
 {
@@ -1626,6 +1650,8 @@ static int emu_capture_begin(weft_cuda_stream_t h)
     }
     c->id = ++emu_capture_ids;
     c->origin = s;
+    c->mode = (int)weft_param_CudaCaptureMode();
+    c->thread = pthread_self();
     c->next = emu_captures;
     emu_captures = c;
     s->cap = c;
