@@ -15,6 +15,9 @@
  *
  * Compiled by g++ as C++ for the emulated GPU (always) and by nvcc for sm_80/sm_90 when the
  * toolkit is found; kernels/dialect.h maps the device primitives for each.
+ *
+ * Protocol: Simple only (dev_fifo.h). LL (flags in the data lines, no tail) is not done yet;
+ * NCCL_PROTO does not affect device work.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -37,10 +40,20 @@
 #endif
 #define WEFT_SCHED_DEVICE 1
 
-/* The schedules, compiled for the device (C++ names in a namespace: no clash with the host's). */
+/* The schedules, compiled for the device: C++ names in a namespace (no clash with the host's C
+ * functions), with internal linkage (no clash between the g++ and the nvcc objects). */
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" /* the kernel uses the windowed builder only */
+#endif
 namespace weft_ksched {
+namespace {
 #include "algo/sched.c"
 }
+}
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace {
 

@@ -20,9 +20,15 @@ WEFT_EXPORT int weftCudaFree(void *ptr) { return OPS->free(ptr); }
 WEFT_EXPORT int weftCudaHostAlloc(void **ptr, size_t bytes) { return OPS->host_alloc(ptr, bytes); }
 WEFT_EXPORT int weftCudaHostFree(void *ptr) { return OPS->host_free(ptr); }
 
+/*
+ * The synchronous calls synchronise the legacy stream first: a capture that forbids them then
+ * fails the call before anything is queued (cudaMemcpy copies nothing when it returns 900).
+ */
 WEFT_EXPORT int weftCudaMemcpy(void *dst, const void *src, size_t bytes)
 {
-    int err = OPS->memcpy_async(dst, src, bytes, NULL);
+    int err = OPS->stream_synchronize(NULL);
+    if (err == 0)
+        err = OPS->memcpy_async(dst, src, bytes, NULL);
     return err != 0 ? err : OPS->stream_synchronize(NULL);
 }
 
@@ -33,7 +39,9 @@ WEFT_EXPORT int weftCudaMemcpyAsync(void *dst, const void *src, size_t bytes, cu
 
 WEFT_EXPORT int weftCudaMemset(void *dst, int value, size_t bytes)
 {
-    int err = OPS->memset_async(dst, value, bytes, NULL);
+    int err = OPS->stream_synchronize(NULL);
+    if (err == 0)
+        err = OPS->memset_async(dst, value, bytes, NULL);
     return err != 0 ? err : OPS->stream_synchronize(NULL);
 }
 

@@ -41,8 +41,11 @@
  *
  * Kernels: see src/cuda/emu_thread.h and contract section 4. grid x block pooled OS threads; idle
  * pool threads exit after 5 s. A launch item completes when every thread returned. Blocks run
- * concurrently, or, with WEFT_EMU_SERIALIZE=1, one at a time in a random order (WEFT_EMU_SEED);
- * kernels of different streams always run concurrently. A failed launch (trap, barrier misuse,
+ * concurrently, or, with WEFT_EMU_SERIALIZE=N, in waves of N blocks (1: one at a time) in a random
+ * order (WEFT_EMU_SEED); kernels of different streams always run concurrently. Serialized, a
+ * kernel whose blocks wait on each other, or on blocks of another rank's kernel that runs its
+ * blocks in another order, hangs: that is what the mode exposes (a real GPU runs a small grid
+ * co-resident, but CUDA does not promise it). A failed launch (trap, barrier misuse,
  * block deadlock) unwinds every thread of the kernel (longjmp: kernels must not rely on C++
  * destructors) and becomes the stream's sticky error (719 or 710), returned by synchronize/query.
  *
@@ -67,7 +70,8 @@
 #include "cuda/emu_thread.h"
 
 WEFT_PARAM(EmuSerialize, "WEFT_EMU_SERIALIZE", 0,
-           "emulated GPU: run the blocks of each kernel one at a time, in random order");
+           "emulated GPU: N > 0 runs the blocks of each kernel N at a time (waves), in random "
+           "order; 0 runs them all at once");
 WEFT_PARAM(EmuSeed, "WEFT_EMU_SEED", 0,
            "emulated GPU: seed of the serialized block order (0: from the clock, logged)");
 WEFT_PARAM(EmuFailMalloc, "WEFT_EMU_FAIL_MALLOC", 0,
@@ -1007,15 +1011,16 @@ static int emu_kernel_run(struct emu_stream *s, struct emu_item *it)
         order[b] = b;
     }
     __atomic_store_n(&s->running, L.k->name, __ATOMIC_RELAXED);
-    if (weft_param_EmuSerialize()) {
+    int64_t wave = weft_param_EmuSerialize();
+    if (wave > 0) {
         for (int i = L.grid - 1; i > 0; i--) {
             int j = (int)(emu_rng_next() % (uint64_t)(i + 1));
             int tmp = order[i];
             order[i] = order[j];
             order[j] = tmp;
         }
-        for (int i = 0; i < L.grid; i++)
-            emu_run_wave(&L, order, i, 1, s);
+        for (int i = 0; i < L.grid; i += (int)wave)
+            emu_run_wave(&L, order, i, L.grid - i < wave ? L.grid - i : (int)wave, s);
     } else {
         emu_run_wave(&L, order, 0, L.grid, s);
     }

@@ -792,8 +792,8 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, first, t, params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
-            WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads, WEFT_DEV_SHARED_BYTES, params,
-                                            bytes, cc->stream),
+            WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,
+                                            WEFT_DEV_SHARED_BYTES, params, bytes, cc->stream),
                                 "kernel launch", comm->rank, res, out);
         }
     }

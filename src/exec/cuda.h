@@ -47,10 +47,10 @@ ncclResult_t weft_cuda_comm_free(struct ncclComm *comm);
 
 /*
  * Where a task runs: sets task->on_device (and device views of its buffers) from the memory kinds
- * of the buffers the operation uses on this rank (send_needed, recv_needed). Host buffers: host path. Device, managed or pinned buffers: the CUDA executor;
- * ncclInvalidArgument naming the buffer when the communicator has no device, the buffer is on
- * another device, or host and device buffers are mixed; ncclInvalidUsage where the communicator
- * spans processes.
+ * of the buffers the operation uses on this rank (send_needed, recv_needed). Host buffers: the
+ * host path. Device, managed or pinned buffers: the CUDA executor. ncclInvalidArgument naming
+ * the buffer when the communicator has no device, the buffer is on another device, or host and
+ * device buffers are mixed; ncclInvalidUsage where the communicator spans processes.
  */
 ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, int send_needed,
                                 int recv_needed);

@@ -10,6 +10,7 @@
  *              device i % D); -s: all ranks on one user stream inside one group; -q: fewer types
  *   multicomm  one group over two communicators (all-reduce on one, all-gather on the other)
  *   initrank   one thread per rank, each ncclCommInitRank on its device and its own stream
+ *              (-b: non-blocking communicators, ncclCommInitRankConfig with blocking = 0)
  *   graph      3 all-reduces captured into a graph, replayed 5 times, checked after each replay
  *   abort      rank 0 launches alone; ncclCommAbort makes its kernel leave within 1 s
  *   timeout    rank 0 launches alone with WEFT_TIMEOUT=2: the error names peer 1
@@ -44,7 +45,7 @@ static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter"
                                          "gather",    "scatter", "sendrecv",
                                          "p2p-all"};
 
-static int g_n = 2, g_d = 1, g_one_stream, g_quick;
+static int g_n = 2, g_d = 1, g_one_stream, g_quick, g_nonblocking;
 static int g_passed, g_failed, g_printed;
 static const struct weft_cuda_ops *cu;
 
@@ -640,8 +641,26 @@ static void *initrank_thread(void *arg)
     int r = th->rank, dev = r % g_d;
     CU(cu->set_device(dev));
     ncclComm_t comm;
-    if (!check(ncclCommInitRank(&comm, g_n, th->id, r), "ncclCommInitRank"))
+    if (g_nonblocking) {
+        /* Non-blocking: the init goes on in the background; device work once it is done. */
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        ncclResult_t res = ncclCommInitRankConfig(&comm, g_n, th->id, r, &cfg);
+        if (res != ncclSuccess && res != ncclInProgress) {
+            check(res, "ncclCommInitRankConfig");
+            return NULL;
+        }
+        ncclResult_t state = ncclInProgress;
+        while (state == ncclInProgress) {
+            if (!check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError"))
+                return NULL;
+            usleep(1000);
+        }
+        if (!check(state, "non-blocking init"))
+            return NULL;
+    } else if (!check(ncclCommInitRank(&comm, g_n, th->id, r), "ncclCommInitRank")) {
         return NULL;
+    }
     weft_cuda_stream_t s;
     CU(cu->stream_create(&s));
     size_t count = 10007;
@@ -664,6 +683,42 @@ static void *initrank_thread(void *arg)
                 ok = 0;
             }
         }
+    }
+    /* Split by parity from another current device: the child stays on the parent's device and
+     * reduces device buffers among its half. */
+    if (ok && !g_nonblocking) {
+        CU(cu->set_device((dev + 1) % g_d));
+        ncclComm_t child = NULL;
+        ok &= check(ncclCommSplit(comm, r % 2, r, &child, NULL), "ncclCommSplit");
+        CU(cu->set_device(dev));
+        int cdev = -1, cn = 0;
+        ok &= child != NULL && check(ncclCommCuDevice(child, &cdev), "ncclCommCuDevice") &&
+              check(ncclCommCount(child, &cn), "ncclCommCount");
+        if (ok && cdev != dev) {
+            fprintf(stderr, "FAIL split: rank %d's child on device %d, parent on %d\n", r, cdev,
+                    dev);
+            ok = 0;
+        }
+        for (size_t i = 0; ok && i < count; i++)
+            h[i] = (int32_t)(r + 1);
+        if (ok) {
+            CU(cu->memcpy_async(d, h, count * sizeof(int32_t), s));
+            ok &= check(ncclAllReduce(d, d, count, ncclInt32, ncclSum, child, (cudaStream_t)s),
+                        "ncclAllReduce (child)");
+            CU(cu->memcpy_async(h, d, count * sizeof(int32_t), s));
+            CU(cu->stream_synchronize(s));
+            int32_t want = 0;
+            for (int q = r % 2; q < g_n; q += 2)
+                want += q + 1;
+            for (size_t i = 0; i < count && ok; i++)
+                if (h[i] != want) {
+                    fprintf(stderr, "FAIL split rank %d index %zu: got %d want %d\n", r, i, h[i],
+                            want);
+                    ok = 0;
+                }
+        }
+        if (child != NULL)
+            ok &= check(ncclCommDestroy(child), "ncclCommDestroy (child)");
     }
     CU(cu->free(d));
     free(h);
@@ -933,7 +988,7 @@ static int case_badbuf(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s CASE [-n NRANKS] [-d DEVICES] [-s] [-q]\n", argv[0]);
+        fprintf(stderr, "usage: %s CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-b]\n", argv[0]);
         return 2;
     }
     const char *c = argv[1];
@@ -946,6 +1001,8 @@ int main(int argc, char **argv)
             g_one_stream = 1;
         else if (strcmp(argv[i], "-q") == 0)
             g_quick = 1;
+        else if (strcmp(argv[i], "-b") == 0)
+            g_nonblocking = 1;
     }
     if (g_n < 1 || g_n > MAXR || g_d < 1) {
         fprintf(stderr, "bad -n or -d\n");

@@ -148,7 +148,38 @@ WEFT_DEVFN void v16_body(const struct temu_v16_params *p)
 }
 WEFT_KERNEL_ENTRY(temu_v16, struct temu_v16_params, v16_body)
 
+/*
+ * Ranks' kernels talking through memory, as collective kernels do: thread 0 of each block sends
+ * to the same block of the right rank through a one-slot mailbox with a credit (ack), and
+ * receives from the left; the other threads meet it at a block barrier every iteration.
+ */
+WEFT_DEVFN void ring_body(const struct temu_ring_params *p)
+{
+    int nb = weft_nbid(), b = weft_bid();
+    int right = (p->rank + 1) % p->nranks;
+    uint64_t sum = 0;
+    for (int i = 1; i <= p->iters; i++) {
+        if (weft_tid() == 0) {
+            int to = right * nb + b, me = p->rank * nb + b;
+            while (weft_ld_acquire_u64(&p->ack[to], WEFT_SCOPE_SYS) != (uint64_t)(i - 1))
+                weft_spin_hint();
+            weft_st_relaxed_u64(&p->mail[to], (uint64_t)(p->rank * 1000 + i * 10 + b),
+                                WEFT_SCOPE_SYS);
+            weft_st_release_u64(&p->flag[to], (uint64_t)i, WEFT_SCOPE_SYS);
+            while (weft_ld_acquire_u64(&p->flag[me], WEFT_SCOPE_SYS) < (uint64_t)i)
+                weft_spin_hint();
+            sum += weft_ld_relaxed_u64(&p->mail[me], WEFT_SCOPE_SYS);
+            weft_st_release_u64(&p->ack[me], (uint64_t)i, WEFT_SCOPE_SYS);
+        }
+        weft_sync_block();
+    }
+    if (weft_tid() == 0)
+        p->out[p->rank * nb + b] = sum;
+}
+WEFT_KERNEL_ENTRY(temu_ring, struct temu_ring_params, ring_body)
+
 extern "C" {
+const struct weft_kernel temu_ring_kernel = {"temu_ring", NULL, temu_ring_emu};
 const struct weft_kernel temu_index_kernel = {"temu_index", NULL, temu_index_emu};
 const struct weft_kernel temu_named_kernel = {"temu_named", NULL, temu_named_emu};
 const struct weft_kernel temu_mismatch_kernel = {"temu_mismatch", NULL, temu_mismatch_emu};

@@ -33,6 +33,13 @@ struct temu_v16_params {
     int n;
 };
 
+/* One rank's view of a ring of mailboxes: slot [rank * nblocks + block]. */
+struct temu_ring_params {
+    uint64_t *flag, *ack, *mail, *out;
+    int rank, nranks, iters;
+};
+
+extern const struct weft_kernel temu_ring_kernel;
 extern const struct weft_kernel temu_index_kernel, temu_named_kernel, temu_mismatch_kernel,
     temu_deadlock_kernel, temu_axpb_kernel, temu_sleep_store_kernel, temu_spin_kernel,
     temu_trap_kernel, temu_order_kernel, temu_v16_kernel;
