@@ -142,6 +142,64 @@ static inline cudaStream_t weftStreamAsCuda(weftStream_t stream)
     return (cudaStream_t)(void *)stream;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Device runtime
+ *
+ * Thin forwards of the CUDA backend Weft chose for this process (WEFT_CUDA: unset/auto = the real
+ * GPU when one answers, else none; 0 = none; emu:N = N emulated devices in this process), so that
+ * tools and tests run unchanged on a GPU, on the emulated GPU and on a machine without CUDA.
+ * Each returns an int with cudaError_t's values (0 success, 1 invalid value, 2 out of memory,
+ * 400 invalid handle, 600 not ready, 900 not permitted while a stream captures, 901 capture
+ * invalidated; 35 for everything but the queries when the backend is "none"). Streams are
+ * cudaStream_t (NULL = the current device's legacy stream); under the real backend these are
+ * CUDA's own handles, under emu they are emulated objects typed as such. Under the real backend a
+ * weftCudaEvent_t is a cudaEvent_t and a weftCudaGraph_t a cudaGraphExec_t.
+ * The first call picks the backend (and may initialise the CUDA driver).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct CUevent_st *weftCudaEvent_t;
+typedef struct CUgraphExec_st *weftCudaGraph_t;
+
+/* "none", "emu" or "cuda". */
+const char *weftCudaBackend(void);
+int weftCudaGetDeviceCount(int *count);
+/* The calling thread's current device. */
+int weftCudaSetDevice(int device);
+int weftCudaGetDevice(int *device);
+int weftCudaDeviceCanAccessPeer(int *canAccess, int device, int peer);
+int weftCudaDeviceEnablePeerAccess(int peer);
+int weftCudaDeviceSynchronize(void);
+/* Device memory of the current device; cudaFree waits for the device's work. */
+int weftCudaMalloc(void **ptr, size_t bytes);
+int weftCudaFree(void *ptr);
+/* Pinned host memory, mapped and portable. */
+int weftCudaHostAlloc(void **ptr, size_t bytes);
+int weftCudaHostFree(void *ptr);
+/* Synchronous copy in any direction (cudaMemcpyDefault on the legacy stream, then waits). */
+int weftCudaMemcpy(void *dst, const void *src, size_t bytes);
+int weftCudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+/* Synchronous memset (the legacy stream, then waits). */
+int weftCudaMemset(void *dst, int value, size_t bytes);
+int weftCudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream);
+/* A non-blocking stream of the current device. */
+int weftCudaStreamCreate(cudaStream_t *stream);
+int weftCudaStreamDestroy(cudaStream_t stream);
+int weftCudaStreamSynchronize(cudaStream_t stream);
+/* 0 idle, 600 work pending. */
+int weftCudaStreamQuery(cudaStream_t stream);
+/* Capture (global mode) into an executable graph. */
+int weftCudaStreamBeginCapture(cudaStream_t stream);
+int weftCudaStreamEndCapture(cudaStream_t stream, weftCudaGraph_t *graph);
+int weftCudaGraphLaunch(weftCudaGraph_t graph, cudaStream_t stream);
+int weftCudaGraphDestroy(weftCudaGraph_t graph);
+/* Events without timing. Waiting on an event never recorded does nothing. */
+int weftCudaEventCreate(weftCudaEvent_t *event);
+int weftCudaEventRecord(weftCudaEvent_t event, cudaStream_t stream);
+int weftCudaEventSynchronize(weftCudaEvent_t event);
+int weftCudaEventDestroy(weftCudaEvent_t event);
+int weftCudaStreamWaitEvent(cudaStream_t stream, weftCudaEvent_t event);
+const char *weftCudaGetErrorString(int error);
+
 #ifdef __cplusplus
 }
 #endif

@@ -55,6 +55,10 @@ struct weft_redop {
         uint8_t bytes[8];
         uint64_t u64;
     } scalar;
+    /* PreMulSum with a device-resident scalar (ncclScalarDevice in CUDA memory): its address. The
+     * CUDA kernel reads it when it runs; for host buffers the executor copies it into scalar
+     * first (exec/cuda.c). NULL: scalar holds the value. */
+    const void *scalar_dev;
 };
 
 /* Flags for weft_reduce(). */

@@ -1,5 +1,5 @@
 /*
- * all_gather_perf: ncclAllGather on host memory: count elements per rank, gathered in rank order.
+ * all_gather_perf: ncclAllGather: count elements per rank, gathered in rank order.
  * Geometry, data and bandwidth: perf_coll_all_gather (colls.c); flags and output: common.h.
  */
 #include "common.h"

@@ -1,5 +1,5 @@
 /*
- * all_reduce_perf: ncclAllReduce on host memory: every rank sends and receives count elements.
+ * all_reduce_perf: ncclAllReduce: every rank sends and receives count elements.
  * Geometry, data and bandwidth: perf_coll_all_reduce (colls.c); flags and output: common.h.
  */
 #include "common.h"

@@ -1,5 +1,5 @@
 /*
- * alltoall_perf: ncclAlltoAll on host memory: block j (count elements) of each rank's buffer
+ * alltoall_perf: ncclAlltoAll: block j (count elements) of each rank's buffer
  * goes to rank j. In place is timed only (#wrong N/A), as in nccl-tests.
  * Geometry, data and bandwidth: perf_coll_alltoall (colls.c); flags and output: common.h.
  */

@@ -1,5 +1,5 @@
 /*
- * broadcast_perf: ncclBroadcast on host memory: the root's count elements to every rank (-r root,
+ * broadcast_perf: ncclBroadcast: the root's count elements to every rank (-r root,
  * -r -1 every root in turn).
  * Geometry, data and bandwidth: perf_coll_broadcast (colls.c); flags and output: common.h.
  */

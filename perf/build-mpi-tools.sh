@@ -31,7 +31,7 @@ obj=$(mktemp -d)
 trap 'rm -rf "$obj"' EXIT INT TERM
 
 # The driver, the collectives and the MPI backend, compiled once for every tool.
-for src in common colls mpi_common; do
+for src in common colls devmem mpi_common; do
     # shellcheck disable=SC2086 # flags are word lists
     "$mpicc" $flags $inc -c "$here/$src.c" -o "$obj/$src.o" || exit 1
 done
@@ -40,8 +40,8 @@ n=0
 for src in "$here"/mpi_*_perf.c; do
     name=$(basename "$src" .c)
     # shellcheck disable=SC2086
-    "$mpicc" $flags $inc "$src" "$obj/common.o" "$obj/colls.o" "$obj/mpi_common.o" \
-        ${LDFLAGS:-} -lm -lpthread -o "$out/$name" || exit 1
+    "$mpicc" $flags $inc "$src" "$obj/common.o" "$obj/colls.o" "$obj/devmem.o" \
+        "$obj/mpi_common.o" ${LDFLAGS:-} -lm -lpthread -ldl -o "$out/$name" || exit 1
     n=$((n + 1))
 done
 echo "built $n MPI perf tools with $mpicc in $out"

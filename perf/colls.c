@@ -47,6 +47,23 @@ static double factor_nm1_n(int nranks)
     return nranks > 0 ? (double)(nranks - 1) / nranks : 0;
 }
 
+/* One call does the whole collective. */
+static int phases_one(int nranks)
+{
+    (void)nranks;
+    return 1;
+}
+
+/* log2(n) exchange steps, each using what the previous one received. */
+static int phases_log2(int nranks)
+{
+    int n = 0;
+
+    while ((1 << (n + 1)) <= nranks)
+        n++;
+    return n > 0 ? n : 1;
+}
+
 /* 2(n-1)/n: a ring all-reduce is a reduce-scatter then an all-gather. */
 static double factor_all_reduce(int nranks)
 {
@@ -103,6 +120,7 @@ const struct perf_coll perf_coll_all_reduce = {
     .init_data = send_own,
     .expected = expect_reduced,
     .bus_factor = factor_all_reduce,
+    .phases = phases_one,
 };
 
 /* ---- all_gather: count per rank; algbw counts the whole gathered buffer ---- */
@@ -121,6 +139,7 @@ const struct perf_coll perf_coll_all_gather = {
     .init_data = send_own,
     .expected = expect_gathered,
     .bus_factor = factor_nm1_n,
+    .phases = phases_one,
 };
 
 /* ---- reduce_scatter: count per rank (the receive count) ---- */
@@ -146,6 +165,7 @@ const struct perf_coll perf_coll_reduce_scatter = {
     .init_data = send_own,
     .expected = rs_expected,
     .bus_factor = factor_nm1_n,
+    .phases = phases_one,
 };
 
 /* ---- broadcast and reduce: count everywhere, the root sends (receives) it ---- */
@@ -164,6 +184,7 @@ const struct perf_coll perf_coll_broadcast = {
     .init_data = send_root,
     .expected = bc_expected,
     .bus_factor = factor_one,
+    .phases = phases_one,
 };
 
 static size_t reduce_expected(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
@@ -179,6 +200,7 @@ const struct perf_coll perf_coll_reduce = {
     .init_data = send_own,
     .expected = reduce_expected,
     .bus_factor = factor_one,
+    .phases = phases_one,
 };
 
 /* ---- alltoall: count per peer; block j goes to rank j ---- */
@@ -209,6 +231,7 @@ const struct perf_coll perf_coll_alltoall = {
     .init_data = send_own,
     .expected = a2a_expected,
     .bus_factor = factor_nm1_n,
+    .phases = phases_one,
 };
 
 /* ---- sendrecv: a ring, each rank sends count to rank+1 and receives from rank-1 ---- */
@@ -229,6 +252,7 @@ const struct perf_coll perf_coll_sendrecv = {
     .init_data = send_own,
     .expected = sr_expected,
     .bus_factor = factor_one,
+    .phases = phases_one,
 };
 
 /* ---- gather and scatter: count per rank, the root holds all n blocks ---- */
@@ -246,6 +270,7 @@ const struct perf_coll perf_coll_gather = {
     .init_data = send_own,
     .expected = gather_expected,
     .bus_factor = factor_nm1_n,
+    .phases = phases_one,
 };
 
 static size_t scatter_expected(const struct perf_ctx *ctx, const struct perf_op *op,
@@ -262,6 +287,7 @@ const struct perf_coll perf_coll_scatter = {
     .init_data = send_root,
     .expected = scatter_expected,
     .bus_factor = factor_nm1_n,
+    .phases = phases_one,
 };
 
 /*
@@ -283,4 +309,5 @@ const struct perf_coll perf_coll_hypercube = {
     .init_data = send_own,
     .expected = expect_gathered,
     .bus_factor = factor_one,
+    .phases = phases_log2,
 };

@@ -2,6 +2,7 @@
  * The *_perf driver: flags, sweep, timing, validation and nccl-tests output. See common.h.
  */
 #include "common.h"
+#include "devmem.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -599,11 +600,14 @@ void perf_fill_reduced(const struct perf_ctx *ctx, const struct perf_op *op, uin
  * Driver state and helpers
  * ------------------------------------------------------------------------------------------- */
 
+#define PERF_MAX_THREADS 64
+
 struct perf_args {
     size_t min_bytes, max_bytes, step_bytes;
     long step_factor;
     int iters, warmup, agg, cycles, check, root, blocking, average, unalign, timeout_s;
     int report_cputime, parallel_init, stream_null;
+    int nthreads, ngpus, graph_launches, host_buffers;
     const char *json_path;
     int ntypes;
     const struct perf_type *types[PERF_MAX_TYPES];
@@ -611,39 +615,59 @@ struct perf_args {
     int ops[PERF_OP_COUNT];
 };
 
-struct perf_state {
-    const struct perf_coll *coll;
-    perf_run_fn run;
-    const char *prog; /* program name, for the header, footer and messages */
-    const struct perf_backend *be;
-    struct perf_args a;
-    struct perf_ctx ctx;
-    int is_main;
-    char host[256];
-    char *send_base, *recv_base, *expect; /* 64-byte aligned */
-    void *send_alloc, *recv_alloc, *expect_alloc;
-    size_t buf_bytes;    /* usable bytes of send/recv (rotation space) */
-    size_t expect_bytes;
-    uint64_t row_seed;   /* advances per table row, identically on every rank */
+/* One rank's buffers. On device buffers `stage` is the host copy that data is made and checked
+ * in; on host buffers the driver works on the buffers themselves. */
+struct perf_slot {
+    struct perf_ctx *ctx;
+    char *send_base, *recv_base; /* 64-byte aligned (device: as cudaMalloc returned) */
+    void *send_alloc, *recv_alloc;
+    char *stage, *expect;
+    void *stage_alloc, *expect_alloc;
+    ncclRedOp_t nccl_op; /* this communicator's op of the current test (mulsum: its PreMulSum) */
+    perf_graph_t graph;
     /* expected-values cache */
     int exp_valid;
     uint64_t exp_seed;
     const struct perf_type *exp_type;
     int exp_op, exp_root;
     size_t exp_count, exp_n;
+};
+
+/* One driving thread (-t): its team of -g ranks. Thread 0 is the process's main thread. */
+struct perf_state {
+    const struct perf_coll *coll;
+    perf_run_fn run;
+    const char *prog; /* program name, for the header, footer and messages */
+    const struct perf_backend *be;
+    const struct perf_devmem *dm; /* device runtime when dev_bufs */
+    struct perf_args a;
+    struct perf_ctx proc;   /* what be->init said about this process */
+    struct perf_team team;
+    struct perf_slot *slots; /* [team.n] */
+    int thread;
+    int nteams;             /* teams in the job */
+    int dev_bufs;
+    int is_main;            /* global rank 0's thread: prints */
+    int require_device;     /* WEFT_PERF_DEVICE: 1 device buffers and executor, 2 buffers */
+    char host[256];
+    size_t buf_bytes;    /* usable bytes of send/recv (rotation space) */
+    size_t expect_bytes;
+    uint64_t row_seed;   /* advances per table row, identically on every rank */
     /* results */
     double bw_sum;
     long bw_count;
-    long local_errors; /* measurements where this rank saw a wrong element */
+    long local_errors; /* measurements where a rank of this team saw a wrong element */
+    int rc;
     FILE *json;
     int verbose;
 };
 
-/* -T watchdog */
+/* -T watchdog: aborts every rank of every team of the process. */
 static _Atomic double watchdog_armed_at; /* 0: disarmed */
 static int watchdog_timeout_s;
 static const struct perf_backend *watchdog_be;
-static const struct perf_ctx *watchdog_ctx;
+static struct perf_state *watchdog_states;
+static int watchdog_nstates;
 static char watchdog_host[256];
 
 static double now_s(void)
@@ -673,6 +697,24 @@ static void perf_fail(const struct perf_state *st, const char *file, int line, n
             perf_fail((st), __FILE__, __LINE__, perf_res_);                                        \
     } while (0)
 
+/* nccl-tests' CUDA failure line ("Cuda failure file:line 'text'"), then exit. */
+static void perf_cuda_fail(const struct perf_state *st, const char *file, int line, int err)
+{
+    const char *base = strrchr(file, '/');
+
+    printf("%s: Test CUDA failure %s:%d '%s'\n", st->host, base ? base + 1 : file, line,
+           st->dm->error_string(err));
+    fflush(stdout);
+    exit(1);
+}
+
+#define PERF_CUDACHECK(st, call)                                                                   \
+    do {                                                                                           \
+        int perf_err_ = (call);                                                                    \
+        if (perf_err_ != 0)                                                                        \
+            perf_cuda_fail((st), __FILE__, __LINE__, perf_err_);                                   \
+    } while (0)
+
 static void *watchdog_main(void *arg)
 {
     (void)arg;
@@ -684,7 +726,9 @@ static void *watchdog_main(void *arg)
             printf("%s: Test timeout (%ds) %s:%d\n", watchdog_host, watchdog_timeout_s, "common.c",
                    __LINE__);
             fflush(stdout);
-            watchdog_be->abort(watchdog_ctx);
+            for (int t = 0; t < watchdog_nstates; t++)
+                for (int i = 0; i < watchdog_states[t].team.n; i++)
+                    watchdog_be->abort(&watchdog_states[t].team.ctx[i]);
             /* The blocked call should now fail and the main thread exit; make sure of it. */
             ts.tv_sec = 5;
             ts.tv_nsec = 0;
@@ -697,6 +741,7 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* With several threads the latest arm wins: the watchdog measures the most recent wait. */
 static void watchdog_arm(const struct perf_state *st)
 {
     if (st->a.timeout_s > 0)
@@ -732,12 +777,28 @@ static void format_num(double v, int width, char *out, size_t n)
         snprintf(out, n, "%*.0e", width, v);
 }
 
-static void barrier(struct perf_state *st)
+/* Makes rank i's device current on this thread (device buffers only). */
+static void slot_use(struct perf_state *st, int i)
 {
-    PERF_CHECK(st, st->be->barrier(&st->ctx));
+    if (st->dev_bufs)
+        PERF_CUDACHECK(st, st->dm->set_device(st->team.ctx[i].device));
 }
 
-/* Combines this rank's seconds per op over the communicator as -a says. */
+/* Waits for every rank's stream. On host buffers the calls were complete when they returned. */
+static void team_sync(struct perf_state *st)
+{
+    if (!st->dev_bufs)
+        return;
+    for (int i = 0; i < st->team.n; i++)
+        PERF_CUDACHECK(st, st->dm->stream_synchronize(st->team.ctx[i].stream));
+}
+
+static void barrier(struct perf_state *st)
+{
+    PERF_CHECK(st, st->be->barrier(&st->team));
+}
+
+/* Combines this thread's seconds per op over the job as -a says. */
 static double combine_time(struct perf_state *st, double sec)
 {
     double v = sec;
@@ -745,7 +806,7 @@ static double combine_time(struct perf_state *st, double sec)
 
     switch (st->a.average) {
     case 0:
-        v = st->ctx.rank == 0 ? sec : 0;
+        v = st->team.ctx[0].rank == 0 ? sec : 0;
         break;
     case 2:
         op = PERF_OP_MIN;
@@ -756,13 +817,13 @@ static double combine_time(struct perf_state *st, double sec)
     default:
         break;
     }
-    PERF_CHECK(st, st->be->reduce_double(&st->ctx, &v, op));
-    return st->a.average == 1 ? v / st->ctx.nranks : v;
+    PERF_CHECK(st, st->be->reduce_double(&st->team, &v, op));
+    return st->a.average == 1 ? v / st->nteams : v;
 }
 
 static int64_t sum_int64(struct perf_state *st, int64_t v)
 {
-    PERF_CHECK(st, st->be->sum_int64(&st->ctx, &v));
+    PERF_CHECK(st, st->be->sum_int64(&st->team, &v));
     return v;
 }
 
@@ -779,6 +840,32 @@ static void *aligned_buffer(size_t bytes, void **alloc_p)
     return p;
 }
 
+/* A zeroed buffer of rank i's kind (device memory on its device, or host). */
+static char *rank_buffer(struct perf_state *st, int i, size_t bytes, void **alloc_p)
+{
+    void *p = NULL;
+
+    if (!st->dev_bufs)
+        return aligned_buffer(bytes, alloc_p);
+    slot_use(st, i);
+    PERF_CUDACHECK(st, st->dm->malloc(&p, bytes ? bytes : PERF_ALIGN));
+    PERF_CUDACHECK(st, st->dm->memset(p, 0, bytes));
+    *alloc_p = p;
+    return p;
+}
+
+static void rank_buffer_free(struct perf_state *st, int i, void *alloc)
+{
+    if (alloc == NULL)
+        return;
+    if (!st->dev_bufs) {
+        free(alloc);
+        return;
+    }
+    slot_use(st, i);
+    PERF_CUDACHECK(st, st->dm->free(alloc));
+}
+
 static size_t next_size(const struct perf_args *a, size_t size)
 {
     if (a->step_factor > 1) {
@@ -793,35 +880,71 @@ static size_t next_size(const struct perf_args *a, size_t size)
     return size + a->step_bytes;
 }
 
-/* Pointers of one call. iter selects the rotation slot inside the buffers, as nccl-tests does. */
-static void call_buffers(const struct perf_state *st, const struct perf_op *op, size_t iter,
-                         char **send_p, char **recv_p)
+/* Pointers of one call of rank i. iter selects the rotation slot inside the buffers, as
+ * nccl-tests does. */
+static void call_buffers(const struct perf_state *st, int i, const struct perf_op *op,
+                         size_t iter, char **send_p, char **recv_p)
 {
+    const struct perf_slot *sl = &st->slots[i];
     size_t ts = op->type->size;
     size_t total = (op->c.send_count > op->c.recv_count ? op->c.send_count : op->c.recv_count) * ts;
     size_t steps = total ? st->buf_bytes / total : 1;
     size_t shift = total * (iter % (steps ? steps : 1)) + (size_t)st->a.unalign * ts;
-    size_t r = (size_t)st->ctx.rank;
+    size_t r = (size_t)sl->ctx->rank;
 
     if (op->in_place) {
-        *send_p = st->recv_base + shift + r * op->c.send_inplace_offset * ts;
-        *recv_p = st->recv_base + shift + r * op->c.recv_inplace_offset * ts;
+        *send_p = sl->recv_base + shift + r * op->c.send_inplace_offset * ts;
+        *recv_p = sl->recv_base + shift + r * op->c.recv_inplace_offset * ts;
     } else {
-        *send_p = st->send_base + shift;
-        *recv_p = st->recv_base + shift;
+        *send_p = sl->send_base + shift;
+        *recv_p = sl->recv_base + shift;
     }
 }
 
+/* One op on every rank of the team: grouped when the thread drives several (as nccl-tests),
+ * one group per dependent step (perf_coll.phases). */
 static void run_op(struct perf_state *st, const struct perf_op *op, size_t iter)
 {
+    int nphases = st->team.n > 1 ? st->coll->phases(st->team.ctx[0].nranks) : 1;
     char *send, *recv;
 
-    call_buffers(st, op, iter, &send, &recv);
-    PERF_CHECK(st, st->run(&st->ctx, op, send, recv));
+    for (int p = 0; p < nphases; p++) {
+        if (st->team.n > 1)
+            PERF_CHECK(st, st->be->group_start());
+        for (int i = 0; i < st->team.n; i++) {
+            struct perf_op mine = *op;
+
+            mine.nccl_op = st->slots[i].nccl_op;
+            mine.phase = p;
+            mine.nphases = nphases;
+            call_buffers(st, i, op, iter, &send, &recv);
+            PERF_CHECK(st, st->run(&st->team.ctx[i], &mine, send, recv));
+        }
+        if (st->team.n > 1)
+            PERF_CHECK(st, st->be->group_end());
+    }
 }
 
-static int64_t count_wrong(struct perf_state *st, const struct perf_op *op, const char *got,
-                           const char *want, size_t n)
+/* Lays rank i's input at send: made on the host, copied in on device buffers. What init_data
+ * leaves unwritten keeps the buffer's bytes, as on host memory. */
+static void fill_send(struct perf_state *st, int i, const struct perf_op *op, uint64_t seed,
+                      char *send)
+{
+    struct perf_slot *sl = &st->slots[i];
+    size_t bytes = op->c.send_count * op->type->size;
+
+    if (!st->dev_bufs) {
+        st->coll->init_data(sl->ctx, op, seed, send);
+        return;
+    }
+    slot_use(st, i);
+    PERF_CUDACHECK(st, st->dm->memcpy(sl->stage, send, bytes));
+    st->coll->init_data(sl->ctx, op, seed, sl->stage);
+    PERF_CUDACHECK(st, st->dm->memcpy(send, sl->stage, bytes));
+}
+
+static int64_t count_wrong(struct perf_state *st, int i, const struct perf_op *op,
+                           const char *got, const char *want, size_t n)
 {
     size_t ts = op->type->size;
     int64_t wrong = 0;
@@ -829,25 +952,52 @@ static int64_t count_wrong(struct perf_state *st, const struct perf_op *op, cons
 
     if (memcmp(got, want, n * ts) == 0)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (memcmp(got + i * ts, want + i * ts, ts) == 0)
+    for (size_t k = 0; k < n; k++) {
+        if (memcmp(got + k * ts, want + k * ts, ts) == 0)
             continue;
         wrong++;
         if (st->verbose && shown < 4) {
             uint64_t gb = 0, wb = 0;
-            memcpy(&gb, got + i * ts, ts);
-            memcpy(&wb, want + i * ts, ts);
+            memcpy(&gb, got + k * ts, ts);
+            memcpy(&wb, want + k * ts, ts);
             fprintf(stderr,
                     "[rank %d] %s %s %s count %zu%s: element %zu is 0x%0*" PRIx64
                     " (%.17g), expected 0x%0*" PRIx64 " (%.17g)\n",
-                    st->ctx.rank, st->prog, op->type->name, perf_op_name(op->op), op->c.count,
-                    op->in_place ? " in-place" : "", i, (int)(2 * ts), gb,
-                    perf_load_double(op->type, got, i), (int)(2 * ts), wb,
-                    perf_load_double(op->type, want, i));
+                    st->team.ctx[i].rank, st->prog, op->type->name, perf_op_name(op->op),
+                    op->c.count, op->in_place ? " in-place" : "", k, (int)(2 * ts), gb,
+                    perf_load_double(op->type, got, k), (int)(2 * ts), wb,
+                    perf_load_double(op->type, want, k));
             shown++;
         }
     }
     return wrong;
+}
+
+/* Rank i's wrong elements after a validation op (copied out first on device buffers). */
+static int64_t check_rank(struct perf_state *st, int i, const struct perf_op *op, uint64_t seed,
+                          const char *recv)
+{
+    struct perf_slot *sl = &st->slots[i];
+    size_t ts = op->type->size;
+
+    if (!(sl->exp_valid && sl->exp_seed == seed && sl->exp_type == op->type &&
+          sl->exp_op == op->op && sl->exp_root == op->root && sl->exp_count == op->c.count)) {
+        sl->exp_n = st->coll->expected(sl->ctx, op, seed, sl->expect);
+        sl->exp_valid = 1;
+        sl->exp_seed = seed;
+        sl->exp_type = op->type;
+        sl->exp_op = op->op;
+        sl->exp_root = op->root;
+        sl->exp_count = op->c.count;
+    }
+    if (sl->exp_n == 0)
+        return 0;
+    if (st->dev_bufs) {
+        slot_use(st, i);
+        PERF_CUDACHECK(st, st->dm->memcpy(sl->stage, recv, sl->exp_n * ts));
+        recv = sl->stage;
+    }
+    return count_wrong(st, i, op, recv, sl->expect, sl->exp_n);
 }
 
 /* One validation round; returns wrong elements summed over ranks. */
@@ -855,34 +1005,35 @@ static int64_t check_once(struct perf_state *st, const struct perf_op *op, uint6
 {
     size_t ts = op->type->size;
     size_t total = (op->c.send_count > op->c.recv_count ? op->c.send_count : op->c.recv_count) * ts;
+    size_t poison = op->in_place ? total : op->c.recv_count * ts;
     char *send, *recv;
-    size_t nexp;
     int64_t wrong = 0;
 
     /* Poison what the op must overwrite, then lay the input (in place it lies inside recv). */
-    memset(st->recv_base + (size_t)st->a.unalign * ts, 0xa5,
-           op->in_place ? total : op->c.recv_count * ts);
-    call_buffers(st, op, 0, &send, &recv);
-    st->coll->init_data(&st->ctx, op, seed, send);
+    for (int i = 0; i < st->team.n; i++) {
+        char *at = st->slots[i].recv_base + (size_t)st->a.unalign * ts;
+        if (st->dev_bufs) {
+            slot_use(st, i);
+            PERF_CUDACHECK(st, st->dm->memset(at, 0xa5, poison));
+        } else {
+            memset(at, 0xa5, poison);
+        }
+        call_buffers(st, i, op, 0, &send, &recv);
+        fill_send(st, i, op, seed, send);
+    }
     watchdog_arm(st);
-    PERF_CHECK(st, st->run(&st->ctx, op, send, recv));
+    run_op(st, op, 0);
+    team_sync(st);
     watchdog_disarm(st);
 
-    if (!(st->exp_valid && st->exp_seed == seed && st->exp_type == op->type &&
-          st->exp_op == op->op && st->exp_root == op->root && st->exp_count == op->c.count)) {
-        st->exp_n = st->coll->expected(&st->ctx, op, seed, st->expect);
-        st->exp_valid = 1;
-        st->exp_seed = seed;
-        st->exp_type = op->type;
-        st->exp_op = op->op;
-        st->exp_root = op->root;
-        st->exp_count = op->c.count;
+    for (int i = 0; i < st->team.n; i++) {
+        int64_t w;
+        call_buffers(st, i, op, 0, &send, &recv);
+        w = check_rank(st, i, op, seed, recv);
+        if (w)
+            st->local_errors++;
+        wrong += w;
     }
-    nexp = st->exp_n;
-    if (nexp > 0)
-        wrong = count_wrong(st, op, recv, st->expect, nexp);
-    if (wrong)
-        st->local_errors++;
     return sum_int64(st, wrong);
 }
 
@@ -891,22 +1042,58 @@ struct perf_result {
     int64_t wrong; /* -1: not checked */
 };
 
+/* The driving threads of this process (pthread barrier; nothing with one thread). */
+static pthread_barrier_t perf_threads_barrier;
+
+static void threads_sync(const struct perf_state *st)
+{
+    if (st->a.nthreads > 1)
+        pthread_barrier_wait(&perf_threads_barrier);
+}
+
+/*
+ * -G: captures the iteration loop on every rank's stream (begin), or ends the capture into one
+ * executable graph per rank (end). Weft's capture is global mode: while any thread captures, no
+ * thread may synchronise (copies, the helper collectives), so the process's threads capture
+ * together, between two thread barriers.
+ */
+static void graph_capture(struct perf_state *st, int end)
+{
+    if (!end)
+        threads_sync(st);
+    for (int i = 0; i < st->team.n; i++) {
+        cudaStream_t s = st->team.ctx[i].stream;
+        if (end)
+            PERF_CUDACHECK(st, st->dm->capture_end(s, &st->slots[i].graph));
+        else
+            PERF_CUDACHECK(st, st->dm->capture_begin(s));
+    }
+    if (end)
+        threads_sync(st);
+}
+
 static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
                   struct perf_result *res)
 {
     const struct perf_args *a = &st->a;
     char *send, *recv;
-    double t0, excluded = 0, sec;
+    double t0, excluded = 0, sec, cpu_sec;
+    int graph = a->graph_launches > 0;
 
     /* Sane data for timing (no NaN/denormal slow paths), one synchronising op, barrier. */
     if (a->check) {
-        call_buffers(st, op, 0, &send, &recv);
-        st->coll->init_data(&st->ctx, op, seed ^ 0x99, send);
+        for (int i = 0; i < st->team.n; i++) {
+            call_buffers(st, i, op, 0, &send, &recv);
+            fill_send(st, i, op, seed ^ 0x99, send);
+        }
     }
     watchdog_arm(st);
     run_op(st, op, 0);
+    team_sync(st);
     barrier(st);
 
+    if (graph)
+        graph_capture(st, 0);
     t0 = now_s();
     for (int it = 0; it < a->iters; it++) {
         if (a->agg > 1)
@@ -915,21 +1102,44 @@ static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
             run_op(st, op, (size_t)it * (size_t)a->agg + (size_t)k);
         if (a->agg > 1)
             PERF_CHECK(st, st->be->group_end());
-        if (a->blocking == 1) {
+        if (a->blocking > 0 && !graph)
+            team_sync(st);
+        if (a->blocking == 1 && !graph) {
             barrier(st);
-        } else if (a->blocking == 3) {
+        } else if (a->blocking == 3 && !graph) {
             double b0 = now_s();
             barrier(st);
             excluded += now_s() - b0;
         }
     }
-    sec = (now_s() - t0 - excluded) / ((double)a->iters * a->agg);
+    if (graph) {
+        /* As nccl-tests: capture once, resynchronise, then time -G launches of the graph. */
+        graph_capture(st, 1);
+        barrier(st);
+        t0 = now_s();
+        for (int l = 0; l < a->graph_launches; l++)
+            for (int i = 0; i < st->team.n; i++)
+                PERF_CUDACHECK(st, st->dm->graph_launch(st->slots[i].graph,
+                                                        st->team.ctx[i].stream));
+    }
+    cpu_sec = now_s() - t0 - excluded;
+    team_sync(st);
+    sec = now_s() - t0 - excluded;
+    if (a->report_cputime)
+        sec = cpu_sec;
+    sec /= (double)a->iters * a->agg * (graph ? a->graph_launches : 1);
     watchdog_disarm(st);
+    if (graph) {
+        for (int i = 0; i < st->team.n; i++) {
+            PERF_CUDACHECK(st, st->dm->graph_destroy(st->slots[i].graph));
+            st->slots[i].graph = NULL;
+        }
+    }
     sec = combine_time(st, sec);
 
     res->time_us = sec * 1e6;
     res->algbw = sec > 0 ? op->c.alg_bytes / 1e9 / sec : 0;
-    res->busbw = res->algbw * st->coll->bus_factor(st->ctx.nranks);
+    res->busbw = res->algbw * st->coll->bus_factor(st->team.ctx[0].nranks);
     res->wrong = -1;
     if (a->check && !(op->in_place && (st->coll->flags & PERF_COLL_INPLACE_UNCHECKED))) {
         res->wrong = 0;
@@ -961,16 +1171,17 @@ static void json_line(struct perf_state *st, const struct perf_op *op, const str
     /* The fields and their order are documented in common.h: keep them stable. */
     fprintf(f, "{\"library\":\"%s\",\"collective\":\"%s\",\"nranks\":%d,\"bytes\":%zu,"
                "\"count\":%zu",
-            st->ctx.library, st->coll->name, st->ctx.nranks, bytes, op->c.count);
+            st->team.ctx[0].library, st->coll->name, st->team.ctx[0].nranks, bytes, op->c.count);
     fprintf(f, ",\"type\":\"%s\",\"op\":\"%s\",\"root\":%d,\"inplace\":%s", op->type->name,
             perf_op_name(op->op), op->root, op->in_place ? "true" : "false");
     json_number(f, "time_us", r->time_us, "%.3f");
     json_number(f, "algbw", r->algbw, "%.6f");
     json_number(f, "busbw", r->busbw, "%.6f");
     if (r->wrong >= 0)
-        fprintf(f, ",\"wrong\":%" PRId64 "}\n", r->wrong);
+        fprintf(f, ",\"wrong\":%" PRId64, r->wrong);
     else
-        fputs(",\"wrong\":null}\n", f);
+        fputs(",\"wrong\":null", f);
+    fprintf(f, ",\"memory\":\"%s\"}\n", st->dev_bufs ? "device" : "host");
     fflush(f);
 }
 
@@ -992,6 +1203,7 @@ static void append_body(char *line, size_t n, const struct perf_result *r)
 static void time_test(struct perf_state *st, const struct perf_type *t, int op_kind, int root)
 {
     const struct perf_args *a = &st->a;
+    int nranks = st->team.ctx[0].nranks;
     struct perf_op op;
     long repeat = a->cycles;
 
@@ -999,17 +1211,22 @@ static void time_test(struct perf_state *st, const struct perf_type *t, int op_k
     op.type = t;
     op.op = op_kind;
     op.root = root;
-    make_gen(&op.gen, t, op_kind, st->ctx.nranks);
-    PERF_CHECK(st, st->be->op_create(&st->ctx, &op));
+    make_gen(&op.gen, t, op_kind, nranks);
+    for (int i = 0; i < st->team.n; i++) {
+        struct perf_op mine = op;
+        PERF_CHECK(st, st->be->op_create(&st->team.ctx[i], &mine));
+        st->slots[i].nccl_op = mine.nccl_op;
+    }
 
     barrier(st);
     for (size_t size = a->min_bytes; size <= a->max_bytes;
          size = size ? (size > SIZE_MAX / 2 ? SIZE_MAX : size * 2) : 1) {
-        st->coll->get_counts(size, t->size, st->ctx.nranks, &op.c);
+        st->coll->get_counts(size, t->size, nranks, &op.c);
         op.in_place = 0;
         watchdog_arm(st);
         for (int it = 0; it < a->warmup; it++)
             run_op(st, &op, (size_t)it);
+        team_sync(st);
         watchdog_disarm(st);
         if (size == SIZE_MAX)
             break;
@@ -1022,7 +1239,7 @@ static void time_test(struct perf_state *st, const struct perf_type *t, int op_k
             char line[512];
             uint64_t seed = ++st->row_seed * 1024;
 
-            st->coll->get_counts(size, t->size, st->ctx.nranks, &c);
+            st->coll->get_counts(size, t->size, nranks, &c);
             snprintf(line, sizeof(line), "%12li  %12li  %8s  %6s  %6i",
                      (long)((c.send_count > c.recv_count ? c.send_count : c.recv_count) * t->size),
                      (long)c.count, t->name, perf_op_name(op_kind), root);
@@ -1041,7 +1258,33 @@ static void time_test(struct perf_state *st, const struct perf_type *t, int op_k
         }
     } while (--repeat != 0);
 
-    PERF_CHECK(st, st->be->op_destroy(&st->ctx, &op));
+    for (int i = 0; i < st->team.n; i++) {
+        struct perf_op mine = op;
+        mine.nccl_op = st->slots[i].nccl_op;
+        PERF_CHECK(st, st->be->op_destroy(&st->team.ctx[i], &mine));
+    }
+}
+
+ncclResult_t perf_copy(const struct perf_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+    const struct perf_devmem *dm;
+    int err;
+
+    if (!ctx->dev_bufs) {
+        memcpy(dst, src, bytes);
+        return ncclSuccess;
+    }
+    dm = perf_devmem_get(NULL);
+    /* The NULL stream is the current device's: make it the rank's (one thread, several). */
+    err = ctx->stream == NULL ? dm->set_device(ctx->device) : 0;
+    if (err == 0)
+        err = dm->memcpy_async(dst, src, bytes, ctx->stream);
+    if (err != 0) {
+        fprintf(stderr, "perf: device copy of %zu bytes failed: %s\n", bytes,
+                dm->error_string(err));
+        return ncclUnhandledCudaError;
+    }
+    return ncclSuccess;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1051,8 +1294,8 @@ static void time_test(struct perf_state *st, const struct perf_type *t, int op_k
 static void usage(const char *prog)
 {
     printf("USAGE: %s \n\t"
-           "[-t,--nthreads <num threads>] (must be 1)\n\t"
-           "[-g,--ngpus <gpus per thread>] (must be 1)\n\t"
+           "[-t,--nthreads <num threads>] \n\t"
+           "[-g,--ngpus <gpus per thread>] \n\t"
            "[-b,--minbytes <min size in bytes>] \n\t"
            "[-e,--maxbytes <max size in bytes>] \n\t"
            "[-i,--stepbytes <increment size>] \n\t"
@@ -1061,21 +1304,26 @@ static void usage(const char *prog)
            "[-m,--agg_iters <aggregated iteration count>] \n\t"
            "[-w,--warmup_iters <warmup iteration count>] \n\t"
            "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)] \n\t"
-           "[-p,--parallel_init <0/1>] (no effect)\n\t"
+           "[-p,--parallel_init <0/1>] (no effect: each thread inits its own ranks)\n\t"
            "[-c,--check <check iteration count>] \n\t"
            "[-o,--op <sum/prod/min/max/avg/mulsum/all>] \n\t"
            "[-d,--datatype <nccltype/all>] \n\t"
            "[-r,--root <root>] \n\t"
            "[-z,--blocking <0/1/2/3>] \n\t"
-           "[-y,--stream_null <0/1>] (no effect: host calls use the NULL stream)\n\t"
+           "[-y,--stream_null <0/1>] (device buffers; host buffers use the NULL stream)\n\t"
            "[-T,--timeout <time in seconds>] \n\t"
+           "[-G,--cudagraph <num graph launches>] (device buffers)\n\t"
            "[-C,--report_cputime <0/1>] \n\t"
            "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
            "[-J,--output_file <file> JSON lines, one per measurement] \n\t"
            "[-u,--unalign <num elements>] \n\t"
+           "[-H,--host_buffers <0/1> host memory even where a GPU is (default: 0)] \n\t"
            "[-h,--help]\n"
-           "Run under weftrun: weftrun -n <ranks> %s ...\n"
-           "Not on host memory: -G (CUDA graphs), -R (registration), -D (device API).\n",
+           "Run under weftrun: weftrun -n <processes> %s ...; ranks = processes x -t x -g, rank\n"
+           "i of a process on GPU i mod (GPUs of the host), several ranks may share one.\n"
+           "Buffers are device memory where a GPU backend is (Weft: WEFT_CUDA=emu:N or a GPU;\n"
+           "another libnccl.so.2: the CUDA runtime), host memory otherwise or with -H 1.\n"
+           "Not supported: -R (registration), -D (device API).\n",
            prog, prog);
 }
 
@@ -1174,6 +1422,8 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
         {"device_implementation", required_argument, 0, 'D'},
         {"output_file", required_argument, 0, 'J'},
         {"unalign", required_argument, 0, 'u'},
+        {"host_buffers", required_argument, 0, 'H'},
+        {"host-buffers", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -1191,10 +1441,12 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
     a->cycles = 1;
     a->check = 1;
     a->average = 1;
+    a->nthreads = 1;
+    a->ngpus = 1;
 
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:h",
+    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:H:h",
                             longopts, NULL)) != -1) {
         if (c == 'h') {
             if (is_main)
@@ -1236,10 +1488,20 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
         switch (c) {
         case 't':
         case 'g':
-            if (v != 1)
-                PERF_ARG_ERROR("-%c %ld: Weft runs one rank per process on host memory (threads "
-                               "and GPUs per process must be 1); start ranks with weftrun -n N",
-                               c, v);
+            if (v != 1 && !(be->caps & PERF_BE_DEVICE))
+                PERF_ARG_ERROR("-%c %ld: %s runs one rank per process (threads and GPUs per "
+                               "process must be 1)", c, v, be->name);
+            if (c == 't' && (v < 1 || v > PERF_MAX_THREADS))
+                PERF_ARG_ERROR("-t must be in [1, %d], got %ld", PERF_MAX_THREADS, v);
+            if (c == 'g' && (v < 1 || v > 1024))
+                PERF_ARG_ERROR("-g must be in [1, 1024], got %ld", v);
+            if (c == 't')
+                a->nthreads = (int)v;
+            else
+                a->ngpus = (int)v;
+            break;
+        case 'H':
+            a->host_buffers = v != 0;
             break;
         case 'f':
             if (v < 1)
@@ -1308,17 +1570,22 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
         case 'x':
             break; /* CTA policy: no meaning on host memory */
         case 'G':
-            if (v != 0)
-                PERF_ARG_ERROR("-G %ld: CUDA graphs are not supported on host memory", v);
+            if (v < 0)
+                PERF_ARG_ERROR("-G must be >= 0, got %ld", v);
+            if (v != 0 && !(be->caps & PERF_BE_DEVICE))
+                PERF_ARG_ERROR("-G %ld: CUDA graphs need device buffers, which %s does not use",
+                               v, be->name);
+            a->graph_launches = (int)v;
             break;
         case 'R':
             if (v != 0)
-                PERF_ARG_ERROR("-R %ld: buffer registration is not supported by the host-memory "
-                               "perf tools", v);
+                PERF_ARG_ERROR("-R %ld: buffer registration is not supported by the perf tools",
+                               v);
             break;
         case 'D':
             if (v != 0)
-                PERF_ARG_ERROR("-D %ld: device-API kernels are not supported on host memory", v);
+                PERF_ARG_ERROR("-D %ld: device-API kernels are not supported by the perf tools",
+                               v);
             break;
         default:
             PERF_ARG_ERROR("unexpected option -%c", c);
@@ -1326,6 +1593,9 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
     }
     if (optind < argc)
         PERF_ARG_ERROR("unexpected argument '%s' (see -h)", argv[optind]);
+    /* A capture cannot hold the synchronisations -z asks for after each iteration. */
+    if (a->graph_launches > 0 && a->blocking != 0)
+        PERF_ARG_ERROR("-G %d cannot be combined with -z %d", a->graph_launches, a->blocking);
     if (a->min_bytes > a->max_bytes)
         PERF_ARG_ERROR("invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", a->min_bytes,
                        a->max_bytes);
@@ -1371,28 +1641,38 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
 struct perf_rank_info {
     int32_t pid;
     int32_t device;
-    char host[120];
+    char host[56];
+    char desc[64];
 };
 
 static void print_devices(struct perf_state *st)
 {
-    size_t n = (size_t)st->ctx.nranks;
-    struct perf_rank_info *in = calloc(n, sizeof(*in)), *out = calloc(n, sizeof(*out));
+    size_t n = (size_t)st->team.ctx[0].nranks;
+    struct perf_rank_info *in = calloc((size_t)st->team.n, sizeof(*in));
+    struct perf_rank_info *out = calloc(n, sizeof(*out));
 
     if (in == NULL || out == NULL) {
         fprintf(stderr, "perf: out of memory\n");
         exit(1);
     }
-    in[st->ctx.rank].pid = (int32_t)getpid();
-    in[st->ctx.rank].device = st->ctx.local_rank;
-    snprintf(in[st->ctx.rank].host, sizeof(in[0].host), "%.119s", st->host);
-    PERF_CHECK(st, st->be->allgather(&st->ctx, &in[st->ctx.rank], out, sizeof(*in)));
+    for (int i = 0; i < st->team.n; i++) {
+        const struct perf_ctx *ctx = &st->team.ctx[i];
+        in[i].pid = (int32_t)getpid();
+        in[i].device = st->dev_bufs ? ctx->device : ctx->local_rank;
+        snprintf(in[i].host, sizeof(in[i].host), "%.55s", st->host);
+        if (st->dev_bufs)
+            st->dm->describe(ctx->device, in[i].desc, sizeof(in[i].desc));
+        else
+            snprintf(in[i].desc, sizeof(in[i].desc), "[host] host memory");
+    }
+    PERF_CHECK(st, st->be->allgather(&st->team, in, out, sizeof(*in)));
     if (st->is_main) {
         printf("# Using devices\n");
         for (size_t r = 0; r < n; r++) {
             out[r].host[sizeof(out[r].host) - 1] = '\0';
-            printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] host memory\n", (int)r,
-                   0, (int)out[r].pid, out[r].host, (int)out[r].device);
+            out[r].desc[sizeof(out[r].desc) - 1] = '\0';
+            printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n", (int)r, 0,
+                   (int)out[r].pid, out[r].host, (int)out[r].device, out[r].desc);
         }
     }
     free(in);
@@ -1407,7 +1687,7 @@ static void allocate_buffers(struct perf_state *st)
     for (int i = 0; i < a->ntypes; i++) {
         struct perf_counts c;
         size_t ts = a->types[i]->size;
-        st->coll->get_counts(a->max_bytes, ts, st->ctx.nranks, &c);
+        st->coll->get_counts(a->max_bytes, ts, st->team.ctx[0].nranks, &c);
         size_t total = (c.send_count > c.recv_count ? c.send_count : c.recv_count) * ts;
         if (total > buf)
             buf = total;
@@ -1418,10 +1698,26 @@ static void allocate_buffers(struct perf_state *st)
     st->buf_bytes = buf;
     st->expect_bytes = expect;
     /* 64-byte aligned; -u shifts each call's pointers by that many elements (call_buffers). */
-    st->send_base = aligned_buffer(buf + slack, &st->send_alloc);
-    st->recv_base = aligned_buffer(buf + slack, &st->recv_alloc);
-    if (a->check)
-        st->expect = aligned_buffer(expect + PERF_ALIGN, &st->expect_alloc);
+    for (int i = 0; i < st->team.n; i++) {
+        struct perf_slot *sl = &st->slots[i];
+        sl->send_base = rank_buffer(st, i, buf + slack, &sl->send_alloc);
+        sl->recv_base = rank_buffer(st, i, buf + slack, &sl->recv_alloc);
+        if (a->check)
+            sl->expect = aligned_buffer(expect + PERF_ALIGN, &sl->expect_alloc);
+        if (st->dev_bufs)
+            sl->stage = aligned_buffer(buf + slack, &sl->stage_alloc);
+    }
+}
+
+static void free_buffers(struct perf_state *st)
+{
+    for (int i = 0; i < st->team.n; i++) {
+        struct perf_slot *sl = &st->slots[i];
+        rank_buffer_free(st, i, sl->send_alloc);
+        rank_buffer_free(st, i, sl->recv_alloc);
+        free(sl->expect_alloc);
+        free(sl->stage_alloc);
+    }
 }
 
 /* Only the main rank prints a usage error; the others give it time to do so before they exit,
@@ -1436,106 +1732,126 @@ static int usage_exit(int is_main, int rc)
     return rc;
 }
 
-int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run,
-             const struct perf_backend *be)
+/* The ranks of thread st->thread: global rank = (process * threads + thread) * gpus + i, as
+ * nccl-tests; a rank's device is its host-local index mod the devices there. */
+static void team_create(struct perf_state *st)
 {
-    struct perf_state *st = calloc(1, sizeof(*st));
-    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-    char version_line[256] = "";
-    int rc;
+    const struct perf_args *a = &st->a;
+    int per_proc = a->nthreads * a->ngpus;
+
+    st->team.ctx = calloc((size_t)a->ngpus, sizeof(*st->team.ctx));
+    st->slots = calloc((size_t)a->ngpus, sizeof(*st->slots));
+    if (st->team.ctx == NULL || st->slots == NULL) {
+        fprintf(stderr, "perf: out of memory\n");
+        exit(1);
+    }
+    st->team.n = a->ngpus; /* after ctx: the watchdog may read the team */
+    for (int i = 0; i < a->ngpus; i++) {
+        struct perf_ctx *ctx = &st->team.ctx[i];
+        int local = st->thread * a->ngpus + i;
+
+        *ctx = st->proc;
+        ctx->rank = st->proc.rank * per_proc + local;
+        ctx->nranks = st->proc.nranks * per_proc;
+        ctx->local_rank = st->proc.local_rank * per_proc + local;
+        ctx->device = st->dev_bufs ? ctx->local_rank % st->dm->ndev : -1;
+        ctx->dev_bufs = st->dev_bufs;
+        ctx->stream = NULL;
+        st->slots[i].ctx = ctx;
+        if (st->dev_bufs && !a->stream_null) {
+            slot_use(st, i);
+            PERF_CUDACHECK(st, st->dm->stream_create(&ctx->stream));
+        }
+    }
+}
+
+static void team_destroy(struct perf_state *st)
+{
+    for (int i = 0; i < st->team.n; i++) {
+        if (st->team.ctx[i].stream != NULL) {
+            slot_use(st, i);
+            PERF_CUDACHECK(st, st->dm->stream_destroy(st->team.ctx[i].stream));
+        }
+    }
+    free(st->team.ctx);
+    free(st->slots);
+}
+
+/* Prints the table header (main thread, once the device lines are out). */
+static void print_table_header(const struct perf_state *st)
+{
+    const char *tname = st->a.report_cputime ? "cputime" : "time";
+
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
+           "        \n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
+           "count", "type", "redop", "root", tname, "algbw", "busbw", "#wrong", tname, "algbw",
+           "busbw", "#wrong", 0, "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+           "", 0, "");
+}
+
+/*
+ * WEFT_PERF_DEVICE=1: whether the library lacks a CUDA executor, decided for the whole job. A
+ * library that runs device buffers binds each communicator to the device current at its init (as
+ * NCCL); one that does not (Weft with the emulated GPU but no executor yet) would run the device
+ * tests on its host path, ignoring their streams, so they skip instead, saying so.
+ */
+static int device_unbound(struct perf_state *st)
+{
+    int64_t unbound = 0;
+    int first = -1, first_dev = -1, first_got = -1;
+
+    for (int i = 0; i < st->team.n; i++) {
+        int dev = -1;
+        PERF_CHECK(st, st->be->comm_device(&st->team.ctx[i], &dev));
+        if (dev == st->team.ctx[i].device)
+            continue;
+        if (unbound++ == 0) {
+            first = st->team.ctx[i].rank;
+            first_dev = st->team.ctx[i].device;
+            first_got = dev;
+        }
+    }
+    if (st->is_main && unbound > 0)
+        printf("# SKIP: WEFT_PERF_DEVICE=1 but the library has no CUDA executor: rank %d on device "
+               "%d has a communicator bound to device %d (ncclCommCuDevice)\n", first, first_dev,
+               first_got);
+    unbound = sum_int64(st, unbound);
+    if (st->is_main && unbound > 0)
+        printf("# SKIP: %" PRId64 " of %d ranks are not bound to their device\n", unbound,
+               st->team.ctx[0].nranks);
+    return unbound > 0;
+}
+
+/* Everything one driving thread does, from its communicators to the footer. */
+static void *thread_main(void *arg)
+{
+    struct perf_state *st = arg;
+    const struct perf_coll *coll = st->coll;
+    const struct perf_backend *be = st->be;
     long errors;
     double avg_bw, min_bw = -1;
     const char *env;
-    pthread_t wd;
 
-    if (st == NULL)
-        return 1;
-    setlinebuf(stdout);
-    st->coll = coll;
-    st->run = run;
-    st->prog = prog;
-    st->be = be;
-    /* Only the main rank reports usage errors and prints the table. */
-    st->is_main = be->early_rank() == 0;
-    rc = parse_args(&st->a, argc, argv, prog, st->is_main, be);
-    if (rc != 0)
-        return rc < 0 ? 0 : usage_exit(st->is_main, rc);
-    if (gethostname(st->host, sizeof(st->host) - 1) != 0)
-        snprintf(st->host, sizeof(st->host), "localhost");
-    st->host[strcspn(st->host, ".")] = '\0';
-    st->verbose = getenv("WEFT_PERF_VERBOSE") != NULL;
-
-    PERF_CHECK(st, be->init(&st->ctx, version_line, sizeof(version_line)));
-    st->is_main = st->ctx.rank == 0;
-    /* Checks that need the rank count; every rank takes the same branch, so all leave cleanly. */
-    if ((coll->flags & PERF_COLL_ROOTED) && st->a.root >= st->ctx.nranks) {
-        if (st->is_main)
-            fprintf(stderr, "%s: invalid root %d for %d ranks\n", prog, st->a.root,
-                    st->ctx.nranks);
-        rc = 2;
-    } else if ((coll->flags & PERF_COLL_POW2) && (st->ctx.nranks & (st->ctx.nranks - 1)) != 0) {
-        if (st->is_main)
-            fprintf(stderr, "%s: %s needs a power-of-two number of ranks, got %d\n", prog,
-                    coll->name, st->ctx.nranks);
-        rc = 2;
-    }
-    if (rc != 0) {
-        PERF_CHECK(st, be->fini(&st->ctx));
-        return usage_exit(st->is_main, rc);
-    }
-
-    if (st->is_main) {
-        const struct perf_args *a = &st->a;
-        printf("%s\n", version_line);
-        printf("# Collective test starting: %s\n", prog);
-        printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
-               "iters: %d agg iters: %d validation: %d graph: %d unalign: %d\n",
-               1, 1, a->min_bytes, a->max_bytes,
-               a->step_factor > 1 ? (size_t)a->step_factor : a->step_bytes,
-               a->step_factor > 1 ? "factor" : "bytes", a->warmup, a->iters, a->agg, a->check, 0,
-               a->unalign);
-        if (a->blocking == 1)
-            printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-        if (a->blocking > 1)
-            printf("# Blocking Enabled: wait for completion after each collective (no barrier) \n");
-        if (a->json_path) {
-            st->json = fopen(a->json_path, "w");
-            if (st->json == NULL)
-                printf("# skipping json output; %s not accessible: %s\n", a->json_path,
-                       strerror(errno));
-            else
-                printf("# Writing JSON lines to %s\n", a->json_path);
-        }
-        printf("#\n");
+    team_create(st);
+    PERF_CHECK(st, be->comm_init(&st->team));
+    if (st->require_device == 1 && device_unbound(st)) {
+        PERF_CHECK(st, be->comm_fini(&st->team));
+        team_destroy(st);
+        st->rc = 77;
+        return NULL;
     }
     print_devices(st);
     allocate_buffers(st);
-
-    if (st->a.timeout_s > 0) {
-        watchdog_timeout_s = st->a.timeout_s;
-        watchdog_be = be;
-        watchdog_ctx = &st->ctx;
-        snprintf(watchdog_host, sizeof(watchdog_host), "%s", st->host);
-        if (pthread_create(&wd, NULL, watchdog_main, NULL) != 0) {
-            fprintf(stderr, "%s: cannot start the -T watchdog thread\n", prog);
-            return 1;
-        }
-        pthread_detach(wd);
-    }
-
-    if (st->is_main) {
-        const char *tname = st->a.report_cputime ? "cputime" : "time";
-        printf("#\n");
-        printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
-               "        \n",
-               "", "", "", "", "");
-        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
-               "count", "type", "redop", "root", tname, "algbw", "busbw", "#wrong", tname, "algbw",
-               "busbw", "#wrong", 0, "");
-        printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
-               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-               "", 0, "");
-    }
+    /* Allocations may wait for the device (cudaMalloc, cudaMemset), where a collective of another
+     * thread's ranks could already wait for this thread: none starts before all are done. */
+    threads_sync(st);
+    if (st->is_main)
+        print_table_header(st);
 
     for (int ti = 0; ti < st->a.ntypes; ti++) {
         int nops = (coll->flags & PERF_COLL_REDUCE) ? st->a.nops : 1;
@@ -1548,7 +1864,7 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
             } else if (st->a.root >= 0) {
                 time_test(st, st->a.types[ti], op, st->a.root);
             } else {
-                for (int root = 0; root < st->ctx.nranks; root++)
+                for (int root = 0; root < st->team.ctx[0].nranks; root++)
                     time_test(st, st->a.types[ti], op, root);
             }
         }
@@ -1565,107 +1881,513 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
         printf("# %-20s : %g %s\n", "Avg bus bandwidth", avg_bw,
                min_bw < 0 ? "" : (avg_bw < min_bw * 0.9 ? "FAILED" : "OK"));
         printf("#\n");
-        printf("# Collective test concluded: %s\n", prog);
+        printf("# Collective test concluded: %s\n", st->prog);
         if (last != NULL && last[0] != '\0')
             printf("# error: %s\n", last);
         else
             printf("\n");
     }
-    if (st->json)
-        fclose(st->json);
     /* Ranks that exit non-zero make weftrun stop the others: let rank 0 finish printing first. */
     fflush(stdout);
     barrier(st);
 
     watchdog_disarm(st);
-    PERF_CHECK(st, be->fini(&st->ctx));
-    free(st->send_alloc);
-    free(st->recv_alloc);
-    free(st->expect_alloc);
-    rc = (errors || (min_bw >= 0 && avg_bw < min_bw * 0.9)) ? 7 : 0;
+    threads_sync(st); /* as for the allocations: no thread frees while one's collective runs */
+    free_buffers(st);
+    PERF_CHECK(st, be->comm_fini(&st->team));
+    team_destroy(st);
+    st->rc = (errors || (min_bw >= 0 && avg_bw < min_bw * 0.9)) ? 7 : 0;
+    return NULL;
+}
+
+int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run,
+             const struct perf_backend *be)
+{
+    struct perf_state *sts, *st;
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    const char *why = "", *env;
+    char version_line[256] = "";
+    pthread_t threads[PERF_MAX_THREADS], wd;
+    int rc, nranks, is_main;
+
+    st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return 1;
+    setlinebuf(stdout);
+    st->coll = coll;
+    st->run = run;
+    st->prog = prog;
+    st->be = be;
+    /* Only the main rank reports usage errors and prints the table. */
+    is_main = be->early_rank() == 0;
+    rc = parse_args(&st->a, argc, argv, prog, is_main, be);
+    if (rc != 0) {
+        free(st);
+        return rc < 0 ? 0 : usage_exit(is_main, rc);
+    }
+    if (gethostname(st->host, sizeof(st->host) - 1) != 0)
+        snprintf(st->host, sizeof(st->host), "localhost");
+    st->host[strcspn(st->host, ".")] = '\0';
+    st->verbose = getenv("WEFT_PERF_VERBOSE") != NULL;
+    /* Device buffers wherever a GPU backend is, unless -H 1 (see devmem.h). The MPI and Gloo
+     * peers never look for one (no CUDA runtime loaded into them). */
+    st->dm = (be->caps & PERF_BE_DEVICE) ? perf_devmem_get(&why) : NULL;
+    st->dev_bufs = st->dm != NULL && !st->a.host_buffers && st->dm->ndev > 0;
+    /* perf-smoke's device tests: they must not pass on host buffers, and skip (77) only where
+     * the loaded library reports no device backend, saying so. */
+    env = getenv("WEFT_PERF_DEVICE");
+    st->require_device = env == NULL ? 0 : strcmp(env, "buffers") == 0 ? 2 : atoi(env) != 0;
+    if (st->require_device && !st->dev_bufs) {
+        if (is_main)
+            printf("# SKIP: WEFT_PERF_DEVICE=%s but no device buffers: %s\n", env,
+                   st->a.host_buffers ? "-H 1" : (why[0] ? why : "no GPU backend"));
+        free(st);
+        return usage_exit(is_main, 77);
+    }
+    /* On the NULL stream a thread's synchronous copy would queue behind a collective whose
+     * ranks include another thread's, blocked the same way: refuse rather than hang. */
+    if (st->dev_bufs && st->a.stream_null && st->a.nthreads > 1 &&
+        st->a.nthreads * st->a.ngpus > st->dm->ndev) {
+        if (is_main)
+            fprintf(stderr, "%s: -y 1 with -t %d x -g %d ranks on %d devices: threads would share "
+                    "a device's NULL stream (deadlock); use streams (-y 0) or fewer ranks\n",
+                    prog, st->a.nthreads, st->a.ngpus, st->dm->ndev);
+        free(st);
+        return usage_exit(is_main, 2);
+    }
+    if (st->a.graph_launches > 0 && !st->dev_bufs) {
+        if (is_main)
+            fprintf(stderr, "%s: -G %d needs device buffers: %s\n", prog, st->a.graph_launches,
+                    st->a.host_buffers ? "-H 1 asks for host buffers"
+                                       : (why[0] ? why : "no GPU backend"));
+        free(st);
+        return usage_exit(is_main, 2);
+    }
+
+    PERF_CHECK(st, be->init(&st->proc, version_line, sizeof(version_line)));
+    is_main = st->proc.rank == 0;
+    nranks = st->proc.nranks * st->a.nthreads * st->a.ngpus;
+    /* Checks that need the rank count; every rank takes the same branch, so all leave cleanly. */
+    if ((coll->flags & PERF_COLL_ROOTED) && st->a.root >= nranks) {
+        if (is_main)
+            fprintf(stderr, "%s: invalid root %d for %d ranks\n", prog, st->a.root, nranks);
+        rc = 2;
+    } else if ((coll->flags & PERF_COLL_POW2) && (nranks & (nranks - 1)) != 0) {
+        if (is_main)
+            fprintf(stderr, "%s: %s needs a power-of-two number of ranks, got %d\n", prog,
+                    coll->name, nranks);
+        rc = 2;
+    }
+    if (rc != 0) {
+        PERF_CHECK(st, be->fini(&st->proc));
+        free(st);
+        return usage_exit(is_main, rc);
+    }
+
+    if (is_main) {
+        const struct perf_args *a = &st->a;
+        printf("%s\n", version_line);
+        printf("# Collective test starting: %s\n", prog);
+        printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
+               "iters: %d agg iters: %d validation: %d graph: %d unalign: %d\n",
+               a->nthreads, a->ngpus, a->min_bytes, a->max_bytes,
+               a->step_factor > 1 ? (size_t)a->step_factor : a->step_bytes,
+               a->step_factor > 1 ? "factor" : "bytes", a->warmup, a->iters, a->agg, a->check,
+               a->graph_launches, a->unalign);
+        if (a->blocking == 1)
+            printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+        if (a->blocking > 1)
+            printf("# Blocking Enabled: wait for completion after each collective (no barrier) \n");
+        if (a->json_path) {
+            st->json = fopen(a->json_path, "w");
+            if (st->json == NULL)
+                printf("# skipping json output; %s not accessible: %s\n", a->json_path,
+                       strerror(errno));
+            else
+                printf("# Writing JSON lines to %s\n", a->json_path);
+        }
+        printf("#\n");
+    }
+
+    /* One state per driving thread; thread 0 is this one and alone prints (on process 0). */
+    sts = calloc((size_t)st->a.nthreads, sizeof(*sts));
+    if (sts == NULL) {
+        fprintf(stderr, "perf: out of memory\n");
+        return 1;
+    }
+    for (int t = 0; t < st->a.nthreads; t++) {
+        sts[t] = *st;
+        sts[t].thread = t;
+        sts[t].nteams = nranks / st->a.ngpus;
+        sts[t].is_main = is_main && t == 0;
+        if (t > 0)
+            sts[t].json = NULL;
+    }
     free(st);
+    st = &sts[0];
+
+    if (st->a.timeout_s > 0) {
+        watchdog_timeout_s = st->a.timeout_s;
+        watchdog_be = be;
+        watchdog_states = sts;
+        watchdog_nstates = st->a.nthreads;
+        snprintf(watchdog_host, sizeof(watchdog_host), "%s", st->host);
+        if (pthread_create(&wd, NULL, watchdog_main, NULL) != 0) {
+            fprintf(stderr, "%s: cannot start the -T watchdog thread\n", prog);
+            return 1;
+        }
+        pthread_detach(wd);
+    }
+
+    if (st->a.nthreads > 1 &&
+        pthread_barrier_init(&perf_threads_barrier, NULL, (unsigned)st->a.nthreads) != 0) {
+        fprintf(stderr, "%s: cannot make a barrier of %d threads\n", prog, st->a.nthreads);
+        return 1;
+    }
+    for (int t = 1; t < st->a.nthreads; t++) {
+        if (pthread_create(&threads[t], NULL, thread_main, &sts[t]) != 0) {
+            fprintf(stderr, "%s: cannot start thread %d of %d\n", prog, t, st->a.nthreads);
+            exit(1);
+        }
+    }
+    thread_main(st);
+    rc = st->rc;
+    for (int t = 1; t < st->a.nthreads; t++) {
+        pthread_join(threads[t], NULL);
+        if (sts[t].rc > rc)
+            rc = sts[t].rc;
+    }
+    if (st->a.nthreads > 1)
+        pthread_barrier_destroy(&perf_threads_barrier);
+    if (st->json)
+        fclose(st->json);
+    PERF_CHECK(st, be->fini(&st->proc));
+    free(sts);
     return rc;
 }
 
 #ifndef PERF_NO_NCCL
 /* ---------------------------------------------------------------------------------------------
  * NCCL backend
+ *
+ * Binds to whichever libnccl.so.2 is loaded. weftLaunchInfo is a weak reference: with Weft's
+ * library it gives rank, size and unique id under any launcher; with another library (NVIDIA's,
+ * through LD_LIBRARY_PATH) it is absent and the process must be the whole job (one process,
+ * -t x -g ranks, id from ncclGetUniqueId). The helper collectives are small ncclAllReduce calls
+ * on a scratch buffer of the ranks' kind: device memory on device buffers (NVIDIA's library
+ * takes no plain host memory), the host otherwise.
  * ------------------------------------------------------------------------------------------- */
+
+#pragma weak weftLaunchInfo
+
+static ncclUniqueId nccl_job_id; /* this process's id, made or received by init */
+
+/* Per rank (ctx->be_state): the helper collectives' buffer. A grown one keeps the old until
+ * comm_fini: cudaFree waits for the whole device, where another thread's ranks may have a
+ * collective in flight that waits for this thread. */
+#define NCCL_SCRATCH_RETIRED 8
+struct nccl_rank_state {
+    void *scratch;
+    size_t cap;
+    void *retired[NCCL_SCRATCH_RETIRED];
+    int nretired;
+};
+
+/* Sized at comm_init for every helper the driver calls (its all-gather of rank lines). */
+#define NCCL_SCRATCH_PER_RANK 256
+
+/* Job sizes other launchers announce: a job of several processes cannot run without Weft's
+ * launch helper (nothing here could hand them one unique id). */
+static int nccl_env_job_size(void)
+{
+    static const char *const vars[] = {"WEFT_NRANKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                       "SLURM_NTASKS", "WORLD_SIZE"};
+
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && atoi(v) > 1)
+            return atoi(v);
+    }
+    return 1;
+}
+
+static char nccl_be_error[256];
 
 static ncclResult_t nccl_be_init(struct perf_ctx *ctx, char *version_line, size_t len)
 {
-    ncclUniqueId id;
     int libver = 0;
     ncclResult_t res;
 
-    res = weftLaunchInfo(&ctx->rank, &ctx->nranks, &ctx->local_rank, &id);
-    if (res != ncclSuccess)
-        return res;
+    ctx->local_rank = 0;
+    if (weftLaunchInfo != NULL) {
+        res = weftLaunchInfo(&ctx->rank, &ctx->nranks, &ctx->local_rank, &nccl_job_id);
+        if (res != ncclSuccess)
+            return res;
+    } else {
+        if (nccl_env_job_size() > 1) {
+            snprintf(nccl_be_error, sizeof(nccl_be_error),
+                     "this libnccl.so.2 is not Weft's (no weftLaunchInfo): run one process and "
+                     "-t/-g ranks in it, a %d-process job needs Weft", nccl_env_job_size());
+            return ncclInvalidUsage;
+        }
+        ctx->rank = 0;
+        ctx->nranks = 1;
+        res = ncclGetUniqueId(&nccl_job_id);
+        if (res != ncclSuccess)
+            return res;
+    }
     res = ncclGetVersion(&libver);
     if (res != ncclSuccess)
         return res;
     snprintf(version_line, len,
              "# weft perf (nccl-tests 2.19.6 compatible) nccl-headers=%d nccl-library=%d",
              NCCL_VERSION_CODE, libver);
+    ctx->comm = NULL;
     ctx->stream = NULL;
-    ctx->library = "weft";
-    return ncclCommInitRank(&ctx->comm, ctx->nranks, id, ctx->rank);
+    ctx->library = weftLaunchInfo != NULL ? "weft" : "nccl";
+    return ncclSuccess;
 }
 
 static int nccl_be_early_rank(void)
 {
     int rank = 0;
 
+    if (weftLaunchInfo == NULL)
+        return 0;
     return weftLaunchInfo(&rank, NULL, NULL, NULL) == ncclSuccess ? rank : 0;
 }
 
 static ncclResult_t nccl_be_fini(struct perf_ctx *ctx)
 {
-    return ncclCommDestroy(ctx->comm);
+    (void)ctx;
+    return ncclSuccess;
 }
 
-static ncclResult_t nccl_be_barrier(const struct perf_ctx *ctx)
+static ncclResult_t nccl_be_cuda_error(const char *what, int err)
 {
-    int32_t in = 1, out = 0;
-
-    /* Every rank's contribution is needed before anyone's result: a barrier. */
-    return ncclAllReduce(&in, &out, 1, ncclInt32, ncclSum, ctx->comm, ctx->stream);
+    snprintf(nccl_be_error, sizeof(nccl_be_error), "%s: %s", what,
+             perf_devmem_get(NULL)->error_string(err));
+    return ncclUnhandledCudaError;
 }
 
-static ncclResult_t nccl_be_reduce_double(const struct perf_ctx *ctx, double *v, int op)
-{
-    double in = *v, out = 0;
-    ncclResult_t res = ncclAllReduce(&in, &out, 1, ncclFloat64, (ncclRedOp_t)op, ctx->comm,
-                                     ctx->stream);
+static ncclResult_t nccl_scratch(struct perf_ctx *ctx, size_t bytes, void **p_p);
 
-    if (res == ncclSuccess)
-        *v = out;
+/* One group of ncclCommInitRank, each on its rank's device (current at the call, as NCCL binds
+ * it), as nccl-tests' ncclGroupStart + ncclCommInitRank per GPU. */
+static ncclResult_t nccl_be_comm_init(struct perf_team *team)
+{
+    const struct perf_devmem *dm = perf_devmem_get(NULL);
+    ncclResult_t res = ncclSuccess, end = ncclSuccess;
+
+    for (int i = 0; i < team->n; i++) {
+        void *p;
+        team->ctx[i].be_state = calloc(1, sizeof(struct nccl_rank_state));
+        if (team->ctx[i].be_state == NULL)
+            return ncclSystemError;
+        res = nccl_scratch(&team->ctx[i],
+                           (size_t)team->ctx[i].nranks * NCCL_SCRATCH_PER_RANK + 64, &p);
+        if (res != ncclSuccess)
+            return res;
+    }
+    if (team->n > 1)
+        res = ncclGroupStart();
+    for (int i = 0; i < team->n && res == ncclSuccess; i++) {
+        struct perf_ctx *ctx = &team->ctx[i];
+        int err = ctx->dev_bufs ? dm->set_device(ctx->device) : 0;
+        if (err != 0)
+            res = nccl_be_cuda_error("cudaSetDevice", err);
+        else
+            res = ncclCommInitRank(&ctx->comm, ctx->nranks, nccl_job_id, ctx->rank);
+    }
+    if (team->n > 1)
+        end = ncclGroupEnd(); /* always closed, so that a failure leaves no group open */
+    return res != ncclSuccess ? res : end;
+}
+
+static ncclResult_t nccl_be_comm_device(const struct perf_ctx *ctx, int *dev_p)
+{
+    return ncclCommCuDevice(ctx->comm, dev_p);
+}
+
+static void nccl_scratch_free(const struct perf_ctx *ctx, void *p)
+{
+    const struct perf_devmem *dm = perf_devmem_get(NULL);
+
+    if (p == NULL)
+        return;
+    if (!ctx->dev_bufs) {
+        free(p);
+        return;
+    }
+    dm->set_device(ctx->device);
+    dm->free(p);
+}
+
+static ncclResult_t nccl_be_comm_fini(struct perf_team *team)
+{
+    ncclResult_t res = ncclSuccess;
+
+    for (int i = 0; i < team->n; i++) {
+        struct perf_ctx *ctx = &team->ctx[i];
+        struct nccl_rank_state *rs = ctx->be_state;
+        ncclResult_t r = ncclCommDestroy(ctx->comm);
+
+        if (res == ncclSuccess)
+            res = r;
+        if (rs != NULL) {
+            nccl_scratch_free(ctx, rs->scratch);
+            for (int k = 0; k < rs->nretired; k++)
+                nccl_scratch_free(ctx, rs->retired[k]);
+        }
+        free(rs);
+        ctx->be_state = NULL;
+    }
     return res;
 }
 
-static ncclResult_t nccl_be_sum_int64(const struct perf_ctx *ctx, int64_t *v)
+/* Rank i's scratch of at least bytes, of the rank's memory kind. */
+static ncclResult_t nccl_scratch(struct perf_ctx *ctx, size_t bytes, void **p_p)
 {
-    int64_t in = *v, out = 0;
-    ncclResult_t res = ncclAllReduce(&in, &out, 1, ncclInt64, ncclSum, ctx->comm, ctx->stream);
+    const struct perf_devmem *dm = perf_devmem_get(NULL);
+    struct nccl_rank_state *rs = ctx->be_state;
+    void *p = NULL;
+    int err;
 
+    if (rs->cap >= bytes) {
+        *p_p = rs->scratch;
+        return ncclSuccess;
+    }
+    if (rs->scratch != NULL && rs->nretired == NCCL_SCRATCH_RETIRED) {
+        snprintf(nccl_be_error, sizeof(nccl_be_error), "helper scratch grown too often");
+        return ncclInternalError;
+    }
+    if (!ctx->dev_bufs) {
+        p = malloc(bytes);
+        if (p == NULL)
+            return ncclSystemError;
+    } else {
+        err = dm->set_device(ctx->device);
+        if (err == 0)
+            err = dm->malloc(&p, bytes);
+        if (err != 0)
+            return nccl_be_cuda_error("cudaMalloc", err);
+    }
+    if (rs->scratch != NULL)
+        rs->retired[rs->nretired++] = rs->scratch;
+    rs->scratch = p;
+    rs->cap = bytes;
+    *p_p = p;
+    return ncclSuccess;
+}
+
+/*
+ * In place over all ranks: buf holds team->n blocks of `bytes` (the team's ranks in order), each
+ * replaced by the all-reduce of count elements. One group over the team, then each stream waited
+ * for, so it is blocking on device buffers as on host ones.
+ */
+static ncclResult_t nccl_team_allreduce(const struct perf_team *team, void *buf, size_t count,
+                                        ncclDataType_t type, ncclRedOp_t op)
+{
+    const struct perf_devmem *dm = perf_devmem_get(NULL);
+    size_t bytes = count * perf_type_get(type)->size;
+    ncclResult_t res = ncclSuccess, end = ncclSuccess;
+    void **at = calloc((size_t)team->n, sizeof(*at));
+    int err = 0;
+
+    if (at == NULL)
+        return ncclSystemError;
+    for (int i = 0; i < team->n && res == ncclSuccess; i++) {
+        struct perf_ctx *ctx = &team->ctx[i];
+        res = nccl_scratch(ctx, bytes ? bytes : 1, &at[i]);
+        if (res == ncclSuccess && ctx->dev_bufs)
+            err = dm->memcpy(at[i], (char *)buf + (size_t)i * bytes, bytes);
+        else if (res == ncclSuccess)
+            memcpy(at[i], (char *)buf + (size_t)i * bytes, bytes);
+        if (err != 0)
+            res = nccl_be_cuda_error("cudaMemcpy", err);
+    }
+    if (res != ncclSuccess)
+        goto out;
+    if (team->n > 1)
+        res = ncclGroupStart();
+    for (int i = 0; i < team->n && res == ncclSuccess; i++)
+        res = ncclAllReduce(at[i], at[i], count, type, op, team->ctx[i].comm, team->ctx[i].stream);
+    if (team->n > 1)
+        end = ncclGroupEnd();
     if (res == ncclSuccess)
-        *v = out;
+        res = end;
+    for (int i = 0; i < team->n && res == ncclSuccess; i++) {
+        const struct perf_ctx *ctx = &team->ctx[i];
+        if (!ctx->dev_bufs) {
+            memcpy((char *)buf + (size_t)i * bytes, at[i], bytes);
+            continue;
+        }
+        err = dm->stream_synchronize(ctx->stream);
+        if (err == 0)
+            err = dm->memcpy((char *)buf + (size_t)i * bytes, at[i], bytes);
+        if (err != 0)
+            res = nccl_be_cuda_error("cudaStreamSynchronize/cudaMemcpy", err);
+    }
+out:
+    free(at);
+    return res;
+}
+
+static ncclResult_t nccl_be_barrier(const struct perf_team *team)
+{
+    int32_t v[team->n];
+
+    /* Every rank's contribution is needed before anyone's result: a barrier. */
+    for (int i = 0; i < team->n; i++)
+        v[i] = 1;
+    return nccl_team_allreduce(team, v, 1, ncclInt32, ncclSum);
+}
+
+/* A team's value counts once in a sum (its first rank gives it, the others the identity); min
+ * and max are the same whichever ranks repeat it. */
+static ncclResult_t nccl_be_reduce_double(const struct perf_team *team, double *v, int op)
+{
+    double in[team->n];
+    ncclResult_t res;
+
+    for (int i = 0; i < team->n; i++)
+        in[i] = op == PERF_OP_SUM && i > 0 ? 0.0 : *v;
+    res = nccl_team_allreduce(team, in, 1, ncclFloat64, (ncclRedOp_t)op);
+    if (res == ncclSuccess)
+        *v = in[0];
+    return res;
+}
+
+static ncclResult_t nccl_be_sum_int64(const struct perf_team *team, int64_t *v)
+{
+    int64_t in[team->n];
+    ncclResult_t res;
+
+    for (int i = 0; i < team->n; i++)
+        in[i] = i == 0 ? *v : 0;
+    res = nccl_team_allreduce(team, in, 1, ncclInt64, ncclSum);
+    if (res == ncclSuccess)
+        *v = in[0];
     return res;
 }
 
 /* Through all-reduce, so that it needs nothing but ncclAllReduce: every rank fills its own
  * slot and zeros the others; a byte sum puts each slot together. */
-static ncclResult_t nccl_be_allgather(const struct perf_ctx *ctx, const void *in, void *out,
+static ncclResult_t nccl_be_allgather(const struct perf_team *team, const void *in, void *out,
                                       size_t bytes)
 {
-    size_t total = bytes * (size_t)ctx->nranks;
-    char *tmp = calloc(total ? total : 1, 1);
+    size_t total = bytes * (size_t)team->ctx[0].nranks;
+    char *tmp = calloc((size_t)team->n, total ? total : 1);
     ncclResult_t res;
 
     if (tmp == NULL)
         return ncclSystemError;
-    memcpy(tmp + bytes * (size_t)ctx->rank, in, bytes);
-    res = ncclAllReduce(tmp, out, total, ncclUint8, ncclSum, ctx->comm, ctx->stream);
+    for (int i = 0; i < team->n; i++)
+        memcpy(tmp + (size_t)i * total + bytes * (size_t)team->ctx[i].rank,
+               (const char *)in + (size_t)i * bytes, bytes);
+    res = nccl_team_allreduce(team, tmp, total, ncclUint8, ncclSum);
+    if (res == ncclSuccess)
+        memcpy(out, tmp, total);
     free(tmp);
     return res;
 }
@@ -1710,19 +2432,25 @@ static int nccl_be_supports(const struct perf_type *t, int op)
 
 static const char *nccl_be_last_error(void)
 {
-    return ncclGetLastError(NULL);
+    const char *last = ncclGetLastError(NULL);
+
+    return nccl_be_error[0] != '\0' && (last == NULL || last[0] == '\0') ? nccl_be_error : last;
 }
 
 static ncclResult_t nccl_be_abort(const struct perf_ctx *ctx)
 {
-    return ncclCommAbort(ctx->comm);
+    return ctx->comm != NULL ? ncclCommAbort(ctx->comm) : ncclSuccess;
 }
 
 const struct perf_backend perf_nccl_backend = {
     .name = "NCCL",
+    .caps = PERF_BE_DEVICE,
     .init = nccl_be_init,
     .early_rank = nccl_be_early_rank,
     .fini = nccl_be_fini,
+    .comm_init = nccl_be_comm_init,
+    .comm_fini = nccl_be_comm_fini,
+    .comm_device = nccl_be_comm_device,
     .barrier = nccl_be_barrier,
     .reduce_double = nccl_be_reduce_double,
     .sum_int64 = nccl_be_sum_int64,

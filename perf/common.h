@@ -1,5 +1,6 @@
 /*
- * Shared driver of the *_perf tools: an nccl-tests (2.19.6) compatible benchmark on host memory.
+ * Shared driver of the *_perf tools: an nccl-tests (2.19.6) compatible benchmark on device or host
+ * memory.
  *
  * A tool is one small file: the call that runs its collective and
  *
@@ -11,9 +12,26 @@
  * the library call differs (a perf_run_fn).
  *
  * perf_main parses the nccl-tests flags, finds rank/size/unique id with weftLaunchInfo (run the
- * tool under weftrun), creates the communicator, sweeps sizes x types x ops x roots, and prints the
- * nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links against
- * NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer tools).
+ * tool under weftrun), creates the communicators, sweeps sizes x types x ops x roots, and prints
+ * the nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links
+ * against NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer
+ * tools).
+ *
+ * Ranks and devices (NCCL backend). A process runs -t threads, each driving -g ranks: rank =
+ * (process * t + thread) * g + i of processes * t * g, on device (host-local index) mod (devices),
+ * so several ranks may share a device. A thread creates its ranks' communicators in one group
+ * (ncclCommInitRank per rank, its device current) and issues every call on all its ranks in one
+ * group, as nccl-tests. Buffers are device memory wherever a device runtime is found (devmem.h:
+ * Weft's weftCuda* with WEFT_CUDA=emu:N or a GPU, or the CUDA runtime under another libnccl.so.2),
+ * each rank with its own non-blocking stream (-y 1: the NULL stream); host memory otherwise or with
+ * -H 1 (stream NULL: a call is complete when it returns). On device buffers data is made and
+ * checked on the host and copied in and out, outside the timed loop; -G N captures the `-n`
+ * iterations into one graph per rank and times N launches of it. The tools link libnccl.so.2 (not
+ * libcudart), so LD_LIBRARY_PATH can swap in NVIDIA's library; without Weft's weftLaunchInfo the
+ * process must be the whole job. WEFT_PERF_DEVICE=1 (perf-smoke's device tests): exit 77 (skip),
+ * with the reason, when no device buffers are available or when the library has no CUDA executor,
+ * i.e. it does not bind communicators to their ranks' devices (ncclCommCuDevice);
+ * WEFT_PERF_DEVICE=buffers asks for device buffers only (the mock runtime's tests).
  *
  * For each row it runs out-of-place then in-place: initialise data, one op, barrier, `-n` timed
  * iterations (each of `-m` ops, grouped when m > 1), time combined over ranks per `-a`, then `-c`
@@ -40,7 +58,8 @@
  * Output. Rank 0 prints the nccl-tests table on stdout. With -J FILE it also writes one JSON object
  * per measurement (one half of a table row) to FILE, one per line, in this order; the NCCL and
  * the MPI tools write the same fields the same way, so runs can be compared line by line:
- *   "library"    "weft" (the *_perf tools); "openmpi", "mpich", "intelmpi", "mvapich" or "mpi"
+ *   "library"    "weft" (the *_perf tools on Weft), "nccl" (on another libnccl.so.2); "openmpi",
+ *                "mpich", "intelmpi", "mvapich" or "mpi"
  *                (the mpi_*_perf tools, from MPI_Get_library_version)
  *   "collective" all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv,
  *                gather, scatter or hypercube (the tool name without mpi_ and _perf)
@@ -55,10 +74,11 @@
  *   "time_us"    microseconds per op, combined over ranks per -a (3 decimals)
  *   "algbw"      GB/s (1e9 bytes/s, 6 decimals); "busbw" likewise (algbw x bus factor)
  *   "wrong"      wrong elements summed over ranks; null with -c 0
+ *   "memory"     "device" or "host": where the buffers were
  * Non-finite numbers are written as null. New fields are only ever added at the end.
  *
- * Threads: everything runs on the main thread except the -T watchdog, which only calls the
- * backend's abort (ncclCommAbort).
+ * Threads: -t driving threads (the first is the main thread; it alone prints, on process 0), and
+ * the -T watchdog, which only calls the backend's abort (ncclCommAbort) on every rank.
  */
 #ifndef WEFT_PERF_COMMON_H
 #define WEFT_PERF_COMMON_H
@@ -121,15 +141,28 @@ struct perf_op {
     int in_place;
     struct perf_counts c;
     struct perf_gen gen;
+    /* nphases 1: run does the whole call; else only step `phase` of perf_coll.phases (the
+     * driver's calls for phase 0 .. nphases-1 follow each other). */
+    int phase, nphases;
 };
 
-/* Process-wide state a callback may read. */
+/* One rank's state a callback may read. A process runs -t threads of -g ranks each (NCCL
+ * backend); the MPI and Gloo peers run one rank per process. */
 struct perf_ctx {
     int rank, nranks, local_rank;
     const char *library;  /* JSON "library", set by the backend's init (static string) */
     ncclComm_t comm;     /* NCCL backend */
-    cudaStream_t stream; /* NULL: host calls return when done */
-    void *be_state;      /* other backends (e.g. the MPI communicator) */
+    cudaStream_t stream; /* NULL: host calls return when done (host buffers), or -y 1 */
+    void *be_state;      /* other backends (e.g. the MPI communicator); NCCL: helper scratch */
+    int device;          /* CUDA device of this rank (devmem.h), -1 on host buffers */
+    int dev_bufs;        /* 1: the rank's buffers are device memory (copy in and out) */
+};
+
+/* The ranks one thread drives (-g of them), in local order; what the helper collectives of a
+ * backend act on. Every team of a job has the same n. */
+struct perf_team {
+    int n;
+    struct perf_ctx *ctx; /* [n] */
 };
 
 /* Flags of a collective. */
@@ -142,8 +175,9 @@ struct perf_ctx {
 
 /*
  * A collective, independent of the library that runs it (colls.c). Every slot is required.
- * Called on the main thread; buffers belong to the driver and are 64-byte aligned (plus -u
- * elements).
+ * Called on the thread that drives the rank; buffers belong to the driver and are 64-byte aligned
+ * (plus -u elements). init_data and expected always work on host memory (on device buffers the
+ * driver copies in and out).
  */
 struct perf_coll {
     const char *name; /* collective name, e.g. "all_gather" (JSON "collective") */
@@ -161,6 +195,11 @@ struct perf_coll {
                        void *expect);
     /* busbw = algbw * bus_factor(nranks) */
     double (*bus_factor)(int nranks);
+    /* Dependent steps of one call (1 for most). A thread that drives several ranks issues
+     * their calls in one group (as nccl-tests); where a later step sends what an earlier one
+     * received (hypercube), one group would run the steps at once, so the driver then calls run
+     * once per step (struct perf_op phase/nphases), each step of every rank in its own group. */
+    int (*phases)(int nranks);
 };
 
 /* The collectives (colls.c). */
@@ -171,38 +210,59 @@ extern const struct perf_coll perf_coll_all_reduce, perf_coll_all_gather,
 /*
  * Issues one collective with the library under test: op->c.count elements of op->type, op->root,
  * op->nccl_op; send/recv laid out as op->c says (in place: op->in_place, pointers already at
- * nccl-tests' offsets). Blocking: the result is in recv when it returns (stream NULL). A failure
- * returns non-success after setting the backend's last error where the library does not.
+ * nccl-tests' offsets), on ctx->stream: on host buffers (stream NULL) the result is in recv when
+ * it returns; on device buffers the call only enqueues and the driver waits for the stream (the
+ * call may be captured into a graph: stream-ordered work only, see perf_copy). Several ranks of one
+ * thread are issued inside one group. A failure returns non-success after setting the backend's
+ * last error where the library does not.
  */
 typedef ncclResult_t (*perf_run_fn)(const struct perf_ctx *ctx, const struct perf_op *op,
                                     const void *send, void *recv);
+
+/* perf_backend.caps */
+#define PERF_BE_DEVICE 0x1u /* device buffers, -g/-t > 1 and -G (the NCCL backend) */
 
 /*
  * What the driver needs from the communication library besides the collective under test. The
  * NCCL one (perf_nccl_backend: weftLaunchInfo + ncclCommInitRank, small ncclAllReduce calls) is
  * what the *_perf tools use; the mpi_*_perf tools bring an MPI one (mpi_common.c) so that the
- * peers run the very same sweep, timing, validation and output. Every slot is required; all run on
- * the main thread except abort (the -T watchdog thread). Calls are collective where the NCCL call would be.
- * A failing slot returns non-success; the driver then prints error_string/last_error and exits 1.
+ * peers run the very same sweep, timing, validation and output. Every slot is required. init,
+ * early_rank and fini run on the main thread; the team slots on the thread that drives the team
+ * (one per -t), abort on the -T watchdog thread. Calls are collective where the NCCL call would
+ * be. A failing slot returns non-success; the driver then prints error_string/last_error and
+ * exits 1. A backend without PERF_BE_DEVICE only ever sees teams of one rank, one thread.
  */
 struct perf_backend {
     const char *name; /* "NCCL", "MPI": in messages ("Test NCCL failure ...") */
-    /* Sets ctx->rank, nranks, local_rank, library and the communicator; writes the first header
-     * line ("# ... (nccl-tests 2.19.6 compatible) ..."). Collective. */
+    unsigned caps;    /* PERF_BE_* */
+    /* Process level: sets ctx->rank and nranks to this process's index and the process count,
+     * local_rank (among the processes of this host) and library; writes the first header line
+     * ("# ... (nccl-tests 2.19.6 compatible) ..."). May create the communicator of a one-rank
+     * process (MPI) or leave that to comm_init. Collective over processes. */
     ncclResult_t (*init)(struct perf_ctx *ctx, char *version_line, size_t len);
     /* This process's rank before init (who prints usage errors); 0 when unknown. */
     int (*early_rank)(void);
     ncclResult_t (*fini)(struct perf_ctx *ctx);
-    ncclResult_t (*barrier)(const struct perf_ctx *ctx);
-    /* In place over all ranks: *v = op(v of every rank), op PERF_OP_SUM, _MIN or _MAX. */
-    ncclResult_t (*reduce_double)(const struct perf_ctx *ctx, double *v, int op);
-    ncclResult_t (*sum_int64)(const struct perf_ctx *ctx, int64_t *v);
-    /* out (nranks * bytes) = every rank's `bytes` of in, in rank order. */
-    ncclResult_t (*allgather)(const struct perf_ctx *ctx, const void *in, void *out, size_t bytes);
+    /* Creates the team's communicators: team->ctx[i] comes with rank, nranks, local_rank,
+     * library, device, dev_bufs and stream set (the calling thread's current device is
+     * unspecified). Collective over all ranks; comm_fini undoes it. */
+    ncclResult_t (*comm_init)(struct perf_team *team);
+    ncclResult_t (*comm_fini)(struct perf_team *team);
+    /* The device ctx's communicator is bound to (ncclCommCuDevice), -1 for none. */
+    ncclResult_t (*comm_device)(const struct perf_ctx *ctx, int *dev_p);
+    ncclResult_t (*barrier)(const struct perf_team *team);
+    /* In place over all teams: *v = op(the *v of every team), op PERF_OP_SUM, _MIN or _MAX. */
+    ncclResult_t (*reduce_double)(const struct perf_team *team, double *v, int op);
+    ncclResult_t (*sum_int64)(const struct perf_team *team, int64_t *v);
+    /* out (nranks * bytes) = every rank's `bytes`, in rank order; in holds team->n of them, the
+     * team's ranks in local order. */
+    ncclResult_t (*allgather)(const struct perf_team *team, const void *in, void *out,
+                              size_t bytes);
     /* Brackets -m aggregated ops. */
     ncclResult_t (*group_start)(void);
     ncclResult_t (*group_end)(void);
-    /* Sets op->nccl_op for op->op (creating the mulsum PreMulSum op); op_destroy undoes it. */
+    /* Sets op->nccl_op for op->op on ctx's communicator (creating the mulsum PreMulSum op);
+     * op_destroy undoes it. */
     ncclResult_t (*op_create)(const struct perf_ctx *ctx, struct perf_op *op);
     ncclResult_t (*op_destroy)(const struct perf_ctx *ctx, struct perf_op *op);
     /* Whether (t, op) can be run. t NULL asks about the op alone; op PERF_OP_NONE about the type
@@ -210,7 +270,7 @@ struct perf_backend {
     int (*supports)(const struct perf_type *t, int op);
     const char *(*error_string)(ncclResult_t res);
     const char *(*last_error)(void);
-    /* From the watchdog thread while the main thread may be blocked. */
+    /* From the watchdog thread while the driving threads may be blocked; once per rank. */
     ncclResult_t (*abort)(const struct perf_ctx *ctx);
 };
 
@@ -225,6 +285,12 @@ extern const struct perf_backend perf_nccl_backend;
 /* perf_run over NCCL/Weft: rank, size and unique id from weftLaunchInfo (run under weftrun). */
 int perf_main(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run);
 #endif
+
+/* ---- helpers for run functions ---- */
+
+/* Stream-ordered copy of bytes within ctx's buffers (host or device, as ctx->dev_bufs says), on
+ * ctx->stream; capturable into a CUDA graph. */
+ncclResult_t perf_copy(const struct perf_ctx *ctx, void *dst, const void *src, size_t bytes);
 
 /* ---- data helpers for callbacks ---- */
 

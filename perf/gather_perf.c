@@ -1,5 +1,5 @@
 /*
- * gather_perf: ncclGather on host memory: count elements from every rank into block `rank` of the
+ * gather_perf: ncclGather: count elements from every rank into block `rank` of the
  * root's buffer (-r root, -r -1 every root in turn).
  * Geometry, data and bandwidth: perf_coll_gather (colls.c); flags and output: common.h.
  */

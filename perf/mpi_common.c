@@ -142,33 +142,53 @@ static ncclResult_t mpi_be_fini(struct perf_ctx *ctx)
     return perf_mpi_check(MPI_Finalize(), "MPI_Finalize");
 }
 
-static ncclResult_t mpi_be_barrier(const struct perf_ctx *ctx)
+/* One rank per process: the team is this process's rank, its communicator MPI_COMM_WORLD. */
+static ncclResult_t mpi_be_comm_init(struct perf_team *team)
+{
+    (void)team;
+    return ncclSuccess;
+}
+
+static ncclResult_t mpi_be_comm_fini(struct perf_team *team)
+{
+    (void)team;
+    return ncclSuccess;
+}
+
+static ncclResult_t mpi_be_comm_device(const struct perf_ctx *ctx, int *dev_p)
 {
     (void)ctx;
+    *dev_p = -1;
+    return ncclSuccess;
+}
+
+static ncclResult_t mpi_be_barrier(const struct perf_team *team)
+{
+    (void)team;
     return perf_mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
-static ncclResult_t mpi_be_reduce_double(const struct perf_ctx *ctx, double *v, int op)
+static ncclResult_t mpi_be_reduce_double(const struct perf_team *team, double *v, int op)
 {
-    (void)ctx;
+    (void)team;
     return perf_mpi_check(
         MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, perf_mpi_op(op), MPI_COMM_WORLD),
         "MPI_Allreduce");
 }
 
-static ncclResult_t mpi_be_sum_int64(const struct perf_ctx *ctx, int64_t *v)
+static ncclResult_t mpi_be_sum_int64(const struct perf_team *team, int64_t *v)
 {
-    (void)ctx;
+    (void)team;
     return perf_mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD),
                           "MPI_Allreduce");
 }
 
-static ncclResult_t mpi_be_allgather(const struct perf_ctx *ctx, const void *in, void *out,
+static ncclResult_t mpi_be_allgather(const struct perf_team *team, const void *in, void *out,
                                      size_t bytes)
 {
     int n;
 
-    (void)ctx;
+    (void)team;
     if (perf_mpi_count(bytes, &n) != ncclSuccess)
         return ncclInvalidArgument;
     return perf_mpi_check(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, MPI_COMM_WORLD),
@@ -228,9 +248,13 @@ static ncclResult_t mpi_be_abort(const struct perf_ctx *ctx)
 
 const struct perf_backend perf_mpi_backend = {
     .name = "MPI",
+    .caps = 0,
     .init = mpi_be_init,
     .early_rank = mpi_be_early_rank,
     .fini = mpi_be_fini,
+    .comm_init = mpi_be_comm_init,
+    .comm_fini = mpi_be_comm_fini,
+    .comm_device = mpi_be_comm_device,
     .barrier = mpi_be_barrier,
     .reduce_double = mpi_be_reduce_double,
     .sum_int64 = mpi_be_sum_int64,

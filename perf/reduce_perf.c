@@ -1,5 +1,5 @@
 /*
- * reduce_perf: ncclReduce on host memory: count elements from every rank reduced into the root's
+ * reduce_perf: ncclReduce: count elements from every rank reduced into the root's
  * buffer (-r root, -r -1 every root in turn).
  * Geometry, data and bandwidth: perf_coll_reduce (colls.c); flags and output: common.h.
  */

@@ -1,5 +1,5 @@
 /*
- * reduce_scatter_perf: ncclReduceScatter on host memory: n * count elements in, block `rank` of the
+ * reduce_scatter_perf: ncclReduceScatter: n * count elements in, block `rank` of the
  * reduction (count elements) out.
  * Geometry, data and bandwidth: perf_coll_reduce_scatter (colls.c); flags and output: common.h.
  */

@@ -1,5 +1,5 @@
 /*
- * scatter_perf: ncclScatter on host memory: block r (count elements) of the root's buffer to rank r
+ * scatter_perf: ncclScatter: block r (count elements) of the root's buffer to rank r
  * (-r root, -r -1 every root in turn).
  * Geometry, data and bandwidth: perf_coll_scatter (colls.c); flags and output: common.h.
  */

@@ -1,5 +1,5 @@
 /*
- * sendrecv_perf: ncclSend/ncclRecv on host memory, a ring: in one group every rank sends count
+ * sendrecv_perf: ncclSend/ncclRecv, a ring: in one group every rank sends count
  * elements to rank+1 and receives count elements from rank-1 (itself when alone). In place is
  * timed only (#wrong N/A), as in nccl-tests.
  * Geometry, data and bandwidth: perf_coll_sendrecv (colls.c); flags and output: common.h.

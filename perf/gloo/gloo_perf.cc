@@ -827,7 +827,24 @@ int be_early_rank(void)
     return rank;
 }
 
-ncclResult_t be_barrier(const perf_ctx *)
+/* One rank per process: the team is this process's rank. */
+ncclResult_t be_comm_init(perf_team *)
+{
+    return ncclSuccess;
+}
+
+ncclResult_t be_comm_fini(perf_team *)
+{
+    return ncclSuccess;
+}
+
+ncclResult_t be_comm_device(const perf_ctx *, int *dev_p)
+{
+    *dev_p = -1;
+    return ncclSuccess;
+}
+
+ncclResult_t be_barrier(const perf_team *)
 {
     return guarded("barrier", [] {
         gloo::BarrierOptions o(g.ctx);
@@ -851,8 +868,9 @@ void remove_store(const std::string &dir)
 
 ncclResult_t be_fini(perf_ctx *ctx)
 {
+    perf_team team{1, ctx};
     R.bound.clear();
-    ncclResult_t res = be_barrier(ctx);
+    ncclResult_t res = be_barrier(&team);
     if (g.rank == 0)
         remove_store(g.store_dir);
     g.run_ctx.reset();
@@ -862,7 +880,7 @@ ncclResult_t be_fini(perf_ctx *ctx)
     return res;
 }
 
-ncclResult_t be_reduce_double(const perf_ctx *, double *v, int op)
+ncclResult_t be_reduce_double(const perf_team *, double *v, int op)
 {
     return guarded("allreduce", [&] {
         gloo::AllreduceOptions o(g.ctx);
@@ -873,7 +891,7 @@ ncclResult_t be_reduce_double(const perf_ctx *, double *v, int op)
     });
 }
 
-ncclResult_t be_sum_int64(const perf_ctx *, int64_t *v)
+ncclResult_t be_sum_int64(const perf_team *, int64_t *v)
 {
     return guarded("allreduce", [&] {
         gloo::AllreduceOptions o(g.ctx);
@@ -884,7 +902,7 @@ ncclResult_t be_sum_int64(const perf_ctx *, int64_t *v)
     });
 }
 
-ncclResult_t be_allgather(const perf_ctx *, const void *in, void *out, size_t bytes)
+ncclResult_t be_allgather(const perf_team *, const void *in, void *out, size_t bytes)
 {
     return guarded("allgather", [&] {
         gloo::AllgatherOptions o(g.ctx);
@@ -944,6 +962,10 @@ perf_backend make_backend()
     b.init = be_init;
     b.early_rank = be_early_rank;
     b.fini = be_fini;
+    b.caps = 0;
+    b.comm_init = be_comm_init;
+    b.comm_fini = be_comm_fini;
+    b.comm_device = be_comm_device;
     b.barrier = be_barrier;
     b.reduce_double = be_reduce_double;
     b.sum_int64 = be_sum_int64;

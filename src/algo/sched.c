@@ -194,19 +194,30 @@
  */
 #include "algo/sched.h"
 
+/*
+ * The CUDA executor includes this file into its kernel (kernels/coll_kernel.cu) with
+ * WEFT_SCHED_FN set to nvcc's __host__ __device__ and WEFT_SCHED_DEVICE defined, so the kernel
+ * computes its steps with this very code; the parts only the host needs are left out there.
+ */
+#ifndef WEFT_SCHED_FN
+#define WEFT_SCHED_FN
+#endif
+
 struct sched_out {
     struct weft_step *steps;
     uint64_t max;
-    uint64_t n; /* steps produced so far (may exceed max: then the caller reports overflow) */
+    uint64_t n;     /* steps produced so far (may exceed max: then the caller reports overflow) */
+    uint64_t first; /* steps before this index are counted, not stored (windowed builds) */
 };
 
+WEFT_SCHED_FN
 static void sched_emit(struct sched_out *o, int op, int src, int dst, int flags, int send_peer,
                        int recv_peer, uint64_t src_off, uint64_t dst_off, uint64_t count)
 {
     if (count == 0)
         return;
-    if (o->n < o->max) {
-        struct weft_step *s = &o->steps[o->n];
+    if (o->n >= o->first && o->n - o->first < o->max) {
+        struct weft_step *s = &o->steps[o->n - o->first];
         s->op = (uint8_t)op;
         s->src = (uint8_t)src;
         s->dst = (uint8_t)dst;
@@ -223,6 +234,7 @@ static void sched_emit(struct sched_out *o, int op, int src, int dst, int flags,
 
 /* Part i of `parts` near-equal contiguous parts of `total` (the first total % parts get one
  * element more). */
+WEFT_SCHED_FN
 static void sched_split(uint64_t total, uint64_t parts, uint64_t i, uint64_t *off, uint64_t *len)
 {
     uint64_t base = total / parts, rem = total % parts;
@@ -230,22 +242,26 @@ static void sched_split(uint64_t total, uint64_t parts, uint64_t i, uint64_t *of
     *len = base + (i < rem ? 1 : 0);
 }
 
+WEFT_SCHED_FN
 static inline int sched_mod(int a, int n)
 {
     a %= n;
     return a < 0 ? a + n : a;
 }
 
+WEFT_SCHED_FN
 static inline uint64_t sched_min(uint64_t a, uint64_t b)
 {
     return a < b ? a : b;
 }
 
+WEFT_SCHED_FN
 static inline uint64_t sched_div_up(uint64_t a, uint64_t b)
 {
     return a / b + (a % b != 0);
 }
 
+WEFT_SCHED_FN
 void weft_sched_range(uint64_t count, int channel, int nchannels, uint64_t *off, uint64_t *len)
 {
     if (nchannels < 1 || channel < 0 || channel >= nchannels) {
@@ -257,6 +273,7 @@ void weft_sched_range(uint64_t count, int channel, int nchannels, uint64_t *off,
 }
 
 /* Elements per all-reduce piece: n*chunk, or the whole range when that would not be smaller. */
+WEFT_SCHED_FN
 static uint64_t ring_piece(uint64_t len, int n, uint64_t chunk)
 {
     if (chunk > len / (uint64_t)n)
@@ -265,11 +282,13 @@ static uint64_t ring_piece(uint64_t len, int n, uint64_t chunk)
 }
 
 /* Rank at ring position pos, and ring position of rank (the identity without a ring order). */
+WEFT_SCHED_FN
 static inline int sched_rank_at(const struct weft_sched_args *a, int pos)
 {
     return a->ring != NULL ? a->ring[pos] : pos;
 }
 
+WEFT_SCHED_FN
 static inline int sched_pos_of(const struct weft_sched_args *a, int rank)
 {
     return a->ring != NULL ? a->ring_pos[rank] : rank;
@@ -277,6 +296,7 @@ static inline int sched_pos_of(const struct weft_sched_args *a, int rank)
 
 /* One ring all-reduce piece of psize elements at base among n ring members (this one at position
  * r): the reduce steps combine with src (the input, or the output a previous phase wrote). */
+WEFT_SCHED_FN
 static void ring_allreduce_piece(struct sched_out *o, int n, int r, int next, int prev, int src,
                                  uint64_t base, uint64_t psize)
 {
@@ -300,6 +320,7 @@ static void ring_allreduce_piece(struct sched_out *o, int n, int r, int next, in
     sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, prev, 0, base + co, cl);
 }
 
+WEFT_SCHED_FN
 static void ring_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = sched_pos_of(a, a->rank);
@@ -322,6 +343,7 @@ static void ring_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 }
 
 /* Cell (s, c) of a hierarchical piece of psize elements: shard s of k, part c of H in it. */
+WEFT_SCHED_FN
 static void hier_cell(uint64_t psize, int k, int H, int s, int c, uint64_t *off, uint64_t *len)
 {
     uint64_t so, sl, co;
@@ -330,6 +352,7 @@ static void hier_cell(uint64_t psize, int k, int H, int s, int c, uint64_t *off,
     *off = so + co;
 }
 
+WEFT_SCHED_FN
 static void hier_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, k = a->local_ranks > 1 ? a->local_ranks : 1, H = n / k;
@@ -384,16 +407,19 @@ static void hier_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 }
 
 /* Tree positions are 1-based; see the block comment. */
+WEFT_SCHED_FN
 static inline int tree_pos(int n, int tree, int r)
 {
     return tree == 0 ? r + 1 : n % 2 == 0 ? n - r : (r + 1) % n + 1;
 }
 
+WEFT_SCHED_FN
 static inline int tree_rank(int n, int tree, int p)
 {
     return tree == 0 ? p - 1 : n % 2 == 0 ? n - p : sched_mod(p - 2, n);
 }
 
+WEFT_SCHED_FN
 void weft_sched_tree(int nranks, int tree, int rank, int *parent_p, int *child0_p, int *child1_p)
 {
     int n = nranks, p = tree_pos(n, tree, rank), b = p & -p, root = 1;
@@ -414,6 +440,7 @@ void weft_sched_tree(int nranks, int tree, int rank, int *parent_p, int *child0_
 }
 
 /* Elements per tree piece: two halves of at most chunk, or the whole range when that fits. */
+WEFT_SCHED_FN
 static uint64_t tree_piece(uint64_t len, uint64_t chunk)
 {
     if (chunk >= len - len / 2)
@@ -422,12 +449,14 @@ static uint64_t tree_piece(uint64_t len, uint64_t chunk)
 }
 
 /* Pieces of at most this many elements go whole over tree 0. */
+WEFT_SCHED_FN
 static uint64_t tree_one_max(uint64_t chunk)
 {
     return chunk < WEFT_SCHED_TREE_ONE_MAX ? chunk : WEFT_SCHED_TREE_ONE_MAX;
 }
 
 /* Half k of a piece of p elements: ceil and floor of p/2, or all of it on tree 0 for small p. */
+WEFT_SCHED_FN
 static void tree_half(uint64_t p, uint64_t chunk, int k, uint64_t *off, uint64_t *len)
 {
     if (p <= tree_one_max(chunk)) {
@@ -442,6 +471,7 @@ struct tree_node {
     int parent, c0, c1;
 };
 
+WEFT_SCHED_FN
 static void tree_up(struct sched_out *o, const struct tree_node *t, uint64_t e, uint64_t c)
 {
     int root = t->parent < 0;
@@ -468,6 +498,7 @@ static void tree_up(struct sched_out *o, const struct tree_node *t, uint64_t e, 
                    t->c1, e, 0, c);
 }
 
+WEFT_SCHED_FN
 static void tree_down(struct sched_out *o, const struct tree_node *t, uint64_t e, uint64_t c)
 {
     if (t->parent < 0)
@@ -482,6 +513,7 @@ static void tree_down(struct sched_out *o, const struct tree_node *t, uint64_t e
 }
 
 /* Edges from rank up to the root of tree `tree`. */
+WEFT_SCHED_FN
 static int tree_depth(int n, int tree, int rank)
 {
     int d = 0, p, c0, c1;
@@ -494,6 +526,7 @@ static int tree_depth(int n, int tree, int rank)
     }
 }
 
+WEFT_SCHED_FN
 static void tree_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks;
@@ -539,6 +572,7 @@ static void tree_allreduce(const struct weft_sched_args *a, struct sched_out *o)
     }
 }
 
+WEFT_SCHED_FN
 static void ring_allgather(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, me = a->rank, r = sched_pos_of(a, me);
@@ -562,6 +596,7 @@ static void ring_allgather(const struct weft_sched_args *a, struct sched_out *o)
     }
 }
 
+WEFT_SCHED_FN
 static void ring_reducescatter(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, me = a->rank, r = sched_pos_of(a, me);
@@ -586,6 +621,7 @@ static void ring_reducescatter(const struct weft_sched_args *a, struct sched_out
     }
 }
 
+WEFT_SCHED_FN
 static void chain_broadcast(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = sched_pos_of(a, a->rank);
@@ -609,6 +645,7 @@ static void chain_broadcast(const struct weft_sched_args *a, struct sched_out *o
     }
 }
 
+WEFT_SCHED_FN
 static void chain_reduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = sched_pos_of(a, a->rank);
@@ -633,6 +670,7 @@ static void chain_reduce(const struct weft_sched_args *a, struct sched_out *o)
     }
 }
 
+WEFT_SCHED_FN
 static void p2p_send(const struct weft_sched_args *a, struct sched_out *o)
 {
     uint64_t off, len;
@@ -643,6 +681,7 @@ static void p2p_send(const struct weft_sched_args *a, struct sched_out *o)
                    sched_min(a->chunk, len - po));
 }
 
+WEFT_SCHED_FN
 static void p2p_recv(const struct weft_sched_args *a, struct sched_out *o)
 {
     uint64_t off, len;
@@ -654,6 +693,7 @@ static void p2p_recv(const struct weft_sched_args *a, struct sched_out *o)
 }
 
 /* Pairwise (each SEND followed by its round's RECV) or direct (every SEND, then every RECV). */
+WEFT_SCHED_FN
 static void alltoall_steps(const struct weft_sched_args *a, struct sched_out *o, int sends_first)
 {
     int n = a->nranks, r = a->rank;
@@ -677,17 +717,20 @@ static void alltoall_steps(const struct weft_sched_args *a, struct sched_out *o,
     }
 }
 
+WEFT_SCHED_FN
 static void pairwise_alltoall(const struct weft_sched_args *a, struct sched_out *o)
 {
     alltoall_steps(a, o, 0);
 }
 
+WEFT_SCHED_FN
 static void direct_alltoall(const struct weft_sched_args *a, struct sched_out *o)
 {
     alltoall_steps(a, o, 1);
 }
 
 /* Receives one piece from every rank in rank order and reduces it into output[e] (FINAL last). */
+WEFT_SCHED_FN
 static void direct_reduce_in_order(struct sched_out *o, int n, uint64_t e, uint64_t c)
 {
     sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, e, c);
@@ -696,6 +739,7 @@ static void direct_reduce_in_order(struct sched_out *o, int n, uint64_t e, uint6
                    p == n - 1 ? WEFT_STEP_FINAL : 0, -1, p, e, e, c);
 }
 
+WEFT_SCHED_FN
 static void direct_allreduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank;
@@ -716,6 +760,7 @@ static void direct_allreduce(const struct weft_sched_args *a, struct sched_out *
     }
 }
 
+WEFT_SCHED_FN
 static void direct_broadcast(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank, root = a->root;
@@ -735,6 +780,7 @@ static void direct_broadcast(const struct weft_sched_args *a, struct sched_out *
     }
 }
 
+WEFT_SCHED_FN
 static void direct_reduce(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank, root = a->root;
@@ -754,6 +800,7 @@ static void direct_reduce(const struct weft_sched_args *a, struct sched_out *o)
     }
 }
 
+WEFT_SCHED_FN
 static void direct_allgather(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank;
@@ -775,6 +822,7 @@ static void direct_allgather(const struct weft_sched_args *a, struct sched_out *
     }
 }
 
+WEFT_SCHED_FN
 static void direct_reducescatter(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank;
@@ -797,6 +845,7 @@ static void direct_reducescatter(const struct weft_sched_args *a, struct sched_o
     }
 }
 
+WEFT_SCHED_FN
 static void direct_gather(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank, root = a->root;
@@ -819,6 +868,7 @@ static void direct_gather(const struct weft_sched_args *a, struct sched_out *o)
     }
 }
 
+WEFT_SCHED_FN
 static void direct_scatter(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank, root = a->root;
@@ -848,12 +898,14 @@ static void direct_scatter(const struct weft_sched_args *a, struct sched_out *o)
 /* Steps of one all-reduce piece of p elements: its m = min(p, n) non-empty chunks are chunks
  * 0 .. m-1; each is handled once per half except chunk r (not sent before it is final) and chunk
  * r+1 (only received in the second half), so 2m steps, less one when chunk r is among them. */
+WEFT_SCHED_FN
 static uint64_t ring_allreduce_piece_steps(const struct weft_sched_args *a, uint64_t p)
 {
     uint64_t m = sched_min(p, (uint64_t)a->nranks);
     return p == 0 ? 0 : 2 * m - ((uint64_t)sched_pos_of(a, a->rank) < m ? 1 : 0);
 }
 
+WEFT_SCHED_FN
 static uint64_t ring_allreduce_count(const struct weft_sched_args *a, uint64_t len)
 {
     if (len == 0)
@@ -868,6 +920,7 @@ static uint64_t ring_allreduce_count(const struct weft_sched_args *a, uint64_t l
 /* Tree all-reduce: per non-empty half of tree k, up max(ch, 1) steps and down ch at the root,
  * max(ch, 1) elsewhere (ch children); n == 1: one COPY per half. Half 1 is empty when
  * P <= min(chunk, WEFT_SCHED_TREE_ONE_MAX). */
+WEFT_SCHED_FN
 static uint64_t tree_allreduce_count(const struct weft_sched_args *a, uint64_t len)
 {
     if (len == 0)
@@ -887,6 +940,7 @@ static uint64_t tree_allreduce_count(const struct weft_sched_args *a, uint64_t l
 }
 
 /* Step counts; only called once sched_lookup accepted the arguments. */
+WEFT_SCHED_FN
 static uint64_t sched_count(const struct weft_sched_args *a)
 {
     uint64_t off, len;
@@ -896,7 +950,7 @@ static uint64_t sched_count(const struct weft_sched_args *a)
 
     int is_root = a->rank == a->root;
     if (a->algo == WEFT_ALGO_HIER) { /* O(steps): counted by a dry run */
-        struct sched_out o = {NULL, 0, 0};
+        struct sched_out o = {NULL, 0, 0, 0};
         hier_allreduce(a, &o);
         return o.n;
     }
@@ -943,6 +997,7 @@ static uint64_t sched_count(const struct weft_sched_args *a)
 typedef void (*sched_gen_fn_t)(const struct weft_sched_args *a, struct sched_out *o);
 
 /* The schedules that RING and DIRECT share: one each, whichever algorithm is asked for. */
+WEFT_SCHED_FN
 static sched_gen_fn_t sched_gen_pairwise(int coll)
 {
     switch (coll) {
@@ -963,6 +1018,7 @@ static sched_gen_fn_t sched_gen_pairwise(int coll)
 
 /* Generator per (algorithm, collective); NULL: not supported (yet). A switch rather than a
  * designated-initializer table, which nvcc's C++ would reject. */
+WEFT_SCHED_FN
 static sched_gen_fn_t sched_gen(int algo, int coll)
 {
     switch (algo) {
@@ -1008,6 +1064,7 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
 }
 
 /* The generator for valid arguments, NULL otherwise. */
+WEFT_SCHED_FN
 static sched_gen_fn_t sched_lookup(const struct weft_sched_args *a)
 {
     if (a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks || a->nchannels < 1 ||
@@ -1024,6 +1081,7 @@ static sched_gen_fn_t sched_lookup(const struct weft_sched_args *a)
     return sched_gen(a->algo, a->coll);
 }
 
+WEFT_SCHED_FN
 uint64_t weft_sched_max_steps(const struct weft_sched_args *args)
 {
     if (sched_lookup(args) == NULL)
@@ -1031,6 +1089,7 @@ uint64_t weft_sched_max_steps(const struct weft_sched_args *args)
     return sched_count(args);
 }
 
+WEFT_SCHED_FN
 uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *steps, uint64_t max)
 {
     sched_gen_fn_t gen = sched_lookup(args);
@@ -1039,11 +1098,29 @@ uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *
     /* Refuse before writing anything when the list cannot fit. */
     if (sched_count(args) > max)
         return UINT64_MAX;
-    struct sched_out o = {steps, max, 0};
+    struct sched_out o = {steps, max, 0, 0};
     gen(args, &o);
     return o.n > max ? UINT64_MAX : o.n;
 }
 
+WEFT_SCHED_FN
+uint64_t weft_sched_build_window(const struct weft_sched_args *args, uint64_t first,
+                                              struct weft_step *steps, uint64_t max,
+                                              uint64_t *total_p)
+{
+    sched_gen_fn_t gen = sched_lookup(args);
+    if (gen == NULL || (steps == NULL && max > 0))
+        return UINT64_MAX;
+    struct sched_out o = {steps, max, 0, first};
+    gen(args, &o);
+    *total_p = o.n;
+    if (o.n <= first)
+        return 0;
+    return o.n - first < max ? o.n - first : max;
+}
+
+#ifndef WEFT_SCHED_DEVICE
+WEFT_SCHED_FN
 void weft_sched_ring_order(int nranks, const int *host, int *ring, int *ring_pos)
 {
     int nhosts = 0, pos = 0;
@@ -1059,6 +1136,7 @@ void weft_sched_ring_order(int nranks, const int *host, int *ring, int *ring_pos
             }
 }
 
+WEFT_SCHED_FN
 uint64_t weft_sched_bytes_sent(const struct weft_step *steps, uint64_t nsteps, size_t elem_size)
 {
     uint64_t elems = 0;
@@ -1077,6 +1155,7 @@ uint64_t weft_sched_bytes_sent(const struct weft_step *steps, uint64_t nsteps, s
     return elems * (uint64_t)elem_size;
 }
 
+WEFT_SCHED_FN
 const char *weft_coll_name(int coll)
 {
     static const char *const names[WEFT_COLL_COUNT] = {
@@ -1086,8 +1165,10 @@ const char *weft_coll_name(int coll)
     return coll >= 0 && coll < WEFT_COLL_COUNT ? names[coll] : "Unknown";
 }
 
+WEFT_SCHED_FN
 const char *weft_algo_name(int algo)
 {
     static const char *const names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct", "Hier"};
     return algo >= 0 && algo < WEFT_ALGO_COUNT ? names[algo] : "Unknown";
 }
+#endif /* !WEFT_SCHED_DEVICE */

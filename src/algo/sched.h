@@ -137,6 +137,15 @@ uint64_t weft_sched_max_steps(const struct weft_sched_args *args);
 uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *steps, uint64_t max);
 
 /*
+ * Steps first .. first+max-1 of the same list (a window, for executors that keep only a few steps
+ * at a time: the CUDA kernel). Writes them to steps[0 ..), sets *total_p to the length of the whole
+ * list and returns how many were written (0 once first >= total), or UINT64_MAX if the arguments
+ * are not supported. Costs as much as building the whole list.
+ */
+uint64_t weft_sched_build_window(const struct weft_sched_args *args, uint64_t first,
+                                 struct weft_step *steps, uint64_t max, uint64_t *total_p);
+
+/*
  * Tree `tree` (0 or 1) of the double binary tree over nranks (see sched.c): rank's parent (-1 at the
  * root) and children (-1 where absent; child1 >= 0 only if child0 >= 0). Every rank computes the
  * same trees.

@@ -7,6 +7,7 @@
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/redop_build.h"
+#include "exec/cuda.h"
 
 static ncclResult_t weft_check_dtype(ncclDataType_t dtype, const char *api)
 {
@@ -108,6 +109,7 @@ static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbu
         WEFT_CHECK(weft_check_buf(sendbuff, "sendbuff", api));
     if (recv_needed)
         WEFT_CHECK(weft_check_buf(recvbuff, "recvbuff", api));
+    WEFT_CHECK(weft_cuda_classify(comm, &task, send_needed, recv_needed));
     return weft_group_enqueue(&task);
 }
 

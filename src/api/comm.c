@@ -10,6 +10,7 @@
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/split.h"
+#include "exec/cuda.h"
 #include "exec/stream.h"
 #include "exec/wait.h"
 
@@ -118,8 +119,16 @@ WEFT_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
     WEFT_CHECK(weft_bootstrap_get_unique_id(&id));
     WEFT_CHECK(weft_group_start());
     ncclResult_t res = ncclSuccess;
-    for (int i = 0; i < ndev && res == ncclSuccess; i++)
+    /* Rank i on devlist[i] (device i without a list; Weft wraps around the devices there are,
+     * where NCCL would fail, so several ranks may share a device). */
+    int ndevices = weft_cuda_device_count(), prev = weft_cuda_current_device();
+    for (int i = 0; i < ndev && res == ncclSuccess; i++) {
+        if (ndevices > 0)
+            weft_cuda_set_device(devlist != NULL ? devlist[i] : i % ndevices);
         res = weft_group_enqueue_init(&comms[i], ndev, &id, i, NULL);
+    }
+    if (prev >= 0)
+        weft_cuda_set_device(prev);
     ncclResult_t end = weft_group_end();
     return res != ncclSuccess ? res : end;
 }
@@ -149,7 +158,8 @@ struct weft_finalize_job {
 static ncclResult_t weft_finalize_run(struct weft_job *job)
 {
     struct weft_finalize_job *f = (struct weft_finalize_job *)job;
-    return weft_comm_ticket_wait(f->comm, f->ticket);
+    WEFT_CHECK(weft_comm_ticket_wait(f->comm, f->ticket));
+    return weft_cuda_comm_sync(f->comm); /* and every kernel launched before */
 }
 
 static void weft_finalize_finish(struct weft_job *job, ncclResult_t res)
@@ -226,6 +236,7 @@ WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
         return ncclSuccess;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommAbort"));
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    weft_cuda_comm_abort(comm);
     if (!weft_comm_wake_and_drain(comm, 1000)) {
         WEFT_WARN("ncclCommAbort: an operation is still running on rank %d; resources leaked",
                   comm->rank);

@@ -18,6 +18,7 @@
 #include "core/param.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
+#include "exec/cuda.h"
 #include "exec/stream.h"
 #include "transport.h"
 
@@ -214,6 +215,7 @@ static ncclResult_t weft_comm_disconnect(struct ncclComm *comm)
 ncclResult_t weft_comm_free(struct ncclComm *comm)
 {
     ncclResult_t res = ncclSuccess;
+    WEFT_CHECK_IGNORE(weft_cuda_comm_free(comm), res);
     if (comm->async_stream != NULL) {
         WEFT_CHECK_IGNORE(weft_stream_destroy(comm->async_stream), res);
         comm->async_stream = NULL;
@@ -487,7 +489,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     me->version = WEFT_PEER_INFO_VERSION;
     me->rank = comm->rank;
     me->pid = (int32_t)getpid();
-    me->cuda_dev = comm->cuda_dev;
+    me->cuda_dev = comm->cuda_bound ? comm->cuda_dev : -1;
     me->host_hash = weft_host_hash();
     me->comm_hash = comm->comm_hash;
     me->flags = weft_param_ShmDisable() ? WEFT_PEER_NO_SHM : 0;
@@ -607,6 +609,11 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
     comm->blocking = cfg.blocking;
     int64_t nch = weft_param_HostNChannels();
     comm->nchannels = nch < 1 ? 1 : nch > WEFT_MAX_CHANNELS ? WEFT_MAX_CHANNELS : (int)nch;
+    ncclResult_t res = weft_cuda_comm_bind(comm, -1); /* the calling thread's device */
+    if (res != ncclSuccess) {
+        free(comm);
+        return res;
+    }
     pthread_mutex_init(&comm->ticket_lock, NULL);
     pthread_cond_init(&comm->ticket_cond, NULL);
     *comm_p = comm;
@@ -623,6 +630,7 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
     WEFT_CHECK(weft_bootstrap_init(id, comm->rank, comm->nranks, &comm->abort_flag,
                                    &comm->bootstrap));
     WEFT_CHECK(weft_comm_connect(comm));
+    WEFT_CHECK(weft_cuda_comm_setup(comm));
     WEFT_CHECK(weft_bootstrap_barrier(comm->bootstrap));
     WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
               comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
@@ -683,6 +691,7 @@ void weft_comm_ticket_done(struct ncclComm *comm)
 
 ncclResult_t weft_comm_async_state(struct ncclComm *comm)
 {
+    weft_cuda_comm_check(comm); /* a kernel that gave up records its error here */
     ncclResult_t err = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
     if (err != ncclSuccess)
         return err;

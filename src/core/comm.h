@@ -26,6 +26,7 @@
 struct weft_bootstrap;
 struct weft_transport;
 struct weft_stream;
+struct weft_cuda_comm;
 
 /*
  * Settings that shape the wire or a schedule (channels, slot sizes, socket links, algorithm and
@@ -152,6 +153,13 @@ struct ncclComm {
     struct weft_stream *async_stream; /* non-blocking communicators run all their work here */
 
     struct weft_user_op user_ops[WEFT_MAX_USER_OPS];
+
+    /* The CUDA executor (exec/cuda.c): cuda_bound when the process has a device (cuda_dev is
+     * then this rank's); cuda is its device state, NULL without one; cuda_multiproc when every
+     * rank has a device but they are in several processes (device buffers refused). */
+    int cuda_bound;
+    int cuda_multiproc;
+    struct weft_cuda_comm *cuda;
 };
 
 /* Validates a handle passed by the user; NULL or dead: ncclInvalidArgument with a message. */

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "exec/cuda.h"
 #include "exec/stream.h"
 
 struct weft_init_job {
@@ -18,6 +19,7 @@ struct weft_init_job {
     int has_config;
     ncclConfig_t config;
     ncclResult_t res;
+    int cuda_dev; /* the caller's current device when it asked (-1: none) */
 };
 
 struct weft_group {
@@ -106,6 +108,13 @@ static ncclResult_t weft_init_start(struct weft_init_job *job, int *started_asyn
     struct ncclComm *comm;
     WEFT_CHECK(weft_comm_alloc(&comm, job->nranks, job->rank,
                                job->has_config ? &job->config : NULL));
+    if (job->cuda_dev >= 0) {
+        ncclResult_t res = weft_cuda_comm_bind(comm, job->cuda_dev);
+        if (res != ncclSuccess) {
+            weft_comm_free(comm);
+            return res;
+        }
+    }
     *job->comm_p = comm;
     if (!comm->blocking) {
         *started_async = 1;
@@ -300,7 +309,8 @@ ncclResult_t weft_group_enqueue_init(struct ncclComm **comm_p, int nranks, const
 {
     struct weft_group *g = &weft_group_state;
     if (g->depth == 0) {
-        struct weft_init_job job = {comm_p, nranks, *id, rank, config != NULL, {0}, ncclSuccess};
+        struct weft_init_job job = {comm_p, nranks, *id, rank, config != NULL, {0}, ncclSuccess,
+                                    weft_cuda_current_device()};
         if (config != NULL) {
             size_t n = config->size < sizeof(job.config) ? config->size : sizeof(job.config);
             memcpy(&job.config, config, n);
@@ -325,6 +335,7 @@ ncclResult_t weft_group_enqueue_init(struct ncclComm **comm_p, int nranks, const
     struct weft_init_job *job = &g->inits[g->ninits++];
     memset(job, 0, sizeof(*job));
     job->comm_p = comm_p;
+    job->cuda_dev = weft_cuda_current_device();
     job->nranks = nranks;
     job->id = *id;
     job->rank = rank;

@@ -26,6 +26,7 @@ struct weft_task {
     struct weft_redop redop; /* captured at enqueue: the user may destroy the op right after */
     const char *api;         /* public name, for messages */
     const void *stream;      /* the user's cudaStream_t: NULL, a Weft host stream, or foreign */
+    int on_device;           /* buffers are CUDA memory: the CUDA executor runs it (exec/cuda.h) */
 };
 
 /* Runs the task now (no group open) or records it; an error is reported at group end. */

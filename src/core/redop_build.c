@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/redop_build.h"
+#include "exec/cuda.h"
 
 /* Handle = ncclNumOps + slot + WEFT_MAX_USER_OPS * tag, tag derived from the communicator. */
 #define WEFT_USER_OP_TAGS ((0x7fffffff - ncclNumOps) / WEFT_MAX_USER_OPS)
@@ -83,7 +84,12 @@ ncclResult_t weft_redop_build(const struct ncclComm *comm, ncclRedOp_t op, ncclD
     out->kind = WEFT_RED_SUM;
     out->premul = 1;
     size_t es = weft_dtype_size(dtype);
-    /* A device-resident scalar is read when the operation is issued (host memory here). */
+    /* A device-resident scalar in host memory is read when the operation is issued; one in CUDA
+     * memory is read where the operation runs (exec/cuda.c). */
+    if (uop->residence == ncclScalarDevice && weft_cuda_is_device_ptr(uop->scalar_ptr)) {
+        out->scalar_dev = uop->scalar_ptr;
+        return ncclSuccess;
+    }
     memcpy(out->scalar.bytes,
            uop->residence == ncclScalarDevice ? (const uint8_t *)uop->scalar_ptr : uop->scalar,
            es);

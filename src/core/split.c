@@ -7,6 +7,7 @@
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/split.h"
+#include "exec/cuda.h"
 
 #define WEFT_SHRINK_MSG_VERSION 0x57534b01u /* "\1KSW" */
 
@@ -64,14 +65,21 @@ static ncclResult_t weft_split_make_id(const struct ncclComm *comm, ncclUniqueId
 /*
  * Creates the child the way ncclCommInitRankConfig does, so groups (the init runs at
  * ncclGroupEnd) and non-blocking configs (ncclInProgress, *child_p set at once) behave the same.
- * config NULL: the parent's resolved config. Devices need no care: host comms all use device 0.
+ * config NULL: the parent's resolved config. The child is on the parent's device (as in NCCL),
+ * whatever the calling thread's current device is.
  */
 static ncclResult_t weft_split_init_child(struct ncclComm *comm, int nranks, const ncclUniqueId *id,
                                           int rank, const ncclConfig_t *config,
                                           struct ncclComm **child_p)
 {
-    return weft_group_enqueue_init(child_p, nranks, id, rank,
-                                   config != NULL ? config : &comm->config);
+    int prev = comm->cuda_bound ? weft_cuda_current_device() : -1;
+    if (comm->cuda_bound)
+        weft_cuda_set_device(comm->cuda_dev);
+    ncclResult_t res = weft_group_enqueue_init(child_p, nranks, id, rank,
+                                               config != NULL ? config : &comm->config);
+    if (prev >= 0)
+        weft_cuda_set_device(prev);
+    return res;
 }
 
 /* ---------------------------------------------------------------------------------------------

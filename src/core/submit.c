@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "exec/cuda.h"
 #include "exec/stream.h"
 
 struct weft_part {
@@ -65,7 +66,7 @@ static struct weft_stream *weft_target(const struct weft_task *first)
     return first->comm->blocking ? NULL : first->comm->async_stream;
 }
 
-ncclResult_t weft_submit(struct weft_task *tasks, int ntasks)
+static ncclResult_t weft_submit_host(struct weft_task *tasks, int ntasks)
 {
     ncclResult_t res = ncclSuccess;
     /* Small submissions (the common case: one operation) use the stack. */
@@ -161,6 +162,39 @@ out:
         free(parts);
         free(targets);
         free(part_of);
+    }
+    return res;
+}
+
+/*
+ * Tasks on CUDA buffers (weft_cuda_classify) go to the CUDA executor, which only enqueues them on
+ * the GPU, so they are launched first, from the calling thread; host tasks keep the path above.
+ */
+ncclResult_t weft_submit(struct weft_task *tasks, int ntasks)
+{
+    int ndev = 0;
+    for (int t = 0; t < ntasks; t++)
+        ndev += tasks[t].on_device;
+    if (ndev == 0)
+        return weft_submit_host(tasks, ntasks);
+    struct weft_task *dev = malloc((size_t)ndev * sizeof(*dev));
+    if (dev == NULL) {
+        WEFT_WARN("out of memory issuing %d device operations", ndev);
+        return ncclSystemError;
+    }
+    int nd = 0, nh = 0;
+    for (int t = 0; t < ntasks; t++) {
+        if (tasks[t].on_device)
+            dev[nd++] = tasks[t];
+        else
+            tasks[nh++] = tasks[t];
+    }
+    ncclResult_t res = weft_cuda_exec(dev, nd);
+    free(dev);
+    if (nh > 0) {
+        ncclResult_t r = weft_submit_host(tasks, nh);
+        if (res == ncclSuccess)
+            res = r;
     }
     return res;
 }

@@ -152,9 +152,9 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
                 break;
             }
         }
-        if (sc != NULL && sc->head_seen + sc->nslots <= sc->step) {
+        if (sc != NULL && !weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
             sc->head_seen = __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE);
-            if (sc->head_seen + sc->nslots <= sc->step) {
+            if (!weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
                 if (blocked_peer_p != NULL) {
                     *blocked_peer_p = s->send_peer;
                     *blocked_send_p = 1;

@@ -41,12 +41,9 @@
 #include <stdint.h>
 
 #include "algo/sched.h"
+#include "dev_fifo.h" /* WEFT_STEPS, WEFT_CHUNK_SLOTS, WEFT_CACHELINE and the credit rules */
 #include "redop.h"
 
-/* Slots of a FIFO; a step of a schedule spans at most WEFT_CHUNK_SLOTS of them (two in flight). */
-#define WEFT_STEPS 8
-#define WEFT_CHUNK_SLOTS (WEFT_STEPS / 2)
-#define WEFT_CACHELINE 128
 #define WEFT_SLOT_HEADER 16
 /* The LL FIFO (slots: a power of two, as WEFT_STEPS). */
 #define WEFT_LL_SLOTS 32
@@ -93,8 +90,8 @@ struct weft_conn {
  * cost 20 ns a slice on 2-rank 8 B all-reduce). */
 static inline struct weft_slot_header *weft_conn_slot(const struct weft_conn *conn, uint64_t step)
 {
-    return (struct weft_slot_header *)(conn->slots +
-                                       (size_t)(step & (conn->nslots - 1)) * conn->slot_bytes);
+    size_t slot = weft_fifo_slot(step, conn->nslots);
+    return (struct weft_slot_header *)(conn->slots + slot * conn->slot_bytes);
 }
 
 /* The connections a lane may use, indexed by peer rank. */

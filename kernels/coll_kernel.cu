@@ -1,0 +1,699 @@
+/*
+ * The collective kernel: one launch per communicator per group, one block per channel (see
+ * dev_kernel.h for what each block runs, dev_fifo.h for the protocol).
+ *
+ * Thread 0 of a block is the block's conductor. It computes the steps of its operations on the
+ * device, from the operation's parameters, with the host's own schedule code (algo/sched.c is
+ * included below), into a window of the communicator's step scratch; it polls the connections
+ * (acquire loads of tail and head), and when a slice of some operation can move it describes the
+ * slice in shared memory. Every thread of the block then copies or reduces its part of it
+ * (16-byte vectors where the pointers allow, elements otherwise, with the element ops of
+ * redop_elem.h, so results equal the host reductions bit for bit), and after a barrier thread 0
+ * publishes (release stores of tail and head) and moves on. While nothing can move it spins with
+ * weft_spin_hint, reading the abort word and the clock: on abort, or after the deadline without
+ * progress, it fills the stuck record and every block leaves.
+ *
+ * Compiled by g++ as C++ for the emulated GPU (always) and by nvcc for sm_80/sm_90 when the
+ * toolkit is found; kernels/dialect.h maps the device primitives for each.
+ *
+ * Protocol: Simple only (dev_fifo.h). LL (flags in the data lines, no tail) is not done yet;
+ * NCCL_PROTO does not affect device work.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dialect.h"
+
+#include "algo/sched.h"
+#include "compat.h"
+#include "dev_fifo.h"
+#include "dev_kernel.h"
+#include "redop.h"
+#include "redop_elem.h"
+
+#if defined(__CUDACC__)
+#define WEFT_KFN __device__ __forceinline__
+#define WEFT_SCHED_FN __device__
+#else
+#define WEFT_KFN inline
+#define WEFT_SCHED_FN
+#endif
+#define WEFT_SCHED_DEVICE 1
+
+/* The schedules, compiled for the device: C++ names in a namespace (no clash with the host's C
+ * functions), with internal linkage (no clash between the g++ and the nvcc objects). */
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" /* the kernel uses the windowed builder only */
+#endif
+namespace weft_ksched {
+namespace {
+#include "algo/sched.c"
+}
+}
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace {
+
+/* ---- counters, at the connection's scope -------------------------------------------------- */
+
+WEFT_KFN uint64_t ld_acq(const uint64_t *p, int scope)
+{
+    return scope == WEFT_DEV_SCOPE_GPU ? weft_ld_acquire_u64(p, WEFT_SCOPE_GPU)
+                                       : weft_ld_acquire_u64(p, WEFT_SCOPE_SYS);
+}
+
+WEFT_KFN void st_rel(uint64_t *p, uint64_t v, int scope)
+{
+    if (scope == WEFT_DEV_SCOPE_GPU)
+        weft_st_release_u64(p, v, WEFT_SCOPE_GPU);
+    else
+        weft_st_release_u64(p, v, WEFT_SCOPE_SYS);
+}
+
+WEFT_KFN uint32_t ld_rlx32(const uint32_t *p, int scope)
+{
+    return scope == WEFT_DEV_SCOPE_GPU ? weft_ld_relaxed_u32(p, WEFT_SCOPE_GPU)
+                                       : weft_ld_relaxed_u32(p, WEFT_SCOPE_SYS);
+}
+
+WEFT_KFN void st_rlx32(uint32_t *p, uint32_t v, int scope)
+{
+    if (scope == WEFT_DEV_SCOPE_GPU)
+        weft_st_relaxed_u32(p, v, WEFT_SCOPE_GPU);
+    else
+        weft_st_relaxed_u32(p, v, WEFT_SCOPE_SYS);
+}
+
+/* ---- the slice every thread works on --------------------------------------------------------- */
+
+enum { WORK_NONE = 0, WORK_EXIT = 1, WORK_MOVE = 2 };
+
+struct work {
+    int32_t what;    /* WORK_* */
+    int32_t dtype;
+    int32_t kind;    /* enum weft_red_kind, or -1: copy */
+    int32_t pre;     /* apply premul to b */
+    int32_t post;    /* apply postdiv to the result */
+    int32_t b_fifo;  /* b is a FIFO slot (volatile loads) */
+    const char *a;   /* received data (a FIFO slot), or NULL */
+    const char *b;   /* the other operand, or the data to copy */
+    char *dst;
+    char *dst2;      /* a second destination (the outgoing slot), or NULL */
+    uint64_t n;      /* elements */
+    uint64_t es;     /* element size */
+    uint64_t scalar;
+    uint64_t divisor;
+};
+
+template <class T> WEFT_KFN T from_bits(uint64_t b)
+{
+    union {
+        uint64_t u;
+        T t;
+    } v;
+    v.u = b;
+    return v.t;
+}
+
+template <class T> WEFT_KFN T ld_elem(const char *p, int vol)
+{
+    return vol ? *(const volatile T *)p : *(const T *)p;
+}
+
+#define WEFT_DEV_TRAITS(sfx, T)                                                                    \
+    struct tr_##sfx {                                                                              \
+        typedef T t;                                                                               \
+        template <int K> static WEFT_KFN T red(T a, T b)                                           \
+        {                                                                                          \
+            return K == WEFT_RED_SUM    ? weft_elem_sum_##sfx(a, b)                                \
+                   : K == WEFT_RED_PROD ? weft_elem_prod_##sfx(a, b)                               \
+                   : K == WEFT_RED_MAX  ? weft_elem_max_##sfx(a, b)                                \
+                                        : weft_elem_min_##sfx(a, b);                               \
+        }                                                                                          \
+        static WEFT_KFN T premul(T a, T s) { return weft_elem_premul_##sfx(a, s); }                \
+        static WEFT_KFN T div(T a, uint64_t d) { return weft_elem_div_##sfx(a, d); }               \
+    };
+WEFT_DEV_TRAITS(i8, int8_t)
+WEFT_DEV_TRAITS(u8, uint8_t)
+WEFT_DEV_TRAITS(i32, int32_t)
+WEFT_DEV_TRAITS(u32, uint32_t)
+WEFT_DEV_TRAITS(i64, int64_t)
+WEFT_DEV_TRAITS(u64, uint64_t)
+WEFT_DEV_TRAITS(f16, uint16_t)
+WEFT_DEV_TRAITS(f32, float)
+WEFT_DEV_TRAITS(f64, double)
+WEFT_DEV_TRAITS(bf16, uint16_t)
+WEFT_DEV_TRAITS(e4m3, uint8_t)
+WEFT_DEV_TRAITS(e5m2, uint8_t)
+#undef WEFT_DEV_TRAITS
+
+/* One element: r = a OP pre(b), then post; without a: r = pre(b), then post. */
+template <class Tr, int K>
+WEFT_KFN typename Tr::t elem(typename Tr::t a, typename Tr::t b, int has_a, int pre, int post,
+                             typename Tr::t s, uint64_t divisor)
+{
+    typename Tr::t r = pre ? Tr::premul(b, s) : b;
+    if (has_a)
+        r = Tr::template red<K>(a, r);
+    if (post)
+        r = Tr::div(r, divisor);
+    return r;
+}
+
+/* Reduces (or transforms) w's slice; thread tid of nt. */
+template <class Tr, int K> WEFT_KFN void apply(const work *w, int tid, int nt)
+{
+    typedef typename Tr::t T;
+    enum { per = 16 / sizeof(T) };
+    const T s = from_bits<T>(w->scalar);
+    const int has_a = w->a != NULL, pre = w->pre, post = w->post, bvol = w->b_fifo;
+    uintptr_t al = (uintptr_t)w->b | (uintptr_t)w->dst | (uintptr_t)w->a | (uintptr_t)w->dst2;
+    uint64_t nv = (al & 15) == 0 ? w->n / per : 0;
+    const weft_u128 *av = (const weft_u128 *)w->a, *bv = (const weft_u128 *)w->b;
+    weft_u128 *dv = (weft_u128 *)w->dst, *d2v = (weft_u128 *)w->dst2;
+    for (uint64_t v = (uint64_t)tid; v < nv; v += (uint64_t)nt) {
+        union {
+            weft_u128 v;
+            T e[per];
+        } A, B, R;
+        B.v = bvol ? weft_ld_volatile_v16(bv + v) : weft_ld_v16(bv + v);
+        if (has_a)
+            A.v = weft_ld_volatile_v16(av + v);
+        else
+            A.v = B.v;
+        for (int k = 0; k < per; k++)
+            R.e[k] = elem<Tr, K>(A.e[k], B.e[k], has_a, pre, post, s, w->divisor);
+        weft_st_v16(dv + v, R.v);
+        if (d2v != NULL)
+            weft_st_v16(d2v + v, R.v);
+    }
+    for (uint64_t i = nv * per + (uint64_t)tid; i < w->n; i += (uint64_t)nt) {
+        T b = ld_elem<T>(w->b + i * sizeof(T), bvol);
+        T a = has_a ? ld_elem<T>(w->a + i * sizeof(T), 1) : b;
+        T r = elem<Tr, K>(a, b, has_a, pre, post, s, w->divisor);
+        *(T *)(w->dst + i * sizeof(T)) = r;
+        if (w->dst2 != NULL)
+            *(T *)(w->dst2 + i * sizeof(T)) = r;
+    }
+}
+
+/* A plain copy of w's slice to one or two destinations. */
+WEFT_KFN void copy(const work *w, int tid, int nt)
+{
+    uint64_t bytes = w->n * w->es;
+    uintptr_t al = (uintptr_t)w->b | (uintptr_t)w->dst | (uintptr_t)w->dst2;
+    uint64_t nv = (al & 15) == 0 ? bytes / 16 : 0;
+    const weft_u128 *bv = (const weft_u128 *)w->b;
+    weft_u128 *dv = (weft_u128 *)w->dst, *d2v = (weft_u128 *)w->dst2;
+    for (uint64_t v = (uint64_t)tid; v < nv; v += (uint64_t)nt) {
+        weft_u128 x = w->b_fifo ? weft_ld_volatile_v16(bv + v) : weft_ld_v16(bv + v);
+        weft_st_v16(dv + v, x);
+        if (d2v != NULL)
+            weft_st_v16(d2v + v, x);
+    }
+    for (uint64_t i = nv * 16 + (uint64_t)tid; i < bytes; i += (uint64_t)nt) {
+        char x = ld_elem<char>(w->b + i, w->b_fifo);
+        w->dst[i] = x;
+        if (w->dst2 != NULL)
+            w->dst2[i] = x;
+    }
+}
+
+template <class Tr> WEFT_KFN void apply_kind(const work *w, int tid, int nt)
+{
+    switch (w->kind) {
+    case WEFT_RED_SUM:
+        apply<Tr, WEFT_RED_SUM>(w, tid, nt);
+        break;
+    case WEFT_RED_PROD:
+        apply<Tr, WEFT_RED_PROD>(w, tid, nt);
+        break;
+    case WEFT_RED_MAX:
+        apply<Tr, WEFT_RED_MAX>(w, tid, nt);
+        break;
+    default:
+        apply<Tr, WEFT_RED_MIN>(w, tid, nt);
+        break;
+    }
+}
+
+WEFT_KFN void do_work(const work *w, int tid, int nt)
+{
+    if (w->kind < 0) {
+        copy(w, tid, nt);
+        return;
+    }
+    switch (w->dtype) {
+    case WEFT_INT8: apply_kind<tr_i8>(w, tid, nt); break;
+    case WEFT_UINT8: apply_kind<tr_u8>(w, tid, nt); break;
+    case WEFT_INT32: apply_kind<tr_i32>(w, tid, nt); break;
+    case WEFT_UINT32: apply_kind<tr_u32>(w, tid, nt); break;
+    case WEFT_INT64: apply_kind<tr_i64>(w, tid, nt); break;
+    case WEFT_UINT64: apply_kind<tr_u64>(w, tid, nt); break;
+    case WEFT_FLOAT16: apply_kind<tr_f16>(w, tid, nt); break;
+    case WEFT_FLOAT32: apply_kind<tr_f32>(w, tid, nt); break;
+    case WEFT_FLOAT64: apply_kind<tr_f64>(w, tid, nt); break;
+    case WEFT_BFLOAT16: apply_kind<tr_bf16>(w, tid, nt); break;
+    case WEFT_FP8E4M3: apply_kind<tr_e4m3>(w, tid, nt); break;
+    default: apply_kind<tr_e5m2>(w, tid, nt); break;
+    }
+}
+
+WEFT_KFN uint64_t dtype_size(int dtype)
+{
+    switch (dtype) {
+    case WEFT_INT8: case WEFT_UINT8: case WEFT_FP8E4M3: case WEFT_FP8E5M2: return 1;
+    case WEFT_FLOAT16: case WEFT_BFLOAT16: return 2;
+    case WEFT_INT32: case WEFT_UINT32: case WEFT_FLOAT32: return 4;
+    default: return 8;
+    }
+}
+
+/* ---- thread 0: the conductor --------------------------------------------------------------- */
+
+struct lane {
+    int op;           /* index in params->ops */
+    int key;          /* connection key (dev_kernel.h); lanes with one key run in order */
+    int chan;         /* connection channel */
+    int finished;
+    uint64_t cur;     /* current step */
+    uint64_t done;    /* elements of it moved */
+    uint64_t total;   /* steps */
+    uint64_t win_first, win_n;
+    struct weft_sched_args args;
+};
+
+struct conductor {
+    const weft_dev_params *p;
+    weft_dev_comm *comm;
+    int b;
+    int nlanes;
+    lane lanes[WEFT_DEV_MAX_OPS];
+    /* the slice being moved */
+    int cur_lane;
+    weft_dev_conn *rc, *sc; /* connections the slice receives on / sends on, or NULL */
+    uint64_t n;
+    const weft_step *step;
+    /* what blocks us, for the stuck record */
+    int blk_lane, blk_peer, blk_send;
+    uint64_t blk_expected, blk_seen;
+};
+
+WEFT_KFN int step_recvs(int op)
+{
+    return op != WEFT_STEP_SEND && op != WEFT_STEP_COPY;
+}
+
+WEFT_KFN int step_sends(int op)
+{
+    return op == WEFT_STEP_SEND || op == WEFT_STEP_RECV_REDUCE_SEND ||
+           op == WEFT_STEP_RECV_REDUCE_COPY_SEND || op == WEFT_STEP_RECV_COPY_SEND;
+}
+
+WEFT_KFN weft_step *lane_window(conductor *c, const lane *l)
+{
+    return c->comm->steps + weft_dev_win_index(c->b, c->comm->nwin, l->key);
+}
+
+/* Builds the lanes of block b: every collective's channel b, and the p2p ops given to b. */
+WEFT_KFN void lanes_init(conductor *c)
+{
+    const weft_dev_comm *comm = c->comm;
+    c->nlanes = 0;
+    for (int i = 0; i < c->p->nops; i++) {
+        const weft_dev_op *op = &c->p->ops[i];
+        int p2p = op->coll == WEFT_COLL_SEND || op->coll == WEFT_COLL_RECV;
+        if (p2p && op->block != c->b)
+            continue;
+        lane *l = &c->lanes[c->nlanes++];
+        l->op = i;
+        l->key = p2p ? 1 + 2 * op->root + (op->coll == WEFT_COLL_RECV) : 0;
+        l->chan = p2p ? comm->nchannels : c->b;
+        l->finished = 0;
+        l->cur = 0;
+        l->done = 0;
+        l->total = 0;
+        l->win_first = 0;
+        l->win_n = 0;
+        weft_sched_args *a = &l->args;
+        a->coll = op->coll;
+        a->algo = op->algo;
+        a->count = op->count;
+        a->nranks = comm->nranks;
+        a->rank = comm->rank;
+        a->root = op->root;
+        a->channel = p2p ? 0 : c->b;
+        a->nchannels = p2p ? 1 : comm->nchannels;
+        a->chunk = weft_fifo_chunk(comm->slot_bytes, dtype_size(op->dtype));
+        a->ring = comm->ring;
+        a->ring_pos = comm->ring_pos;
+        a->local_ranks = comm->local_ranks;
+    }
+}
+
+/* The lane's current step, refilling its window when needed; NULL when the lane is done.
+ * Returns (weft_step *)1 (never a valid pointer) when the schedule refused the arguments. */
+WEFT_KFN const weft_step *lane_step(conductor *c, lane *l)
+{
+    if (l->finished)
+        return NULL;
+    if (l->cur < l->win_first || l->cur >= l->win_first + l->win_n) {
+        uint64_t total = 0;
+        uint64_t got = weft_ksched::weft_sched_build_window(&l->args, l->cur, lane_window(c, l),
+                                                            WEFT_DEV_WINDOW, &total);
+        if (got == UINT64_MAX)
+            return (const weft_step *)1;
+        l->total = total;
+        l->win_first = l->cur;
+        l->win_n = got;
+        if (l->cur >= total) {
+            l->finished = 1;
+            return NULL;
+        }
+    }
+    return lane_window(c, l) + (l->cur - l->win_first);
+}
+
+/* 1 when an earlier lane of the block with the same key is not finished. */
+WEFT_KFN int lane_waits_turn(const conductor *c, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (c->lanes[j].key == c->lanes[i].key && !c->lanes[j].finished)
+            return 1;
+    return 0;
+}
+
+WEFT_KFN void stuck_report(conductor *c, uint32_t state, const weft_dev_op *op, int peer, int send,
+                           uint64_t step, uint64_t expected, uint64_t seen)
+{
+    weft_dev_stuck *st = &c->comm->stuck[c->b];
+    if (weft_ld_relaxed_u32(&st->state, WEFT_SCOPE_SYS) != WEFT_DEV_OK)
+        return; /* this block reported already */
+    st->channel = c->b;
+    st->peer = peer;
+    st->send = send;
+    st->coll = op != NULL ? op->coll : -1;
+    st->op_index = op != NULL ? (int32_t)(op - c->p->ops) : -1;
+    st->seq = op != NULL ? op->seq : 0;
+    st->step = step;
+    st->expected = expected;
+    st->seen = seen;
+    weft_st_release_u32(&st->state, state, WEFT_SCOPE_SYS);
+}
+
+/*
+ * Looks for a slice that can move now and fills w. Returns WORK_MOVE, WORK_NONE (everything
+ * blocked), or WORK_EXIT (all done, or an error was recorded).
+ */
+WEFT_KFN int find_slice(conductor *c, work *w)
+{
+    weft_dev_comm *comm = c->comm;
+    int unfinished = 0;
+    c->blk_lane = -1;
+    for (int i = 0; i < c->nlanes; i++) {
+        lane *l = &c->lanes[i];
+        if (l->finished)
+            continue;
+        unfinished = 1;
+        if (lane_waits_turn(c, i))
+            continue;
+        const weft_dev_op *op = &c->p->ops[l->op];
+        const weft_step *s = lane_step(c, l);
+        if (s == (const weft_step *)1) {
+            stuck_report(c, WEFT_DEV_BAD_SCHED, op, -1, 0, 0, 0, 0);
+            return WORK_EXIT;
+        }
+        if (s == NULL) {
+            i = -1; /* a finished lane may let a later one of its key start: rescan */
+            unfinished = 0;
+            continue;
+        }
+        uint64_t es = dtype_size(op->dtype);
+        const char *in = (const char *)op->sendbuf, *out_user = (const char *)op->recvbuf;
+        const char *src = (s->src == WEFT_BUF_OUTPUT ? out_user : in) + s->src_off * es;
+        char *dst = (char *)op->recvbuf + s->dst_off * es;
+        int flags_pre = s->src == WEFT_BUF_INPUT, flags_post = (s->flags & WEFT_STEP_FINAL) != 0;
+        int pre = op->has_redop && op->premul && flags_pre;
+        int post = op->has_redop && op->postdiv && flags_post;
+        w->dtype = op->dtype;
+        w->es = es;
+        w->scalar = op->scalar;
+        if (op->scalar_dev != NULL) { /* ncclScalarDevice: the value when the kernel runs */
+            w->scalar = 0;
+            for (uint64_t k = 0; k < es; k++)
+                w->scalar |= (uint64_t)((const uint8_t *)op->scalar_dev)[k] << (8 * k);
+        }
+        w->divisor = op->divisor;
+        w->pre = pre;
+        w->post = post;
+        w->a = NULL;
+        w->dst2 = NULL;
+        w->b_fifo = 0;
+        if (s->op == WEFT_STEP_COPY) {
+            c->rc = c->sc = NULL;
+            c->n = s->count;
+            c->cur_lane = i;
+            c->step = s;
+            w->b = src + l->done * es;
+            w->dst = dst + l->done * es;
+            w->n = s->count - l->done;
+            w->kind = pre || post ? (int)op->kind : -1;
+            if (w->kind < 0 && w->b == w->dst)
+                w->n = 0; /* in place: nothing to copy */
+            w->what = WORK_MOVE;
+            return WORK_MOVE;
+        }
+        weft_dev_conn *rc = step_recvs(s->op) ? &comm->conns[l->chan * comm->nranks + s->recv_peer]
+                                              : NULL;
+        weft_dev_conn *sc = step_sends(s->op) ? &comm->conns[l->chan * comm->nranks + s->send_peer]
+                                              : NULL;
+        uint64_t n = weft_fifo_slice(comm->slot_bytes, es, s->count, l->done);
+        if (rc != NULL) {
+            uint64_t tail = ld_acq(&rc->recv_rc->tail, rc->scope);
+            if (!weft_fifo_has_data(tail, rc->recv_step)) {
+                c->blk_lane = i;
+                c->blk_peer = s->recv_peer;
+                c->blk_send = 0;
+                c->blk_expected = rc->recv_step + 1;
+                c->blk_seen = tail;
+                continue;
+            }
+        }
+        if (sc != NULL) {
+            uint64_t head = ld_acq(&sc->send_sc->head, sc->scope);
+            if (!weft_fifo_has_credit(head, sc->send_step, WEFT_STEPS)) {
+                c->blk_lane = i;
+                c->blk_peer = s->send_peer;
+                c->blk_send = 1;
+                c->blk_expected = sc->send_step + 1 - WEFT_STEPS;
+                c->blk_seen = head;
+                continue;
+            }
+        }
+        const char *inslot = NULL;
+        if (rc != NULL) {
+            uint32_t slot = weft_fifo_slot(rc->recv_step, WEFT_STEPS);
+            uint32_t got = ld_rlx32(&rc->recv_rc->bytes[slot], rc->scope);
+            if ((uint64_t)got != n * es) {
+                stuck_report(c, WEFT_DEV_MISMATCH, op, s->recv_peer, 0, l->cur, n * es, got);
+                return WORK_EXIT;
+            }
+            inslot = rc->recv_slots + (uint64_t)slot * comm->slot_bytes;
+        }
+        char *outslot = NULL;
+        if (sc != NULL)
+            outslot = sc->send_slots +
+                      (uint64_t)weft_fifo_slot(sc->send_step, WEFT_STEPS) * comm->slot_bytes;
+        src += l->done * es;
+        dst += l->done * es;
+        w->n = n;
+        w->kind = (int)op->kind;
+        switch (s->op) {
+        case WEFT_STEP_SEND:
+            w->b = src;
+            w->dst = outslot;
+            w->kind = pre || post ? (int)op->kind : -1;
+            break;
+        case WEFT_STEP_RECV:
+            w->b = inslot;
+            w->b_fifo = 1;
+            w->dst = dst;
+            w->kind = -1;
+            break;
+        case WEFT_STEP_RECV_REDUCE_SEND:
+            w->a = inslot;
+            w->b = src;
+            w->dst = outslot;
+            break;
+        case WEFT_STEP_RECV_REDUCE_COPY:
+            w->a = inslot;
+            w->b = src;
+            w->dst = dst;
+            break;
+        case WEFT_STEP_RECV_REDUCE_COPY_SEND:
+            w->a = inslot;
+            w->b = src;
+            w->dst = dst;
+            w->dst2 = outslot;
+            break;
+        default: /* WEFT_STEP_RECV_COPY_SEND */
+            w->b = inslot;
+            w->b_fifo = 1;
+            w->dst = dst;
+            w->dst2 = outslot;
+            w->kind = -1;
+            break;
+        }
+        c->rc = rc;
+        c->sc = sc;
+        c->n = n;
+        c->cur_lane = i;
+        c->step = s;
+        w->what = WORK_MOVE;
+        return WORK_MOVE;
+    }
+    return unfinished ? WORK_NONE : WORK_EXIT;
+}
+
+/* After every thread finished the slice: publish it and advance. */
+WEFT_KFN void post_slice(conductor *c)
+{
+    lane *l = &c->lanes[c->cur_lane];
+    const weft_dev_op *op = &c->p->ops[l->op];
+    uint64_t es = dtype_size(op->dtype);
+    if (c->sc != NULL) {
+        weft_dev_conn *sc = c->sc;
+        uint32_t slot = weft_fifo_slot(sc->send_step, WEFT_STEPS);
+        st_rlx32(&sc->send_rc->bytes[slot], (uint32_t)(c->n * es), sc->scope);
+        sc->send_step++;
+        st_rel(&sc->send_rc->tail, sc->send_step, sc->scope);
+    }
+    if (c->rc != NULL) {
+        weft_dev_conn *rc = c->rc;
+        rc->recv_step++;
+        st_rel(&rc->recv_sc->head, rc->recv_step, rc->scope);
+    }
+    l->done += c->n;
+    if (l->done >= c->step->count) {
+        l->cur++;
+        l->done = 0;
+    }
+}
+
+/* 1 when a block of the communicator gave up (this kernel or an earlier one). */
+WEFT_KFN int any_stuck(const weft_dev_comm *comm)
+{
+    for (int b = 0; b < comm->nchannels; b++)
+        if (weft_ld_relaxed_u32(&comm->stuck[b].state, WEFT_SCOPE_SYS) != WEFT_DEV_OK)
+            return 1;
+    return 0;
+}
+
+/* 1 when the block must leave: abort word set, another block gave up, or the deadline passed. */
+WEFT_KFN int check_leave(conductor *c, uint64_t idle_since)
+{
+    weft_dev_comm *comm = c->comm;
+    if (any_stuck(comm))
+        return 1;
+    const weft_dev_op *op = NULL;
+    int peer = -1, send = 0;
+    uint64_t step = 0;
+    if (c->blk_lane >= 0) {
+        op = &c->p->ops[c->lanes[c->blk_lane].op];
+        peer = c->blk_peer;
+        send = c->blk_send;
+        step = c->lanes[c->blk_lane].cur;
+    }
+    if (weft_ld_relaxed_u32(comm->abort, WEFT_SCOPE_SYS) != 0) {
+        stuck_report(c, WEFT_DEV_ABORTED, op, peer, send, step, c->blk_expected, c->blk_seen);
+        return 1;
+    }
+    if (comm->timeout_ns != 0 && weft_globaltimer_ns() - idle_since > comm->timeout_ns) {
+        stuck_report(c, WEFT_DEV_TIMEOUT, op, peer, send, step, c->blk_expected, c->blk_seen);
+        return 1;
+    }
+    return 0;
+}
+
+/* The block's dynamic shared memory: the slice, and thread 0's state (in shared memory rather
+ * than on every thread's stack: 6 KiB of local memory per thread otherwise). */
+struct block_shared {
+    work w;
+    conductor c;
+};
+WEFT_STATIC_ASSERT(sizeof(block_shared) <= WEFT_DEV_SHARED_BYTES,
+                   "the block's state must fit its shared memory");
+
+WEFT_KFN void coll_body(const weft_dev_params *p)
+{
+    block_shared *sh = (block_shared *)weft_shared();
+    work *w = &sh->w;
+    conductor *c = &sh->c;
+    int tid = weft_tid(), nt = weft_ntid();
+    if (tid == 0) {
+        c->p = p;
+        c->comm = p->comm;
+        c->b = weft_bid();
+        c->blk_lane = -1;
+        c->blk_expected = c->blk_seen = 0;
+        lanes_init(c);
+    }
+    /* Every thread reads the slice after the first barrier and is done with it before the
+     * second, so thread 0 writes the next one only after the second. */
+    uint64_t idle_since = 0;
+    int first = 1;
+    for (;;) {
+        if (tid == 0) {
+            uint32_t spins = 0;
+            idle_since = weft_globaltimer_ns();
+            /* A communicator whose earlier kernel gave up has inconsistent FIFOs: do nothing. */
+            if (first && any_stuck(c->comm))
+                w->what = WORK_EXIT;
+            else
+                for (;;) {
+                    int r = find_slice(c, w);
+                    if (r != WORK_NONE) {
+                        w->what = r;
+                        break;
+                    }
+                    weft_spin_hint();
+                    if ((++spins & 15) == 0 && check_leave(c, idle_since)) {
+                        w->what = WORK_EXIT;
+                        break;
+                    }
+                }
+            first = 0;
+        }
+        weft_sync_block();
+        if (w->what == WORK_EXIT)
+            return;
+        if (w->n > 0)
+            do_work(w, tid, nt);
+        weft_sync_block();
+        if (tid == 0)
+            post_slice(c);
+    }
+}
+
+} /* namespace */
+
+#if defined(__CUDACC__)
+__global__ void __launch_bounds__(1024) weft_coll_kernel(const __grid_constant__ weft_dev_params p)
+{
+    coll_body(&p);
+}
+
+extern "C" const void *weft_coll_kernel_device_fn(void)
+{
+    return (const void *)weft_coll_kernel;
+}
+#else
+/* The emulated GPU calls this once per emulated thread with a copy of the parameters. */
+extern "C" void weft_coll_kernel_emu(void *params)
+{
+    coll_body((const weft_dev_params *)params);
+}
+#endif

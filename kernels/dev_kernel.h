@@ -1,0 +1,81 @@
+/*
+ * What the CUDA executor (src/exec/cuda.c, C) and the collective kernel (kernels/coll_kernel.cu,
+ * C++ for g++ and nvcc) share: the kernel parameters and the communicator's device state.
+ *
+ * Parameters describe operations only (what to do, on which buffers); every counter and FIFO
+ * position lives in the device state, which the kernel advances itself, so a launch captured in a
+ * CUDA graph stays valid for every replay.
+ *
+ * Blocks: one per collective channel (weft_dev_comm.nchannels). Block b runs channel b of every
+ * collective of the launch, in order, and the point-to-point operations whose `block` is b; the
+ * operations of a block progress together (a block polls them in turn and moves whichever can
+ * move), the ones sharing connections (a collective's channel; one peer and direction of
+ * point-to-point) in issue order.
+ */
+#ifndef WEFT_KERNELS_DEV_KERNEL_H
+#define WEFT_KERNELS_DEV_KERNEL_H
+
+#include <stdint.h>
+
+#include "algo/sched.h"
+#include "dev_fifo.h"
+
+/* Operations per launch (a larger group becomes several launches, in order). */
+#define WEFT_DEV_MAX_OPS 32
+/* Steps a block keeps per connection key (weft_sched_build_window refills it). */
+#define WEFT_DEV_WINDOW 32
+/* Dynamic shared memory of a block: the slice all its threads work on and thread 0's state. */
+#define WEFT_DEV_SHARED_BYTES 8192
+
+struct weft_dev_op {
+    uint64_t count;       /* NCCL's count */
+    const void *sendbuf;  /* device addresses */
+    void *recvbuf;
+    uint64_t seq;         /* the operation's number on the communicator, for reports */
+    uint64_t divisor;     /* integer avg */
+    uint64_t scalar;      /* premul scalar, the element type's bytes */
+    const void *scalar_dev; /* or its device address (read when the kernel runs), or NULL */
+    int32_t root;         /* root, or peer for send/recv */
+    uint8_t coll;         /* enum weft_coll */
+    uint8_t algo;         /* enum weft_algo, chosen by the host tuner */
+    uint8_t dtype;        /* enum weft_dtype */
+    uint8_t kind;         /* enum weft_red_kind */
+    uint8_t has_redop;
+    uint8_t premul;
+    uint8_t postdiv;
+    uint8_t block;        /* point-to-point: the block that runs it */
+};
+
+struct weft_dev_params {
+    struct weft_dev_comm *comm; /* device address */
+    int32_t nops;
+    int32_t pad;
+    struct weft_dev_op ops[WEFT_DEV_MAX_OPS];
+};
+
+/* The communicator's device state (device memory, written by the host at init). */
+struct weft_dev_comm {
+    int32_t rank;
+    int32_t nranks;
+    int32_t nchannels;   /* collective channels = blocks; connection channel nchannels is p2p */
+    int32_t local_ranks; /* for the HIER schedule */
+    int32_t nwin;        /* step windows per block: 1 + 2 * nranks */
+    int32_t pad;
+    uint64_t slot_bytes;  /* payload of a slot, a multiple of 16 */
+    uint64_t timeout_ns;  /* no progress for this long: the kernel gives up (0: never) */
+    const uint32_t *abort;         /* pinned host word, device view; nonzero: leave */
+    struct weft_dev_stuck *stuck;  /* [nchannels] pinned host records, device view */
+    const int *ring;               /* [nranks] device memory, or NULL for rank order */
+    const int *ring_pos;
+    struct weft_step *steps;       /* [nchannels][nwin][WEFT_DEV_WINDOW] */
+    struct weft_dev_conn *conns;   /* [(nchannels + 1) * nranks] */
+};
+
+/* The window of steps of connection key `key` in block b (key 0: collectives, 1 + 2 peer + dir:
+ * point-to-point with peer, dir 0 send, 1 receive). */
+WEFT_HD uint64_t weft_dev_win_index(int b, int nwin, int key)
+{
+    return ((uint64_t)b * (uint64_t)nwin + (uint64_t)key) * WEFT_DEV_WINDOW;
+}
+
+#endif

@@ -1,0 +1,204 @@
+/*
+ * weft_cuda(): the choice of the CUDA backend (see cuda_ops.h), the "none" table and the error
+ * texts. The choice is made once, on the first call (pthread_once), never in a constructor: the
+ * probe of the real runtime initialises the driver, which a CPU-only job must not pay for.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "cuda/cuda_ops.h"
+
+WEFT_PARAM_STR(Cuda, "WEFT_CUDA", "auto",
+               "CUDA backend: auto (the real GPU if one answers, else none), 0/none, cuda, "
+               "emu:N (N emulated devices in this process)");
+
+WEFT_PARAM(CudaCaptureMode, "WEFT_CUDA_CAPTURE_MODE", 0,
+           "capture mode of every stream capture, as cudaStreamCaptureMode: 0 global, "
+           "1 thread-local, 2 relaxed");
+
+const char *weft_cuda_error_text(int err)
+{
+    switch (err) {
+    case WEFT_CUDA_SUCCESS: return "no error";
+    case WEFT_CUDA_ERR_INVALID_VALUE: return "invalid argument";
+    case WEFT_CUDA_ERR_OUT_OF_MEMORY: return "out of memory";
+    case WEFT_CUDA_ERR_INVALID_CONFIG: return "invalid configuration argument";
+    case WEFT_CUDA_ERR_NO_DRIVER:
+        return "CUDA driver version is insufficient for CUDA runtime version";
+    case WEFT_CUDA_ERR_INVALID_DEVICE_FN: return "invalid device function";
+    case WEFT_CUDA_ERR_NO_DEVICE: return "no CUDA-capable device is detected";
+    case WEFT_CUDA_ERR_INVALID_DEVICE: return "invalid device ordinal";
+    case WEFT_CUDA_ERR_INVALID_HANDLE: return "invalid resource handle";
+    case WEFT_CUDA_ERR_ILLEGAL_STATE:
+        return "the operation cannot be performed in the present state";
+    case WEFT_CUDA_ERR_NOT_READY: return "device not ready";
+    case WEFT_CUDA_ERR_LAUNCH_RESOURCES: return "too many resources requested for launch";
+    case WEFT_CUDA_ERR_PEER_ALREADY_ENABLED:
+        return "peer access is already enabled";
+    case WEFT_CUDA_ERR_ASSERT: return "device-side assert triggered";
+    case WEFT_CUDA_ERR_LAUNCH_FAILURE: return "unspecified launch failure";
+    case WEFT_CUDA_ERR_NOT_SUPPORTED: return "operation not supported";
+    case WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED:
+        return "operation not permitted when stream is capturing";
+    case WEFT_CUDA_ERR_CAPTURE_INVALIDATED:
+        return "operation failed due to a previous error during capture";
+    case WEFT_CUDA_ERR_CAPTURE_UNMATCHED:
+        return "operation would make the legacy stream depend on a capturing blocking stream";
+    default: return "unknown error";
+    }
+}
+
+/* ---- none: no CUDA in this process ----------------------------------------------------------- */
+
+#define NONE_ERR WEFT_CUDA_ERR_NO_DRIVER
+
+static int none_get_device_count(int *n_p)
+{
+    if (n_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    *n_p = 0;
+    return WEFT_CUDA_SUCCESS;
+}
+static int none_int_p(int *p) { (void)p; return NONE_ERR; }
+static int none_int(int v) { (void)v; return NONE_ERR; }
+static int none_can_access_peer(int *can_p, int dev, int peer)
+{
+    (void)can_p, (void)dev, (void)peer;
+    return NONE_ERR;
+}
+static int none_alloc(void **p_p, size_t bytes) { (void)p_p, (void)bytes; return NONE_ERR; }
+static int none_ptr(void *p) { (void)p; return NONE_ERR; }
+static int none_pointer_attr(struct weft_ptr_attr *attr_p, const void *p)
+{
+    (void)p;
+    if (attr_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct weft_ptr_attr a = {WEFT_MEM_HOST, -1, NULL, NULL, 0};
+    *attr_p = a;
+    return WEFT_CUDA_SUCCESS;
+}
+static int none_memcpy_async(void *dst, const void *src, size_t bytes, weft_cuda_stream_t s)
+{
+    (void)dst, (void)src, (void)bytes, (void)s;
+    return NONE_ERR;
+}
+static int none_memset_async(void *dst, int value, size_t bytes, weft_cuda_stream_t s)
+{
+    (void)dst, (void)value, (void)bytes, (void)s;
+    return NONE_ERR;
+}
+static int none_handle_p(void **h_p) { (void)h_p; return NONE_ERR; }
+static int none_handle(void *h) { (void)h; return NONE_ERR; }
+static int none_stream_capturing(weft_cuda_stream_t s, int *capturing_p)
+{
+    (void)s, (void)capturing_p;
+    return NONE_ERR;
+}
+static int none_handle2(void *a, void *b) { (void)a, (void)b; return NONE_ERR; }
+static int none_launch(const struct weft_kernel *k, int grid, int block, size_t shared_bytes,
+                       const void *params, size_t params_bytes, weft_cuda_stream_t s)
+{
+    (void)k, (void)grid, (void)block, (void)shared_bytes, (void)params, (void)params_bytes;
+    (void)s;
+    return NONE_ERR;
+}
+static int none_capture_end(weft_cuda_stream_t s, weft_cuda_graph_t *g_p)
+{
+    (void)s, (void)g_p;
+    return NONE_ERR;
+}
+static int none_launch_host_func(weft_cuda_stream_t s, void (*fn)(void *arg), void *arg)
+{
+    (void)s, (void)fn, (void)arg;
+    return NONE_ERR;
+}
+static int none_void(void) { return NONE_ERR; }
+
+const struct weft_cuda_ops weft_cuda_none_ops = {
+    .version = WEFT_CUDA_OPS_VERSION,
+    .name = "none",
+    .get_device_count = none_get_device_count,
+    .get_device = none_int_p,
+    .set_device = none_int,
+    .can_access_peer = none_can_access_peer,
+    .enable_peer_access = none_int,
+    .malloc = none_alloc,
+    .free = none_ptr,
+    .host_alloc = none_alloc,
+    .host_free = none_ptr,
+    .pointer_attr = none_pointer_attr,
+    .memcpy_async = none_memcpy_async,
+    .memset_async = none_memset_async,
+    .stream_create = none_handle_p,
+    .stream_destroy = none_handle,
+    .stream_synchronize = none_handle,
+    .stream_query = none_handle,
+    .stream_capturing = none_stream_capturing,
+    .event_create = none_handle_p,
+    .event_destroy = none_handle,
+    .event_record = none_handle2,
+    .stream_wait_event = none_handle2,
+    .event_synchronize = none_handle,
+    .launch = none_launch,
+    .capture_begin = none_handle,
+    .capture_end = none_capture_end,
+    .graph_launch = none_handle2,
+    .graph_destroy = none_handle,
+    .error_string = weft_cuda_error_text,
+    .launch_host_func = none_launch_host_func,
+    .device_synchronize = none_void,
+};
+
+/* ---- selection ------------------------------------------------------------------------------- */
+
+static pthread_once_t weft_cuda_once = PTHREAD_ONCE_INIT;
+static const struct weft_cuda_ops *weft_cuda_active;
+
+static void weft_cuda_select(void)
+{
+    const char *v = weft_param_Cuda();
+    const struct weft_cuda_ops *ops = &weft_cuda_none_ops;
+    if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0 || strcmp(v, "cuda") == 0 ||
+        strcmp(v, "1") == 0) {
+        const struct weft_cuda_ops *real = weft_cuda_real_probe();
+        if (real != NULL)
+            ops = real;
+        else if (v != NULL && (strcmp(v, "cuda") == 0 || strcmp(v, "1") == 0))
+            WEFT_WARN("WEFT_CUDA=%s: no usable CUDA device or runtime; running without CUDA", v);
+    } else if (strcmp(v, "0") == 0 || strcmp(v, "none") == 0) {
+        ops = &weft_cuda_none_ops;
+    } else if (strncmp(v, "emu", 3) == 0 && (v[3] == '\0' || v[3] == ':')) {
+        long n = 1;
+        if (v[3] == ':') {
+            char *end;
+            n = strtol(v + 4, &end, 10);
+            if (end == v + 4 || *end != '\0' || n < 1) {
+                WEFT_WARN("WEFT_CUDA=%s: expected emu:N with N >= 1; using 1 device", v);
+                n = 1;
+            }
+        }
+        ops = weft_cuda_emu_init((int)n);
+    } else {
+        WEFT_WARN("WEFT_CUDA=%s: unknown backend (auto, 0, none, cuda, emu:N); running without "
+                  "CUDA", v);
+    }
+    WEFT_INFO(WEFT_LOG_INIT, "CUDA backend %s", ops->name);
+    __atomic_store_n(&weft_cuda_active, ops, __ATOMIC_RELEASE);
+}
+
+const struct weft_cuda_ops *weft_cuda(void)
+{
+    const struct weft_cuda_ops *ops = __atomic_load_n(&weft_cuda_active, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(ops != NULL, 1))
+        return ops;
+    pthread_once(&weft_cuda_once, weft_cuda_select);
+    return weft_cuda_active;
+}
+
+#ifndef WEFT_HAVE_CUDA_RT
+/* Built without the toolkit: no real backend. */
+const struct weft_cuda_ops *weft_cuda_real_probe(void) { return NULL; }
+#endif

@@ -1,0 +1,175 @@
+/*
+ * The CUDA ops table: every CUDA runtime or driver call Weft makes goes through weft_cuda().
+ *
+ * Backends (one is chosen per process, lazily, on the first weft_cuda() call; never in a
+ * constructor):
+ *   "none"  get_device_count reports 0, pointer_attr says plain host for every address, every
+ *           other slot returns an error (35, cudaErrorInsufficientDriver). No NULL slots.
+ *   "emu"   the emulated GPU (src/cuda/emu.c): N devices in this process, device memory backed by
+ *           one memfd per allocation, streams as worker threads, kernels compiled by g++ through
+ *           kernels/dialect.h and run with one OS thread per emulated GPU thread.
+ *   "cuda"  the real runtime (src/cuda/real.c), linked statically; built only with the toolkit.
+ * Selection, by the string knob WEFT_CUDA: "emu:N" (or "emu" = 1 device) -> emu with N devices;
+ * "0" or "none" -> none; unset, "" or "auto" -> cuda if built and cudaGetDeviceCount finds >= 1
+ * device, else none; "cuda" -> like auto, with a warning when it falls back to none.
+ *
+ * Errors are int with cudaError_t values (WEFT_CUDA_ERR_*). Outputs (the _p arguments) are
+ * written only on success. Any thread may call any slot; a table never changes once returned.
+ *
+ * Streams: weft_cuda_stream_t NULL is the calling thread's current device's legacy stream. Streams
+ * made by stream_create are non-blocking (no implicit synchronisation with the legacy stream).
+ * Asynchronous slots (memcpy_async, memset_async, launch, event_record, stream_wait_event,
+ * launch_host_func) only enqueue: they return before the work runs; buffers they read must stay
+ * valid until the stream reaches them (launch copies its params at the call).
+ * Blocking slots: stream_synchronize, event_synchronize, device_synchronize, stream_destroy
+ * (emu: waits for the stream's queued work), free (waits for the device's work, like cudaFree).
+ */
+#ifndef WEFT_CUDA_CUDA_OPS_H
+#define WEFT_CUDA_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_CUDA_OPS_VERSION 1
+
+/* cudaError_t values used by the backends. */
+enum weft_cuda_err {
+    WEFT_CUDA_SUCCESS = 0,
+    WEFT_CUDA_ERR_INVALID_VALUE = 1,
+    WEFT_CUDA_ERR_OUT_OF_MEMORY = 2,
+    WEFT_CUDA_ERR_INVALID_CONFIG = 9,
+    WEFT_CUDA_ERR_NO_DRIVER = 35,          /* cudaErrorInsufficientDriver: the "none" table */
+    WEFT_CUDA_ERR_INVALID_DEVICE_FN = 98,
+    WEFT_CUDA_ERR_NO_DEVICE = 100,
+    WEFT_CUDA_ERR_INVALID_DEVICE = 101,
+    WEFT_CUDA_ERR_INVALID_HANDLE = 400,
+    WEFT_CUDA_ERR_ILLEGAL_STATE = 401,
+    WEFT_CUDA_ERR_NOT_READY = 600,
+    WEFT_CUDA_ERR_LAUNCH_RESOURCES = 701,
+    WEFT_CUDA_ERR_PEER_ALREADY_ENABLED = 704,
+    WEFT_CUDA_ERR_ASSERT = 710,
+    WEFT_CUDA_ERR_LAUNCH_FAILURE = 719,
+    WEFT_CUDA_ERR_NOT_SUPPORTED = 801,
+    WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED = 900,
+    WEFT_CUDA_ERR_CAPTURE_INVALIDATED = 901,
+    WEFT_CUDA_ERR_CAPTURE_UNMATCHED = 902,
+    WEFT_CUDA_ERR_UNKNOWN = 999,
+};
+
+enum weft_mem_kind {
+    WEFT_MEM_HOST = 0,    /* plain host memory, unknown to CUDA */
+    WEFT_MEM_HOST_PINNED, /* cudaHostAlloc'd / registered, mapped */
+    WEFT_MEM_DEVICE,
+    WEFT_MEM_MANAGED
+};
+
+struct weft_ptr_attr {
+    int kind;      /* enum weft_mem_kind */
+    int device;    /* owning device for DEVICE/MANAGED, -1 otherwise */
+    void *dev_ptr; /* address kernels use (== p for device; mapped address for pinned) */
+    void *base;    /* start of the allocation holding p, NULL for plain host */
+    size_t size;   /* bytes of that allocation, 0 for plain host */
+};
+
+typedef void *weft_cuda_stream_t; /* cudaStream_t for real, an emu object for emu; NULL = legacy */
+typedef void *weft_cuda_event_t;
+typedef void *weft_cuda_graph_t; /* executable graph */
+
+/*
+ * One kernel, both compilations. On the GPU device_fn is a __global__ function taking exactly one
+ * argument, the parameter struct by value (launch passes params as that argument). On the emulated
+ * GPU emu_fn is called once per emulated thread with a pointer to the launch's private copy of the
+ * params (shared by all threads of that launch; treat it as read-only).
+ */
+struct weft_kernel {
+    const char *name;
+    const void *device_fn;        /* nvcc's __global__ symbol (real), NULL where not built */
+    void (*emu_fn)(void *params); /* the g++ build, run once per emulated thread */
+};
+
+struct weft_cuda_ops {
+    uint32_t version; /* WEFT_CUDA_OPS_VERSION */
+    const char *name; /* "none", "emu", "cuda" */
+
+    /* Devices. The current device is per calling thread (default 0). */
+    int (*get_device_count)(int *n_p);
+    int (*get_device)(int *dev_p);
+    int (*set_device)(int dev);
+    /* *can_p = 1 when dev can map peer's memory (never for dev == peer, as in CUDA). */
+    int (*can_access_peer)(int *can_p, int dev, int peer);
+    /* From the current device; 704 when already enabled. */
+    int (*enable_peer_access)(int peer);
+
+    /* Memory. malloc: device memory of the current device (0 bytes -> NULL, success). free waits
+     * for the owning device's queued work first (as cudaFree does); free(NULL) succeeds. */
+    int (*malloc)(void **p_p, size_t bytes);
+    int (*free)(void *p);
+    int (*host_alloc)(void **p_p, size_t bytes); /* pinned, mapped, portable */
+    int (*host_free)(void *p);
+    /* Never fails for host memory: unknown addresses are WEFT_MEM_HOST. */
+    int (*pointer_attr)(struct weft_ptr_attr *attr_p, const void *p);
+
+    /* Asynchronous copies (kind default: any direction) and memset on stream s. */
+    int (*memcpy_async)(void *dst, const void *src, size_t bytes, weft_cuda_stream_t s);
+    int (*memset_async)(void *dst, int value, size_t bytes, weft_cuda_stream_t s);
+
+    /* Streams, on the current device; created non-blocking. */
+    int (*stream_create)(weft_cuda_stream_t *s_p);
+    int (*stream_destroy)(weft_cuda_stream_t s);
+    /* Blocks until the stream's work is done; returns the stream's first asynchronous error
+     * (sticky). 900 (and the capture is invalidated) when s is capturing. */
+    int (*stream_synchronize)(weft_cuda_stream_t s);
+    int (*stream_query)(weft_cuda_stream_t s); /* 0 idle, 600 not ready */
+    int (*stream_capturing)(weft_cuda_stream_t s, int *capturing_p);
+
+    /* Events (timing disabled). Waiting on an event never recorded is a no-op. */
+    int (*event_create)(weft_cuda_event_t *e_p);
+    int (*event_destroy)(weft_cuda_event_t e);
+    int (*event_record)(weft_cuda_event_t e, weft_cuda_stream_t s);
+    int (*stream_wait_event)(weft_cuda_stream_t s, weft_cuda_event_t e);
+    int (*event_synchronize)(weft_cuda_event_t e);
+
+    /* grid x block threads (x only), shared_bytes of dynamic shared memory per block; params is
+     * copied at the call (params_bytes bytes). */
+    int (*launch)(const struct weft_kernel *k, int grid, int block, size_t shared_bytes,
+                  const void *params, size_t params_bytes, weft_cuda_stream_t s);
+
+    /* Graphs: begin/end capture on a stream, launch/destroy an executable graph. Other streams
+     * join a capture by waiting on an event recorded in it (as in CUDA). The capture mode is the
+     * knob WEFT_CUDA_CAPTURE_MODE (cudaStreamCaptureMode values; default 0, global). */
+    int (*capture_begin)(weft_cuda_stream_t s);
+    int (*capture_end)(weft_cuda_stream_t s, weft_cuda_graph_t *g_p);
+    int (*graph_launch)(weft_cuda_graph_t g, weft_cuda_stream_t s);
+    int (*graph_destroy)(weft_cuda_graph_t g);
+
+    const char *(*error_string)(int err);
+
+    /* ---- added by piece E after the contract (version 1): ---- */
+    /* cudaLaunchHostFunc: fn(arg) runs on the stream's worker (emu) or a driver thread (real)
+     * when the stream reaches it; it must not call CUDA. Captured like any other node. */
+    int (*launch_host_func)(weft_cuda_stream_t s, void (*fn)(void *arg), void *arg);
+    /* cudaDeviceSynchronize on the current device. */
+    int (*device_synchronize)(void);
+};
+
+/* The active table (chosen once, lazily; see the top of this file). Never NULL. */
+const struct weft_cuda_ops *weft_cuda(void);
+
+/* The backends, for the selection in cuda.c and for tests. */
+extern const struct weft_cuda_ops weft_cuda_none_ops;
+/* Starts the emulated GPU with ndev devices (first call wins) and returns its table. */
+const struct weft_cuda_ops *weft_cuda_emu_init(int ndev);
+/* The real backend if built and at least one device answers, else NULL (never probes twice). */
+const struct weft_cuda_ops *weft_cuda_real_probe(void);
+/* cudaGetErrorString's text for the codes above (shared by none and emu). */
+const char *weft_cuda_error_text(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

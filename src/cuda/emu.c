@@ -1,0 +1,1853 @@
+/*
+ * The emulated GPU behind the CUDA ops table (WEFT_CUDA=emu:N). Design: reference/gpu-testing.md.
+ *
+ * Devices: N in this process, numbered 0..N-1; the current device is per thread (default 0).
+ * can_access_peer is 1 between any two distinct devices; enable_peer_access is tracked (704 when
+ * repeated) but not enforced: every emulated device sees every address, so a kernel touching a
+ * peer's memory without enabling access works here and would fail on a GPU.
+ *
+ * Memory: one memfd per allocation, mapped shared, followed by a PROT_NONE guard page, so a kernel
+ * running off the end faults. free replaces the whole range by a PROT_NONE mapping (the pages are
+ * released; the addresses stay reserved, up to WEFT_EMU_QUARANTINE_MB of them and 16384 ranges,
+ * oldest released first), so a use after free faults (SIGSEGV) instead of landing in a later allocation, and API
+ * calls given a freed pointer (memcpy, memset, free, pointer_attr) return 1 with a warning. Pinned
+ * host memory is allocated the same way and is its own device address (UVA). pointer_attr finds
+ * any address inside a live allocation; other addresses are plain host.
+ *
+ * Streams: one in-order worker thread per stream running items (kernel, memcpy, memset, event
+ * record, event wait, host function). NULL is the per-device legacy stream, made on first use and
+ * never destroyed; it is an ordinary in-order stream: streams from stream_create are non-blocking,
+ * so, as in CUDA, they never synchronise with it implicitly. stream_destroy waits for the queued
+ * work (an event wait in that work is abandoned) and joins the worker.
+ *
+ * Events: a record count and a done count, under the event's own lock. Record takes ticket
+ * rec+1 and enqueues an item that raises done to it; a wait (stream or host) takes the current rec
+ * as target and waits for done >= target; rec == 0 (never recorded) makes waits no-ops. If an
+ * event is re-recorded on a second stream before the first record ran, a waiter of the first
+ * ticket may be released by the second record (CUDA tracks only the latest record too).
+ *
+ * Capture (mode WEFT_CUDA_CAPTURE_MODE, default CUDA's global mode): capture_begin puts a
+ * non-legacy stream in capture; enqueued kernels, copies, memsets and host functions become graph
+ * nodes, in issue order. An event recorded in a capturing stream marks the capture; a stream
+ * waiting on it joins the capture, its nodes going to the same list (issue order is a valid order
+ * of the captured DAG); capture_end on the origin stream ends it for every joined stream.
+ * While a capture forbids them to the calling thread (global mode: a capture of any thread;
+ * thread-local: one of this thread; relaxed: none), the calls CUDA calls unsafe fail with 900 and
+ * invalidate that capture (its end returns 901):
+ * stream_synchronize or stream_query of a capturing stream, synchronising the legacy stream (the
+ * synchronous weftCudaMemcpy), device_synchronize, malloc, free, host_alloc, host_free. A
+ * capturing stream waiting on an event recorded outside the capture is ignored (no node).
+ * graph_launch enqueues copies of the nodes, in order, on a stream.
+ *
+ * Kernels: see src/cuda/emu_thread.h and contract section 4. grid x block pooled OS threads; idle
+ * pool threads exit after 5 s. A launch item completes when every thread returned. Blocks run
+ * concurrently, or, with WEFT_EMU_SERIALIZE=N, in waves of N blocks (1: one at a time) in a random
+ * order (WEFT_EMU_SEED); kernels of different streams always run concurrently. Serialized, a
+ * kernel whose blocks wait on each other, or on blocks of another rank's kernel that runs its
+ * blocks in another order, hangs: that is what the mode exposes (a real GPU runs a small grid
+ * co-resident, but CUDA does not promise it). A failed launch (trap, barrier misuse,
+ * block deadlock) unwinds every thread of the kernel (longjmp: kernels must not rely on C++
+ * destructors) and becomes the stream's sticky error (719 or 710), returned by synchronize/query.
+ *
+ * Waits: host waits (synchronize, event_synchronize, the worker waiting for a kernel) warn once
+ * with every stream's state after WEFT_EMU_WATCHDOG seconds and go on waiting, as CUDA would hang.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/param.h"
+#include "cuda/cuda_ops.h"
+#include "cuda/emu_thread.h"
+
+WEFT_PARAM(EmuSerialize, "WEFT_EMU_SERIALIZE", 0,
+           "emulated GPU: N > 0 runs the blocks of each kernel N at a time (waves), in random "
+           "order; 0 runs them all at once");
+WEFT_PARAM(EmuSeed, "WEFT_EMU_SEED", 0,
+           "emulated GPU: seed of the serialized block order (0: from the clock, logged)");
+WEFT_PARAM(EmuFailMalloc, "WEFT_EMU_FAIL_MALLOC", 0,
+           "emulated GPU: the Nth device malloc of the process fails with 2 (0: none)");
+WEFT_PARAM(EmuFailLaunch, "WEFT_EMU_FAIL_LAUNCH", 0,
+           "emulated GPU: the Nth kernel launch of the process fails with 701 (0: none)");
+WEFT_PARAM(EmuWatchdog, "WEFT_EMU_WATCHDOG", 60,
+           "emulated GPU: seconds a host wait lasts before it warns with the streams' state "
+           "(0: never)");
+WEFT_PARAM(EmuStackKb, "WEFT_EMU_STACK_KB", 512,
+           "emulated GPU: stack of each emulated thread, KiB");
+WEFT_PARAM(EmuQuarantineMb, "WEFT_EMU_QUARANTINE_MB", 65536,
+           "emulated GPU: address space of freed allocations kept unmapped-but-reserved so a use "
+           "after free faults, MiB");
+
+WEFT_PARAM_DECL(CudaCaptureMode);
+
+#define EMU_MAX_DEV 64
+#define EMU_MAX_BLOCK 1024
+#define EMU_MAX_SHARED (227u << 10)
+#define EMU_MAX_PARAMS 32764
+#define EMU_NBAR 16
+#define EMU_MAX_QUARANTINED 16384
+
+__thread struct weft_emu_tctx weft_emu_tls;
+static __thread int emu_cur_dev;
+static __thread jmp_buf emu_unwind_jmp;
+
+static int emu_ndev;
+static pthread_once_t emu_once = PTHREAD_ONCE_INIT;
+static int emu_once_ndev;
+
+/* emu_mu guards the registries (streams, events, graphs), captures and the peer matrix. Lock
+ * order: emu_mu, then a stream's or an event's lock. */
+static pthread_mutex_t emu_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char emu_peer[EMU_MAX_DEV][EMU_MAX_DEV];
+
+static uint64_t emu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- memory registry ------------------------------------------------------------------------ */
+
+struct emu_alloc {
+    uintptr_t base;
+    size_t size;     /* bytes asked for */
+    size_t map_size; /* mapped bytes, guard page included */
+    int kind;        /* WEFT_MEM_DEVICE or WEFT_MEM_HOST_PINNED */
+    int device;
+    int fd;
+    uint64_t seq;
+};
+
+struct emu_table {
+    struct emu_alloc *v;
+    int n, cap;
+};
+
+static pthread_rwlock_t emu_mem_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct emu_table emu_live, emu_freed;
+static size_t emu_freed_bytes;
+static uint64_t emu_alloc_seq;
+
+/* Index of the entry whose range [base, base + span) holds a, or -1. */
+static int emu_table_find(const struct emu_table *t, uintptr_t a, int use_map_size)
+{
+    int lo = 0, hi = t->n - 1, hit = -1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (t->v[mid].base <= a) {
+            hit = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if (hit < 0)
+        return -1;
+    size_t span = use_map_size ? t->v[hit].map_size : t->v[hit].size;
+    return a - t->v[hit].base < span ? hit : -1;
+}
+
+static int emu_table_insert(struct emu_table *t, const struct emu_alloc *a)
+{
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        struct emu_alloc *v = realloc(t->v, (size_t)cap * sizeof(*v));
+        if (v == NULL)
+            return -1;
+        t->v = v;
+        t->cap = cap;
+    }
+    int i = t->n;
+    while (i > 0 && t->v[i - 1].base > a->base)
+        i--;
+    memmove(&t->v[i + 1], &t->v[i], (size_t)(t->n - i) * sizeof(*a));
+    t->v[i] = *a;
+    t->n++;
+    return 0;
+}
+
+static void emu_table_remove(struct emu_table *t, int i)
+{
+    memmove(&t->v[i], &t->v[i + 1], (size_t)(t->n - i - 1) * sizeof(t->v[0]));
+    t->n--;
+}
+
+static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (bytes > SIZE_MAX / 2) {
+        WEFT_WARN("emulated %s of %zu bytes: too large", kind == WEFT_MEM_DEVICE ? "cudaMalloc" :
+                  "cudaHostAlloc", bytes);
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    size_t data = (bytes + page - 1) / page * page;
+    size_t map = data + page;
+    int fd = memfd_create(kind == WEFT_MEM_DEVICE ? "weft-emu-dev" : "weft-emu-host", MFD_CLOEXEC);
+    if (fd < 0) {
+        WEFT_WARN("emulated allocation of %zu bytes: memfd_create failed: %s", bytes,
+                  strerror(errno));
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    if (ftruncate(fd, (off_t)data) != 0) {
+        WEFT_WARN("emulated allocation of %zu bytes: ftruncate failed: %s", bytes, strerror(errno));
+        goto err_close;
+    }
+    void *r = mmap(NULL, map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) {
+        WEFT_WARN("emulated allocation of %zu bytes: mmap failed: %s", bytes, strerror(errno));
+        goto err_close;
+    }
+    if (mmap(r, data, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        WEFT_WARN("emulated allocation of %zu bytes: mmap of the memfd failed: %s", bytes,
+                  strerror(errno));
+        goto err_unmap;
+    }
+    struct emu_alloc a = {(uintptr_t)r, bytes, map, kind, device, fd, 0};
+    pthread_rwlock_wrlock(&emu_mem_lock);
+    a.seq = ++emu_alloc_seq;
+    /* The kernel may hand out an address that was quarantined and then released. */
+    int old = emu_table_find(&emu_freed, a.base, 1);
+    if (old >= 0)
+        emu_table_remove(&emu_freed, old);
+    int ins = emu_table_insert(&emu_live, &a);
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (ins != 0) {
+        WEFT_WARN("emulated allocation of %zu bytes: out of memory for the registry", bytes);
+        goto err_unmap;
+    }
+    WEFT_INFO(WEFT_LOG_ALLOC, "emu: %s %p size %zu dev %d",
+              kind == WEFT_MEM_DEVICE ? "malloc" : "host_alloc", r, bytes, device);
+    *p_p = r;
+    return WEFT_CUDA_SUCCESS;
+err_unmap:
+    munmap(r, map);
+err_close:
+    close(fd);
+    return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+}
+
+/* Removes p's allocation (which must be of kind); the range becomes a PROT_NONE reservation. */
+static int emu_alloc_release(void *p, int kind, const char *api)
+{
+    pthread_rwlock_wrlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    if (i < 0 || emu_live.v[i].base != (uintptr_t)p || emu_live.v[i].kind != kind) {
+        int freed = emu_table_find(&emu_freed, (uintptr_t)p, 1) >= 0;
+        int other_kind = i >= 0 && emu_live.v[i].kind != kind;
+        pthread_rwlock_unlock(&emu_mem_lock);
+        WEFT_WARN("emulated %s(%p): %s", api, p,
+                  freed ? "already freed" :
+                  other_kind ? "memory of the other kind (device vs pinned host)" :
+                  i >= 0 ? "not the start of an allocation" : "not an emulated allocation");
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    struct emu_alloc a = emu_live.v[i];
+    emu_table_remove(&emu_live, i);
+    /* One mmap replaces the data and keeps the range reserved: no window where another thread's
+     * mmap could take the addresses. */
+    void *r = mmap(p, a.map_size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
+        munmap(p, a.map_size);
+    close(a.fd);
+    a.fd = -1;
+    if (r != MAP_FAILED && emu_table_insert(&emu_freed, &a) == 0)
+        emu_freed_bytes += a.map_size;
+    else if (r != MAP_FAILED)
+        munmap(p, a.map_size);
+    /* Bounded in bytes and in count: each reservation is a mapping, and vm.max_map_count
+     * (65530 by default) caps those. */
+    size_t limit = (size_t)weft_param_EmuQuarantineMb() << 20;
+    while ((emu_freed_bytes > limit || emu_freed.n > EMU_MAX_QUARANTINED) && emu_freed.n > 0) {
+        int oldest = 0;
+        for (int j = 1; j < emu_freed.n; j++)
+            if (emu_freed.v[j].seq < emu_freed.v[oldest].seq)
+                oldest = j;
+        munmap((void *)emu_freed.v[oldest].base, emu_freed.v[oldest].map_size);
+        emu_freed_bytes -= emu_freed.v[oldest].map_size;
+        emu_table_remove(&emu_freed, oldest);
+    }
+    pthread_rwlock_unlock(&emu_mem_lock);
+    WEFT_INFO(WEFT_LOG_ALLOC, "emu: %s %p size %zu", api, p, a.size);
+    return WEFT_CUDA_SUCCESS;
+}
+
+/* A range an API call is about to touch: inside one live allocation, or plain host. */
+static int emu_check_range(const void *p, size_t bytes, const char *api, const char *what)
+{
+    if (bytes == 0)
+        return WEFT_CUDA_SUCCESS;
+    int res = WEFT_CUDA_SUCCESS;
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    if (i >= 0) {
+        const struct emu_alloc *a = &emu_live.v[i];
+        if ((uintptr_t)p - a->base + bytes > a->size) {
+            WEFT_WARN("emulated %s: %s %p + %zu bytes runs past the end of its allocation "
+                      "(%p, %zu bytes)", api, what, p, bytes, (void *)a->base, a->size);
+            res = WEFT_CUDA_ERR_INVALID_VALUE;
+        }
+    } else if (emu_table_find(&emu_freed, (uintptr_t)p, 1) >= 0) {
+        WEFT_WARN("emulated %s: %s %p is in freed emulated memory", api, what, p);
+        res = WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    pthread_rwlock_unlock(&emu_mem_lock);
+    return res;
+}
+
+/* ---- objects: streams, events, captures, graphs ---------------------------------------------- */
+
+enum emu_item_kind { EMU_KERNEL, EMU_MEMCPY, EMU_MEMSET, EMU_RECORD, EMU_WAIT, EMU_HOSTFN };
+
+struct emu_event;
+
+struct emu_item {
+    struct emu_item *next;
+    int kind;
+    /* kernel */
+    const struct weft_kernel *k;
+    int grid, block;
+    size_t shared;
+    void *params; /* owned copy */
+    size_t params_bytes;
+    /* memcpy / memset */
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int value;
+    /* record / wait (the item holds a reference on ev) */
+    struct emu_event *ev;
+    uint64_t ticket;
+    /* host function */
+    void (*fn)(void *arg);
+    void *arg;
+};
+
+struct emu_capture {
+    uint64_t id;
+    struct emu_stream *origin;
+    int mode;         /* cudaStreamCaptureMode: 0 global, 1 thread-local, 2 relaxed */
+    pthread_t thread; /* the thread that began it */
+    int invalid;
+    struct emu_item *head, *tail;
+    int nnodes;
+    struct emu_capture *next; /* active list */
+};
+
+struct emu_stream {
+    int device;
+    int legacy;
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct emu_item *head, *tail;
+    uint64_t enq, done;       /* items queued / finished */
+    int err;                  /* first error of the stream's work, sticky */
+    int stop;                 /* destroy asked: drain, abandon event waits, exit */
+    const char *running;      /* kernel name now running, for the watchdog */
+    struct emu_capture *cap;  /* under emu_mu */
+    struct emu_stream *next;  /* live list, under emu_mu */
+};
+
+struct emu_event {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t rec, done;
+    uint64_t cap_id; /* capture it was last recorded in (0: recorded outside capture); emu_mu */
+    int refs;        /* the user's handle plus queued items */
+    struct emu_event *next;
+};
+
+struct emu_graph {
+    struct emu_item *head;
+    int nnodes;
+    struct emu_graph *next;
+};
+
+static struct emu_stream *emu_streams;
+static struct emu_stream *emu_legacy[EMU_MAX_DEV];
+static struct emu_event *emu_events;
+static struct emu_graph *emu_graphs;
+static struct emu_capture *emu_captures;
+static uint64_t emu_capture_ids;
+
+static void emu_item_free(struct emu_item *it);
+
+static void emu_event_unref(struct emu_event *e)
+{
+    if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+static void emu_item_free(struct emu_item *it)
+{
+    if (it->ev != NULL)
+        emu_event_unref(it->ev);
+    free(it->params);
+    free(it);
+}
+
+static struct emu_item *emu_item_clone(const struct emu_item *src)
+{
+    struct emu_item *it = malloc(sizeof(*it));
+    if (it == NULL)
+        return NULL;
+    *it = *src;
+    it->next = NULL;
+    it->ev = NULL;
+    it->params = NULL;
+    if (src->params_bytes > 0) {
+        it->params = malloc(src->params_bytes);
+        if (it->params == NULL) {
+            free(it);
+            return NULL;
+        }
+        memcpy(it->params, src->params, src->params_bytes);
+    }
+    return it;
+}
+
+/* Timed wait in 200 ms slices; warns once when the wait passed the watchdog. */
+static void emu_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t start_ns, int *warned,
+                          const char *what)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+    int64_t wd = weft_param_EmuWatchdog();
+    if (wd > 0 && !*warned && emu_now_ns() - start_ns > (uint64_t)wd * 1000000000ull) {
+        *warned = 1;
+        WEFT_WARN("emulated GPU: %s has waited more than %lld s (WEFT_EMU_WATCHDOG)", what,
+                  (long long)wd);
+        /* Approximate (no stream locks taken): enough to see which stream is stuck where. The
+         * caller may hold a stream's or an event's lock, so emu_mu is only tried. */
+        if (pthread_mutex_trylock(&emu_mu) != 0)
+            return;
+        for (struct emu_stream *s = emu_streams; s != NULL; s = s->next) {
+            const char *run = __atomic_load_n(&s->running, __ATOMIC_RELAXED);
+            WEFT_WARN("emulated GPU: stream %p dev %d%s queued %llu done %llu%s%s", (void *)s,
+                      s->device, s->legacy ? " (legacy)" : "",
+                      (unsigned long long)__atomic_load_n(&s->enq, __ATOMIC_RELAXED),
+                      (unsigned long long)__atomic_load_n(&s->done, __ATOMIC_RELAXED),
+                      run ? " running kernel " : "", run ? run : "");
+        }
+        pthread_mutex_unlock(&emu_mu);
+    }
+}
+
+static void emu_capture_invalidate(struct emu_capture *c, const char *why)
+{
+    if (!c->invalid)
+        WEFT_WARN("emulated GPU: capture on stream %p invalidated: %s", (void *)c->origin, why);
+    c->invalid = 1;
+}
+
+/*
+ * A call CUDA calls unsafe during capture: 900 when a capture forbids it to the calling thread
+ * (a global-mode capture of any thread, a thread-local one of this thread; relaxed never), and
+ * those captures are invalidated.
+ */
+static int emu_forbid_in_capture(const char *api)
+{
+    int res = WEFT_CUDA_SUCCESS;
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&emu_mu);
+    for (struct emu_capture *c = emu_captures; c != NULL; c = c->next) {
+        if (c->mode == 0 || (c->mode == 1 && pthread_equal(c->thread, self))) {
+            emu_capture_invalidate(c, api);
+            res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+        }
+    }
+    pthread_mutex_unlock(&emu_mu);
+    if (res != WEFT_CUDA_SUCCESS)
+        WEFT_WARN("emulated %s: not permitted while a stream is capturing (900)", api);
+    return res;
+}
+
+static void *emu_stream_main(void *arg);
+
+static int emu_stream_new(int device, int legacy, struct emu_stream **s_p)
+{
+    struct emu_stream *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        WEFT_WARN("emulated cudaStreamCreate: out of memory");
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    s->device = device;
+    s->legacy = legacy;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    int rc = pthread_create(&s->worker, NULL, emu_stream_main, s);
+    if (rc != 0) {
+        WEFT_WARN("emulated cudaStreamCreate: pthread_create failed: %s", strerror(rc));
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    *s_p = s;
+    return WEFT_CUDA_SUCCESS;
+}
+
+/* The stream behind a handle: NULL is the current device's legacy stream (made on first use). */
+static int emu_stream_get(weft_cuda_stream_t h, const char *api, struct emu_stream **s_p)
+{
+    int res = WEFT_CUDA_SUCCESS;
+    pthread_mutex_lock(&emu_mu);
+    if (h == NULL) {
+        int dev = emu_cur_dev;
+        if (emu_legacy[dev] == NULL) {
+            struct emu_stream *s;
+            res = emu_stream_new(dev, 1, &s);
+            if (res == WEFT_CUDA_SUCCESS) {
+                s->next = emu_streams;
+                emu_streams = s;
+                emu_legacy[dev] = s;
+            }
+        }
+        *s_p = emu_legacy[dev];
+    } else {
+        struct emu_stream *s = emu_streams;
+        while (s != NULL && s != (struct emu_stream *)h)
+            s = s->next;
+        if (s == NULL) {
+            WEFT_WARN("emulated %s: %p is not a live emulated stream", api, h);
+            res = WEFT_CUDA_ERR_INVALID_HANDLE;
+        }
+        *s_p = s;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    return res;
+}
+
+static int emu_event_get(weft_cuda_event_t h, const char *api, struct emu_event **e_p)
+{
+    pthread_mutex_lock(&emu_mu);
+    struct emu_event *e = emu_events;
+    while (e != NULL && e != (struct emu_event *)h)
+        e = e->next;
+    pthread_mutex_unlock(&emu_mu);
+    if (e == NULL) {
+        WEFT_WARN("emulated %s: %p is not a live emulated event", api, h);
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
+    *e_p = e;
+    return WEFT_CUDA_SUCCESS;
+}
+
+/* Queues an item, or records it as a node when the stream captures. Takes ownership. */
+static int emu_submit(struct emu_stream *s, struct emu_item *it)
+{
+    pthread_mutex_lock(&emu_mu);
+    struct emu_capture *c = s->cap;
+    if (c != NULL) {
+        int res = WEFT_CUDA_SUCCESS;
+        if (c->invalid) {
+            res = WEFT_CUDA_ERR_CAPTURE_INVALIDATED;
+            emu_item_free(it);
+        } else if (it->kind == EMU_RECORD || it->kind == EMU_WAIT) {
+            emu_item_free(it); /* dependencies only; issue order already implies them */
+        } else {
+            it->next = NULL;
+            if (c->tail != NULL)
+                c->tail->next = it;
+            else
+                c->head = it;
+            c->tail = it;
+            c->nnodes++;
+        }
+        pthread_mutex_unlock(&emu_mu);
+        return res;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    it->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail != NULL)
+        s->tail->next = it;
+    else
+        s->head = it;
+    s->tail = it;
+    s->enq++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static struct emu_item *emu_item_new(int kind, const char *api)
+{
+    struct emu_item *it = calloc(1, sizeof(*it));
+    if (it == NULL)
+        WEFT_WARN("emulated %s: out of memory", api);
+    else
+        it->kind = kind;
+    return it;
+}
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+struct emu_bar {
+    int expected, arrived;
+    uint64_t gen;
+};
+
+struct emu_block {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int index, ntid;
+    int exited;  /* threads that returned from the kernel */
+    int waiting; /* threads blocked in a barrier generation not yet complete */
+    int trapped; /* the launch failed: waiters unwind */
+    struct emu_bar bar[EMU_NBAR];
+    void *shared;
+};
+
+struct emu_launch {
+    const struct weft_kernel *k;
+    void *params;
+    int grid, block, device;
+    struct emu_block *blocks;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int remaining; /* threads of the current wave still running */
+    int failed;    /* atomic */
+    int err;       /* under mu */
+};
+
+static void emu_unwind(void) __attribute__((noreturn));
+static void emu_unwind(void) { longjmp(emu_unwind_jmp, 1); }
+
+/* Marks the launch failed and wakes every barrier waiter of it. Call with no block lock held. */
+static void emu_launch_fail(struct emu_launch *L, int err)
+{
+    pthread_mutex_lock(&L->mu);
+    if (L->err == 0)
+        L->err = err;
+    pthread_mutex_unlock(&L->mu);
+    __atomic_store_n(&L->failed, 1, __ATOMIC_RELEASE);
+    for (int b = 0; b < L->grid; b++) {
+        struct emu_block *B = &L->blocks[b];
+        pthread_mutex_lock(&B->mu);
+        B->trapped = 1;
+        pthread_cond_broadcast(&B->cv);
+        pthread_mutex_unlock(&B->mu);
+    }
+}
+
+static void emu_block_deadlock_locked(struct emu_launch *L, struct emu_block *B, char *msg,
+                                      size_t len)
+{
+    int off = snprintf(msg, len, "kernel %s block %d: every live thread waits in a barrier that "
+                       "cannot complete (%d of %d threads exited):", L->k->name, B->index,
+                       B->exited, B->ntid);
+    for (int i = 0; i < EMU_NBAR && off > 0 && (size_t)off < len; i++)
+        if (B->bar[i].arrived > 0)
+            off += snprintf(msg + off, len - (size_t)off, " barrier %d has %d of %d", i,
+                            B->bar[i].arrived, i == 0 ? B->ntid - B->exited : B->bar[i].expected);
+}
+
+static void emu_bar_arrive(int id, int nthreads)
+{
+    struct emu_block *B = weft_emu_tls.block;
+    struct emu_launch *L = weft_emu_tls.launch;
+    char msg[512];
+    if (B == NULL) {
+        WEFT_WARN("emulated GPU: barrier called outside a kernel");
+        abort();
+    }
+    if (id < 0 || id >= EMU_NBAR) {
+        WEFT_WARN("emulated GPU: kernel %s block %d thread %d: barrier id %d out of 0..15",
+                  L->k->name, B->index, weft_emu_tls.tid, id);
+        emu_launch_fail(L, WEFT_CUDA_ERR_LAUNCH_FAILURE);
+        emu_unwind();
+    }
+    pthread_mutex_lock(&B->mu);
+    if (B->trapped) {
+        pthread_mutex_unlock(&B->mu);
+        emu_unwind();
+    }
+    struct emu_bar *bar = &B->bar[id];
+    int need;
+    if (id == 0) {
+        need = B->ntid - B->exited;
+    } else {
+        if (nthreads < 1 || nthreads > B->ntid ||
+            (bar->arrived > 0 && bar->expected != nthreads)) {
+            snprintf(msg, sizeof(msg), "kernel %s block %d thread %d: named barrier %d with "
+                     "%d threads, but %s", L->k->name, B->index, weft_emu_tls.tid, id, nthreads,
+                     bar->arrived > 0 ? "earlier arrivals of this generation passed another count"
+                                      : "the block has fewer threads");
+            pthread_mutex_unlock(&B->mu);
+            WEFT_WARN("emulated GPU: %s (barrier 1..15 takes one count per generation)", msg);
+            emu_launch_fail(L, WEFT_CUDA_ERR_LAUNCH_FAILURE);
+            emu_unwind();
+        }
+        if (bar->arrived == 0)
+            bar->expected = nthreads;
+        need = bar->expected;
+    }
+    bar->arrived++;
+    if (bar->arrived >= need) {
+        B->waiting -= bar->arrived - 1;
+        bar->arrived = 0;
+        bar->gen++;
+        pthread_cond_broadcast(&B->cv);
+        pthread_mutex_unlock(&B->mu);
+        return;
+    }
+    uint64_t gen = bar->gen;
+    B->waiting++;
+    if (B->waiting + B->exited == B->ntid) {
+        emu_block_deadlock_locked(L, B, msg, sizeof(msg));
+        pthread_mutex_unlock(&B->mu);
+        WEFT_WARN("emulated GPU: %s", msg);
+        emu_launch_fail(L, WEFT_CUDA_ERR_LAUNCH_FAILURE);
+        emu_unwind();
+    }
+    while (bar->gen == gen && !B->trapped)
+        pthread_cond_wait(&B->cv, &B->mu);
+    int released = bar->gen != gen;
+    pthread_mutex_unlock(&B->mu);
+    if (!released)
+        emu_unwind();
+}
+
+void weft_emu_sync_block(void) { emu_bar_arrive(0, 0); }
+void weft_emu_bar_sync(int id, int nthreads) { emu_bar_arrive(id, nthreads); }
+
+void weft_emu_spin_hint(void)
+{
+    static __thread unsigned spins;
+    struct emu_launch *L = weft_emu_tls.launch;
+    if (L != NULL && __atomic_load_n(&L->failed, __ATOMIC_ACQUIRE))
+        emu_unwind();
+    /* Mostly yield; now and then sleep, so hundreds of spinning threads leave 2 cores usable. */
+    if ((++spins & 255) == 0) {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    } else {
+        sched_yield();
+    }
+}
+
+void weft_emu_trap(const char *why)
+{
+    struct emu_launch *L = weft_emu_tls.launch;
+    if (L == NULL) {
+        WEFT_WARN("emulated GPU: trap outside a kernel: %s", why ? why : "");
+        abort();
+    }
+    WEFT_WARN("emulated GPU: kernel %s block %d thread %d: trap: %s", L->k->name,
+              weft_emu_tls.bid, weft_emu_tls.tid, why ? why : "");
+    emu_launch_fail(L, WEFT_CUDA_ERR_ASSERT);
+    emu_unwind();
+}
+
+/* A thread left the kernel: it no longer counts for sync_block. */
+static void emu_block_exit(struct emu_launch *L, struct emu_block *B)
+{
+    char msg[512];
+    int deadlock = 0;
+    pthread_mutex_lock(&B->mu);
+    B->exited++;
+    struct emu_bar *bar0 = &B->bar[0];
+    if (bar0->arrived > 0 && bar0->arrived >= B->ntid - B->exited) {
+        B->waiting -= bar0->arrived;
+        bar0->arrived = 0;
+        bar0->gen++;
+        pthread_cond_broadcast(&B->cv);
+    }
+    if (!B->trapped && B->waiting > 0 && B->waiting + B->exited == B->ntid) {
+        emu_block_deadlock_locked(L, B, msg, sizeof(msg));
+        deadlock = 1;
+    }
+    pthread_mutex_unlock(&B->mu);
+    if (deadlock) {
+        WEFT_WARN("emulated GPU: %s", msg);
+        emu_launch_fail(L, WEFT_CUDA_ERR_LAUNCH_FAILURE);
+    }
+}
+
+static void emu_thread_run(struct emu_launch *L, int b, int t)
+{
+    struct emu_block *B = &L->blocks[b];
+    weft_emu_tls.tid = t;
+    weft_emu_tls.ntid = L->block;
+    weft_emu_tls.bid = b;
+    weft_emu_tls.nbid = L->grid;
+    weft_emu_tls.device = L->device;
+    weft_emu_tls.shared = B->shared;
+    weft_emu_tls.block = B;
+    weft_emu_tls.launch = L;
+    emu_cur_dev = L->device;
+    if (!__atomic_load_n(&L->failed, __ATOMIC_ACQUIRE)) {
+        if (setjmp(emu_unwind_jmp) == 0)
+            L->k->emu_fn(L->params);
+    }
+    memset(&weft_emu_tls, 0, sizeof(weft_emu_tls));
+    emu_block_exit(L, B);
+    pthread_mutex_lock(&L->mu);
+    if (--L->remaining == 0)
+        pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+}
+
+/* The pool of OS threads that play emulated GPU threads. */
+struct emu_worker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int has_job;
+    struct emu_launch *L;
+    int b, t;
+    struct emu_worker *next;
+};
+
+static pthread_mutex_t emu_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct emu_worker *emu_pool_idle;
+
+static int emu_pool_remove(struct emu_worker *w)
+{
+    for (struct emu_worker **pp = &emu_pool_idle; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void *emu_worker_main(void *arg)
+{
+    struct emu_worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->has_job) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 5;
+            if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT && !w->has_job) {
+                /* Idle too long: leave, unless a dispatcher took us off the list meanwhile. */
+                pthread_mutex_unlock(&w->mu);
+                pthread_mutex_lock(&emu_pool_mu);
+                int removed = emu_pool_remove(w);
+                pthread_mutex_unlock(&emu_pool_mu);
+                if (removed) {
+                    pthread_mutex_destroy(&w->mu);
+                    pthread_cond_destroy(&w->cv);
+                    free(w);
+                    return NULL;
+                }
+                pthread_mutex_lock(&w->mu);
+            }
+        }
+        struct emu_launch *L = w->L;
+        int b = w->b, t = w->t;
+        w->has_job = 0;
+        pthread_mutex_unlock(&w->mu);
+        emu_thread_run(L, b, t);
+        pthread_mutex_lock(&emu_pool_mu);
+        w->next = emu_pool_idle;
+        emu_pool_idle = w;
+        pthread_mutex_unlock(&emu_pool_mu);
+        pthread_mutex_lock(&w->mu);
+    }
+}
+
+static int emu_dispatch(struct emu_launch *L, int b, int t)
+{
+    pthread_mutex_lock(&emu_pool_mu);
+    struct emu_worker *w = emu_pool_idle;
+    if (w != NULL)
+        emu_pool_idle = w->next;
+    pthread_mutex_unlock(&emu_pool_mu);
+    if (w != NULL) {
+        pthread_mutex_lock(&w->mu);
+        w->L = L;
+        w->b = b;
+        w->t = t;
+        w->has_job = 1;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        return 0;
+    }
+    w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return ENOMEM;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->L = L;
+    w->b = b;
+    w->t = t;
+    w->has_job = 1;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    size_t stack = (size_t)weft_param_EmuStackKb() << 10;
+    if (stack < (size_t)PTHREAD_STACK_MIN)
+        stack = (size_t)PTHREAD_STACK_MIN;
+    pthread_attr_setstacksize(&attr, stack);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t th;
+    int rc = pthread_create(&th, &attr, emu_worker_main, w);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+    }
+    return rc;
+}
+
+static pthread_mutex_t emu_rng_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t emu_rng_state;
+
+static uint64_t emu_rng_next(void)
+{
+    pthread_mutex_lock(&emu_rng_mu);
+    if (emu_rng_state == 0) {
+        uint64_t seed = (uint64_t)weft_param_EmuSeed();
+        if (seed == 0) {
+            seed = emu_now_ns() | 1;
+            WEFT_INFO(WEFT_LOG_INIT, "emu: serialized block order seed %llu (WEFT_EMU_SEED)",
+                      (unsigned long long)seed);
+        }
+        emu_rng_state = seed;
+    }
+    uint64_t x = emu_rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    emu_rng_state = x;
+    pthread_mutex_unlock(&emu_rng_mu);
+    return x;
+}
+
+/* Starts the threads of blocks [first, first + nblocks) of order, then waits for them. */
+static void emu_run_wave(struct emu_launch *L, const int *order, int first, int nblocks,
+                         struct emu_stream *s)
+{
+    pthread_mutex_lock(&L->mu);
+    L->remaining = nblocks * L->block;
+    pthread_mutex_unlock(&L->mu);
+    for (int i = first; i < first + nblocks; i++) {
+        int b = order[i];
+        for (int t = 0; t < L->block; t++) {
+            int rc = emu_dispatch(L, b, t);
+            if (rc != 0) {
+                WEFT_WARN("emulated GPU: kernel %s: cannot start thread %d of block %d: %s",
+                          L->k->name, t, b, strerror(rc));
+                emu_launch_fail(L, WEFT_CUDA_ERR_LAUNCH_RESOURCES);
+                emu_block_exit(L, &L->blocks[b]);
+                pthread_mutex_lock(&L->mu);
+                L->remaining--;
+                pthread_mutex_unlock(&L->mu);
+            }
+        }
+    }
+    uint64_t start = emu_now_ns();
+    int warned = 0;
+    char what[256];
+    snprintf(what, sizeof(what), "stream %p running kernel %s", (void *)s, L->k->name);
+    pthread_mutex_lock(&L->mu);
+    while (L->remaining > 0)
+        emu_cond_wait(&L->cv, &L->mu, start, &warned, what);
+    pthread_mutex_unlock(&L->mu);
+}
+
+static int emu_kernel_run(struct emu_stream *s, struct emu_item *it)
+{
+    struct emu_launch L;
+    memset(&L, 0, sizeof(L));
+    L.k = it->k;
+    L.params = it->params;
+    L.grid = it->grid;
+    L.block = it->block;
+    L.device = s->device;
+    pthread_mutex_init(&L.mu, NULL);
+    pthread_cond_init(&L.cv, NULL);
+    int res = WEFT_CUDA_SUCCESS;
+    int *order = malloc((size_t)L.grid * sizeof(int));
+    L.blocks = calloc((size_t)L.grid, sizeof(struct emu_block));
+    if (order == NULL || L.blocks == NULL) {
+        WEFT_WARN("emulated GPU: kernel %s: out of memory for %d blocks", L.k->name, L.grid);
+        res = WEFT_CUDA_ERR_LAUNCH_RESOURCES;
+        goto out;
+    }
+    int nready = 0;
+    for (int b = 0; b < L.grid; b++, nready++) {
+        struct emu_block *B = &L.blocks[b];
+        pthread_mutex_init(&B->mu, NULL);
+        pthread_cond_init(&B->cv, NULL);
+        B->index = b;
+        B->ntid = L.block;
+        if (it->shared > 0) {
+            B->shared = aligned_alloc(64, (it->shared + 63) / 64 * 64);
+            if (B->shared == NULL) {
+                WEFT_WARN("emulated GPU: kernel %s: out of memory for shared memory", L.k->name);
+                res = WEFT_CUDA_ERR_LAUNCH_RESOURCES;
+                pthread_mutex_destroy(&B->mu);
+                pthread_cond_destroy(&B->cv);
+                goto out_blocks;
+            }
+            /* Shared memory starts undefined on a GPU: garbage, so reliance on zeros shows. */
+            memset(B->shared, 0xa5, it->shared);
+        }
+        order[b] = b;
+    }
+    __atomic_store_n(&s->running, L.k->name, __ATOMIC_RELAXED);
+    int64_t wave = weft_param_EmuSerialize();
+    if (wave > 0) {
+        for (int i = L.grid - 1; i > 0; i--) {
+            int j = (int)(emu_rng_next() % (uint64_t)(i + 1));
+            int tmp = order[i];
+            order[i] = order[j];
+            order[j] = tmp;
+        }
+        for (int i = 0; i < L.grid; i += (int)wave)
+            emu_run_wave(&L, order, i, L.grid - i < wave ? L.grid - i : (int)wave, s);
+    } else {
+        emu_run_wave(&L, order, 0, L.grid, s);
+    }
+    __atomic_store_n(&s->running, NULL, __ATOMIC_RELAXED);
+    res = L.err;
+out_blocks:
+    for (int b = 0; b < nready; b++) {
+        free(L.blocks[b].shared);
+        pthread_mutex_destroy(&L.blocks[b].mu);
+        pthread_cond_destroy(&L.blocks[b].cv);
+    }
+out:
+    free(L.blocks);
+    free(order);
+    pthread_mutex_destroy(&L.mu);
+    pthread_cond_destroy(&L.cv);
+    return res;
+}
+
+/* ---- stream worker --------------------------------------------------------------------------- */
+
+static int emu_item_run(struct emu_stream *s, struct emu_item *it)
+{
+    switch (it->kind) {
+    case EMU_KERNEL:
+        return emu_kernel_run(s, it);
+    case EMU_MEMCPY:
+        memmove(it->dst, it->src, it->bytes);
+        return WEFT_CUDA_SUCCESS;
+    case EMU_MEMSET:
+        memset(it->dst, it->value, it->bytes);
+        return WEFT_CUDA_SUCCESS;
+    case EMU_RECORD: {
+        struct emu_event *e = it->ev;
+        pthread_mutex_lock(&e->mu);
+        if (it->ticket > e->done)
+            e->done = it->ticket;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        return WEFT_CUDA_SUCCESS;
+    }
+    case EMU_WAIT: {
+        struct emu_event *e = it->ev;
+        uint64_t start = emu_now_ns();
+        int warned = 0;
+        char what[128];
+        snprintf(what, sizeof(what), "stream %p waiting for event %p", (void *)s, (void *)e);
+        pthread_mutex_lock(&e->mu);
+        while (e->done < it->ticket) {
+            if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+                WEFT_INFO(WEFT_LOG_INIT, "emu: stream %p destroyed: event wait abandoned",
+                          (void *)s);
+                break;
+            }
+            emu_cond_wait(&e->cv, &e->mu, start, &warned, what);
+        }
+        pthread_mutex_unlock(&e->mu);
+        return WEFT_CUDA_SUCCESS;
+    }
+    case EMU_HOSTFN:
+        it->fn(it->arg);
+        return WEFT_CUDA_SUCCESS;
+    }
+    return WEFT_CUDA_ERR_UNKNOWN;
+}
+
+static void *emu_stream_main(void *arg)
+{
+    struct emu_stream *s = arg;
+    emu_cur_dev = s->device;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->head == NULL && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->head == NULL)
+            break;
+        struct emu_item *it = s->head;
+        s->head = it->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        int err = emu_item_run(s, it);
+        emu_item_free(it);
+        pthread_mutex_lock(&s->mu);
+        if (err != WEFT_CUDA_SUCCESS && s->err == WEFT_CUDA_SUCCESS)
+            s->err = err;
+        __atomic_store_n(&s->done, s->done + 1, __ATOMIC_RELAXED);
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static int emu_stream_wait_idle(struct emu_stream *s)
+{
+    uint64_t start = emu_now_ns();
+    int warned = 0;
+    char what[96];
+    snprintf(what, sizeof(what), "synchronize of stream %p", (void *)s);
+    pthread_mutex_lock(&s->mu);
+    uint64_t target = s->enq;
+    while (s->done < target)
+        emu_cond_wait(&s->cv, &s->mu, start, &warned, what);
+    int err = s->err;
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+/* Waits for the queued work of every stream of dev (cudaDeviceSynchronize). */
+static int emu_device_wait(int dev)
+{
+    struct emu_stream *list[256];
+    int n = 0, res = WEFT_CUDA_SUCCESS;
+    pthread_mutex_lock(&emu_mu);
+    for (struct emu_stream *s = emu_streams; s != NULL && n < 256; s = s->next)
+        if (s->device == dev)
+            list[n++] = s;
+    pthread_mutex_unlock(&emu_mu);
+    for (int i = 0; i < n; i++) {
+        int err = emu_stream_wait_idle(list[i]);
+        if (res == WEFT_CUDA_SUCCESS)
+            res = err;
+    }
+    return res;
+}
+
+/* ---- the table's slots ----------------------------------------------------------------------- */
+
+static int emu_get_device_count(int *n_p)
+{
+    if (n_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    *n_p = emu_ndev;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_get_device(int *dev_p)
+{
+    if (dev_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    *dev_p = emu_cur_dev;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_set_device(int dev)
+{
+    if (dev < 0 || dev >= emu_ndev) {
+        WEFT_WARN("emulated cudaSetDevice(%d): %d devices", dev, emu_ndev);
+        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    }
+    emu_cur_dev = dev;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_can_access_peer(int *can_p, int dev, int peer)
+{
+    if (can_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    if (dev < 0 || dev >= emu_ndev || peer < 0 || peer >= emu_ndev)
+        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    *can_p = dev != peer;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_enable_peer_access(int peer)
+{
+    int dev = emu_cur_dev;
+    if (peer < 0 || peer >= emu_ndev || peer == dev) {
+        WEFT_WARN("emulated cudaDeviceEnablePeerAccess(%d) from device %d: invalid peer", peer,
+                  dev);
+        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    }
+    pthread_mutex_lock(&emu_mu);
+    int was = emu_peer[dev][peer];
+    emu_peer[dev][peer] = 1;
+    pthread_mutex_unlock(&emu_mu);
+    return was ? WEFT_CUDA_ERR_PEER_ALREADY_ENABLED : WEFT_CUDA_SUCCESS;
+}
+
+static uint64_t emu_malloc_count, emu_launch_count;
+
+static int emu_malloc(void **p_p, size_t bytes)
+{
+    if (p_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    int res = emu_forbid_in_capture("cudaMalloc");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    uint64_t n = __atomic_add_fetch(&emu_malloc_count, 1, __ATOMIC_RELAXED);
+    int64_t fail = weft_param_EmuFailMalloc();
+    if (fail > 0 && n == (uint64_t)fail) {
+        WEFT_WARN("emulated cudaMalloc of %zu bytes: call %llu fails (WEFT_EMU_FAIL_MALLOC)",
+                  bytes, (unsigned long long)n);
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    if (bytes == 0) {
+        *p_p = NULL;
+        return WEFT_CUDA_SUCCESS;
+    }
+    return emu_alloc_new(p_p, bytes, WEFT_MEM_DEVICE, emu_cur_dev);
+}
+
+static int emu_free(void *p)
+{
+    if (p == NULL)
+        return WEFT_CUDA_SUCCESS;
+    int res = emu_forbid_in_capture("cudaFree");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    struct weft_ptr_attr a;
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    a.device = i >= 0 ? emu_live.v[i].device : -1;
+    pthread_rwlock_unlock(&emu_mem_lock);
+    /* cudaFree waits for the device's work: a kernel still running must not fault. */
+    if (a.device >= 0)
+        emu_device_wait(a.device);
+    return emu_alloc_release(p, WEFT_MEM_DEVICE, "cudaFree");
+}
+
+static int emu_host_alloc(void **p_p, size_t bytes)
+{
+    if (p_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    int res = emu_forbid_in_capture("cudaHostAlloc");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    if (bytes == 0) {
+        *p_p = NULL;
+        return WEFT_CUDA_SUCCESS;
+    }
+    return emu_alloc_new(p_p, bytes, WEFT_MEM_HOST_PINNED, -1);
+}
+
+static int emu_host_free(void *p)
+{
+    if (p == NULL)
+        return WEFT_CUDA_SUCCESS;
+    int res = emu_forbid_in_capture("cudaFreeHost");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    return emu_alloc_release(p, WEFT_MEM_HOST_PINNED, "cudaFreeHost");
+}
+
+static int emu_pointer_attr(struct weft_ptr_attr *attr_p, const void *p)
+{
+    if (attr_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct weft_ptr_attr a = {WEFT_MEM_HOST, -1, NULL, NULL, 0};
+    int res = WEFT_CUDA_SUCCESS;
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    if (i >= 0) {
+        a.kind = emu_live.v[i].kind;
+        a.device = emu_live.v[i].device;
+        a.dev_ptr = (void *)p;
+        a.base = (void *)emu_live.v[i].base;
+        a.size = emu_live.v[i].size;
+    } else if (emu_table_find(&emu_freed, (uintptr_t)p, 1) >= 0) {
+        res = WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (res != WEFT_CUDA_SUCCESS) {
+        WEFT_WARN("emulated cudaPointerGetAttributes(%p): freed emulated memory", p);
+        return res;
+    }
+    *attr_p = a;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_memcpy_async(void *dst, const void *src, size_t bytes, weft_cuda_stream_t h)
+{
+    if (bytes > 0 && (dst == NULL || src == NULL)) {
+        WEFT_WARN("emulated cudaMemcpyAsync: NULL %s with %zu bytes", dst ? "src" : "dst", bytes);
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    int res = emu_check_range(dst, bytes, "cudaMemcpyAsync", "dst");
+    if (res == WEFT_CUDA_SUCCESS)
+        res = emu_check_range(src, bytes, "cudaMemcpyAsync", "src");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    struct emu_stream *s;
+    res = emu_stream_get(h, "cudaMemcpyAsync", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    if (bytes == 0)
+        return WEFT_CUDA_SUCCESS;
+    struct emu_item *it = emu_item_new(EMU_MEMCPY, "cudaMemcpyAsync");
+    if (it == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    it->dst = dst;
+    it->src = src;
+    it->bytes = bytes;
+    return emu_submit(s, it);
+}
+
+static int emu_memset_async(void *dst, int value, size_t bytes, weft_cuda_stream_t h)
+{
+    if (bytes > 0 && dst == NULL) {
+        WEFT_WARN("emulated cudaMemsetAsync: NULL dst with %zu bytes", bytes);
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    int res = emu_check_range(dst, bytes, "cudaMemsetAsync", "dst");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    struct emu_stream *s;
+    res = emu_stream_get(h, "cudaMemsetAsync", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    if (bytes == 0)
+        return WEFT_CUDA_SUCCESS;
+    struct emu_item *it = emu_item_new(EMU_MEMSET, "cudaMemsetAsync");
+    if (it == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    it->dst = dst;
+    it->value = value;
+    it->bytes = bytes;
+    return emu_submit(s, it);
+}
+
+static int emu_stream_create(weft_cuda_stream_t *s_p)
+{
+    if (s_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct emu_stream *s;
+    int res = emu_stream_new(emu_cur_dev, 0, &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&emu_mu);
+    s->next = emu_streams;
+    emu_streams = s;
+    pthread_mutex_unlock(&emu_mu);
+    *s_p = s;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_stream_destroy(weft_cuda_stream_t h)
+{
+    if (h == NULL) {
+        WEFT_WARN("emulated cudaStreamDestroy: the legacy stream cannot be destroyed");
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&emu_mu);
+    struct emu_stream **pp = &emu_streams;
+    while (*pp != NULL && *pp != (struct emu_stream *)h)
+        pp = &(*pp)->next;
+    struct emu_stream *s = *pp;
+    if (s != NULL && s->cap != NULL) {
+        emu_capture_invalidate(s->cap, "a capturing stream was destroyed");
+        s = NULL;
+    } else if (s != NULL) {
+        *pp = s->next;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    if (s == NULL) {
+        WEFT_WARN("emulated cudaStreamDestroy: %p is not a live emulated stream (or captures)", h);
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->worker, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_stream_synchronize(weft_cuda_stream_t h)
+{
+    struct emu_stream *s;
+    int res = emu_stream_get(h, "cudaStreamSynchronize", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&emu_mu);
+    if (s->cap != NULL) {
+        emu_capture_invalidate(s->cap, "cudaStreamSynchronize of the capturing stream");
+        res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    if (res == WEFT_CUDA_SUCCESS && s->legacy)
+        res = emu_forbid_in_capture("synchronize of the legacy stream (synchronous memcpy)");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    return emu_stream_wait_idle(s);
+}
+
+static int emu_stream_query(weft_cuda_stream_t h)
+{
+    struct emu_stream *s;
+    int res = emu_stream_get(h, "cudaStreamQuery", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&emu_mu);
+    if (s->cap != NULL) {
+        emu_capture_invalidate(s->cap, "cudaStreamQuery of the capturing stream");
+        res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&s->mu);
+    res = s->err != WEFT_CUDA_SUCCESS ? s->err :
+          s->done < s->enq ? WEFT_CUDA_ERR_NOT_READY : WEFT_CUDA_SUCCESS;
+    pthread_mutex_unlock(&s->mu);
+    return res;
+}
+
+static int emu_stream_capturing(weft_cuda_stream_t h, int *capturing_p)
+{
+    if (capturing_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct emu_stream *s;
+    int res = emu_stream_get(h, "cudaStreamIsCapturing", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&emu_mu);
+    *capturing_p = s->cap != NULL;
+    pthread_mutex_unlock(&emu_mu);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_event_create(weft_cuda_event_t *e_p)
+{
+    if (e_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct emu_event *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        WEFT_WARN("emulated cudaEventCreate: out of memory");
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->refs = 1;
+    pthread_mutex_lock(&emu_mu);
+    e->next = emu_events;
+    emu_events = e;
+    pthread_mutex_unlock(&emu_mu);
+    *e_p = e;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_event_destroy(weft_cuda_event_t h)
+{
+    pthread_mutex_lock(&emu_mu);
+    struct emu_event **pp = &emu_events;
+    while (*pp != NULL && *pp != (struct emu_event *)h)
+        pp = &(*pp)->next;
+    struct emu_event *e = *pp;
+    if (e != NULL)
+        *pp = e->next;
+    pthread_mutex_unlock(&emu_mu);
+    if (e == NULL) {
+        WEFT_WARN("emulated cudaEventDestroy: %p is not a live emulated event", h);
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
+    emu_event_unref(e); /* queued records and waits keep it alive until they ran */
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_event_record(weft_cuda_event_t eh, weft_cuda_stream_t sh)
+{
+    struct emu_event *e;
+    struct emu_stream *s;
+    int res = emu_event_get(eh, "cudaEventRecord", &e);
+    if (res == WEFT_CUDA_SUCCESS)
+        res = emu_stream_get(sh, "cudaEventRecord", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&emu_mu);
+    if (s->cap != NULL) {
+        res = s->cap->invalid ? WEFT_CUDA_ERR_CAPTURE_INVALIDATED : WEFT_CUDA_SUCCESS;
+        e->cap_id = s->cap->id;
+        pthread_mutex_unlock(&emu_mu);
+        return res;
+    }
+    e->cap_id = 0;
+    pthread_mutex_unlock(&emu_mu);
+    struct emu_item *it = emu_item_new(EMU_RECORD, "cudaEventRecord");
+    if (it == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&e->mu);
+    it->ticket = ++e->rec;
+    pthread_mutex_unlock(&e->mu);
+    __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
+    it->ev = e;
+    return emu_submit(s, it);
+}
+
+static int emu_stream_wait_event(weft_cuda_stream_t sh, weft_cuda_event_t eh)
+{
+    struct emu_event *e;
+    struct emu_stream *s;
+    int res = emu_event_get(eh, "cudaStreamWaitEvent", &e);
+    if (res == WEFT_CUDA_SUCCESS)
+        res = emu_stream_get(sh, "cudaStreamWaitEvent", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&emu_mu);
+    struct emu_capture *c = NULL;
+    if (e->cap_id != 0)
+        for (c = emu_captures; c != NULL && c->id != e->cap_id; c = c->next)
+            ;
+    if (c != NULL) {
+        /* The event marks a point of an active capture: s joins it (fork), or already is in it. */
+        if (s->cap == NULL && s->legacy) {
+            res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+            emu_capture_invalidate(c, "the legacy stream waited on a captured event");
+        } else if (s->cap == NULL) {
+            s->cap = c;
+        } else if (s->cap != c) {
+            res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+            emu_capture_invalidate(c, "a stream of another capture waited on its event");
+        }
+        pthread_mutex_unlock(&emu_mu);
+        return res;
+    }
+    if (s->cap != NULL) {
+        /* Outside dependency of a captured stream: graphs have none; ignored. */
+        res = s->cap->invalid ? WEFT_CUDA_ERR_CAPTURE_INVALIDATED : WEFT_CUDA_SUCCESS;
+        pthread_mutex_unlock(&emu_mu);
+        return res;
+    }
+    pthread_mutex_unlock(&emu_mu);
+    pthread_mutex_lock(&e->mu);
+    uint64_t target = e->rec;
+    pthread_mutex_unlock(&e->mu);
+    if (target == 0)
+        return WEFT_CUDA_SUCCESS; /* never recorded: no-op, as in CUDA */
+    struct emu_item *it = emu_item_new(EMU_WAIT, "cudaStreamWaitEvent");
+    if (it == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    it->ticket = target;
+    __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
+    it->ev = e;
+    return emu_submit(s, it);
+}
+
+static int emu_event_synchronize(weft_cuda_event_t eh)
+{
+    struct emu_event *e;
+    int res = emu_event_get(eh, "cudaEventSynchronize", &e);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    uint64_t start = emu_now_ns();
+    int warned = 0;
+    char what[96];
+    snprintf(what, sizeof(what), "cudaEventSynchronize of event %p", (void *)e);
+    pthread_mutex_lock(&e->mu);
+    uint64_t target = e->rec;
+    while (e->done < target)
+        emu_cond_wait(&e->cv, &e->mu, start, &warned, what);
+    pthread_mutex_unlock(&e->mu);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_launch(const struct weft_kernel *k, int grid, int block, size_t shared_bytes,
+                      const void *params, size_t params_bytes, weft_cuda_stream_t h)
+{
+    if (k == NULL || k->emu_fn == NULL) {
+        WEFT_WARN("emulated cudaLaunchKernel: kernel %s has no emulated build",
+                  k && k->name ? k->name : "(null)");
+        return WEFT_CUDA_ERR_INVALID_DEVICE_FN;
+    }
+    if (grid < 1 || block < 1 || block > EMU_MAX_BLOCK || shared_bytes > EMU_MAX_SHARED) {
+        WEFT_WARN("emulated cudaLaunchKernel %s: invalid configuration grid %d block %d shared "
+                  "%zu (block 1..%d, shared <= %u)", k->name, grid, block, shared_bytes,
+                  EMU_MAX_BLOCK, EMU_MAX_SHARED);
+        return WEFT_CUDA_ERR_INVALID_CONFIG;
+    }
+    if (params_bytes > EMU_MAX_PARAMS || (params_bytes > 0 && params == NULL)) {
+        WEFT_WARN("emulated cudaLaunchKernel %s: %zu bytes of params (at most %d, non-NULL)",
+                  k->name, params_bytes, EMU_MAX_PARAMS);
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    uint64_t n = __atomic_add_fetch(&emu_launch_count, 1, __ATOMIC_RELAXED);
+    int64_t fail = weft_param_EmuFailLaunch();
+    if (fail > 0 && n == (uint64_t)fail) {
+        WEFT_WARN("emulated cudaLaunchKernel %s: launch %llu fails (WEFT_EMU_FAIL_LAUNCH)",
+                  k->name, (unsigned long long)n);
+        return WEFT_CUDA_ERR_LAUNCH_RESOURCES;
+    }
+    struct emu_stream *s;
+    int res = emu_stream_get(h, "cudaLaunchKernel", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    struct emu_item *it = emu_item_new(EMU_KERNEL, "cudaLaunchKernel");
+    if (it == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    it->k = k;
+    it->grid = grid;
+    it->block = block;
+    it->shared = shared_bytes;
+    it->params_bytes = params_bytes;
+    if (params_bytes > 0) {
+        it->params = malloc(params_bytes);
+        if (it->params == NULL) {
+            free(it);
+            WEFT_WARN("emulated cudaLaunchKernel %s: out of memory", k->name);
+            return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+        }
+        memcpy(it->params, params, params_bytes);
+    }
+    return emu_submit(s, it);
+}
+
+static int emu_capture_begin(weft_cuda_stream_t h)
+{
+    struct emu_stream *s;
+    int res = emu_stream_get(h, "cudaStreamBeginCapture", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    if (s->legacy) {
+        WEFT_WARN("emulated cudaStreamBeginCapture: the legacy stream cannot be captured");
+        return WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+    }
+    struct emu_capture *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&emu_mu);
+    if (s->cap != NULL) {
+        pthread_mutex_unlock(&emu_mu);
+        free(c);
+        WEFT_WARN("emulated cudaStreamBeginCapture: stream %p already captures", h);
+        return WEFT_CUDA_ERR_ILLEGAL_STATE;
+    }
+    c->id = ++emu_capture_ids;
+    c->origin = s;
+    c->mode = (int)weft_param_CudaCaptureMode();
+    c->thread = pthread_self();
+    c->next = emu_captures;
+    emu_captures = c;
+    s->cap = c;
+    pthread_mutex_unlock(&emu_mu);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static void emu_nodes_free(struct emu_item *it)
+{
+    while (it != NULL) {
+        struct emu_item *next = it->next;
+        emu_item_free(it);
+        it = next;
+    }
+}
+
+static int emu_capture_end(weft_cuda_stream_t h, weft_cuda_graph_t *g_p)
+{
+    struct emu_stream *s;
+    int res = emu_stream_get(h, "cudaStreamEndCapture", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    if (g_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct emu_graph *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&emu_mu);
+    struct emu_capture *c = s->cap;
+    if (c == NULL || c->origin != s) {
+        pthread_mutex_unlock(&emu_mu);
+        free(g);
+        WEFT_WARN("emulated cudaStreamEndCapture: stream %p %s", h,
+                  c == NULL ? "is not capturing" : "joined a capture it did not begin");
+        return c == NULL ? WEFT_CUDA_ERR_ILLEGAL_STATE : WEFT_CUDA_ERR_CAPTURE_UNMATCHED;
+    }
+    for (struct emu_stream *t = emu_streams; t != NULL; t = t->next)
+        if (t->cap == c)
+            t->cap = NULL;
+    for (struct emu_capture **pp = &emu_captures; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    if (c->invalid) {
+        pthread_mutex_unlock(&emu_mu);
+        emu_nodes_free(c->head);
+        free(c);
+        free(g);
+        WEFT_WARN("emulated cudaStreamEndCapture: the capture was invalidated (901)");
+        return WEFT_CUDA_ERR_CAPTURE_INVALIDATED;
+    }
+    g->head = c->head;
+    g->nnodes = c->nnodes;
+    g->next = emu_graphs;
+    emu_graphs = g;
+    pthread_mutex_unlock(&emu_mu);
+    free(c);
+    *g_p = g;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static struct emu_graph *emu_graph_find_locked(weft_cuda_graph_t h)
+{
+    struct emu_graph *g = emu_graphs;
+    while (g != NULL && g != (struct emu_graph *)h)
+        g = g->next;
+    return g;
+}
+
+static int emu_graph_launch(weft_cuda_graph_t gh, weft_cuda_stream_t sh)
+{
+    struct emu_stream *s;
+    int res = emu_stream_get(sh, "cudaGraphLaunch", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_mutex_lock(&emu_mu);
+    struct emu_graph *g = emu_graph_find_locked(gh);
+    pthread_mutex_unlock(&emu_mu);
+    if (g == NULL) {
+        WEFT_WARN("emulated cudaGraphLaunch: %p is not a live emulated graph", gh);
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
+    /* The nodes are only read here; graph_destroy during a launch is the caller's bug. */
+    for (struct emu_item *n = g->head; n != NULL; n = n->next) {
+        struct emu_item *it = emu_item_clone(n);
+        if (it == NULL) {
+            WEFT_WARN("emulated cudaGraphLaunch: out of memory");
+            return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+        }
+        res = emu_submit(s, it);
+        if (res != WEFT_CUDA_SUCCESS)
+            return res;
+    }
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_graph_destroy(weft_cuda_graph_t gh)
+{
+    pthread_mutex_lock(&emu_mu);
+    struct emu_graph **pp = &emu_graphs;
+    while (*pp != NULL && *pp != (struct emu_graph *)gh)
+        pp = &(*pp)->next;
+    struct emu_graph *g = *pp;
+    if (g != NULL)
+        *pp = g->next;
+    pthread_mutex_unlock(&emu_mu);
+    if (g == NULL) {
+        WEFT_WARN("emulated cudaGraphExecDestroy: %p is not a live emulated graph", gh);
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
+    emu_nodes_free(g->head);
+    free(g);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_launch_host_func(weft_cuda_stream_t h, void (*fn)(void *arg), void *arg)
+{
+    if (fn == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct emu_stream *s;
+    int res = emu_stream_get(h, "cudaLaunchHostFunc", &s);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    struct emu_item *it = emu_item_new(EMU_HOSTFN, "cudaLaunchHostFunc");
+    if (it == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    it->fn = fn;
+    it->arg = arg;
+    return emu_submit(s, it);
+}
+
+static int emu_device_synchronize(void)
+{
+    int res = emu_forbid_in_capture("cudaDeviceSynchronize");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    return emu_device_wait(emu_cur_dev);
+}
+
+static const struct weft_cuda_ops emu_ops = {
+    .version = WEFT_CUDA_OPS_VERSION,
+    .name = "emu",
+    .get_device_count = emu_get_device_count,
+    .get_device = emu_get_device,
+    .set_device = emu_set_device,
+    .can_access_peer = emu_can_access_peer,
+    .enable_peer_access = emu_enable_peer_access,
+    .malloc = emu_malloc,
+    .free = emu_free,
+    .host_alloc = emu_host_alloc,
+    .host_free = emu_host_free,
+    .pointer_attr = emu_pointer_attr,
+    .memcpy_async = emu_memcpy_async,
+    .memset_async = emu_memset_async,
+    .stream_create = emu_stream_create,
+    .stream_destroy = emu_stream_destroy,
+    .stream_synchronize = emu_stream_synchronize,
+    .stream_query = emu_stream_query,
+    .stream_capturing = emu_stream_capturing,
+    .event_create = emu_event_create,
+    .event_destroy = emu_event_destroy,
+    .event_record = emu_event_record,
+    .stream_wait_event = emu_stream_wait_event,
+    .event_synchronize = emu_event_synchronize,
+    .launch = emu_launch,
+    .capture_begin = emu_capture_begin,
+    .capture_end = emu_capture_end,
+    .graph_launch = emu_graph_launch,
+    .graph_destroy = emu_graph_destroy,
+    .error_string = weft_cuda_error_text,
+    .launch_host_func = emu_launch_host_func,
+    .device_synchronize = emu_device_synchronize,
+};
+
+static void emu_init_once(void)
+{
+    int n = emu_once_ndev;
+    if (n < 1)
+        n = 1;
+    if (n > EMU_MAX_DEV) {
+        WEFT_WARN("emulated GPU: %d devices asked, %d at most", n, EMU_MAX_DEV);
+        n = EMU_MAX_DEV;
+    }
+    emu_ndev = n;
+    WEFT_INFO(WEFT_LOG_INIT, "emu: emulated GPU with %d device%s%s", n, n == 1 ? "" : "s",
+              weft_param_EmuSerialize() ? ", serialized blocks" : "");
+}
+
+const struct weft_cuda_ops *weft_cuda_emu_init(int ndev)
+{
+    pthread_mutex_lock(&emu_mu);
+    if (emu_once_ndev == 0)
+        emu_once_ndev = ndev;
+    pthread_mutex_unlock(&emu_mu);
+    pthread_once(&emu_once, emu_init_once);
+    return &emu_ops;
+}

@@ -1,0 +1,822 @@
+/*
+ * The CUDA executor (see exec/cuda.h).
+ *
+ * Device state of a communicator (struct weft_cuda_comm), made at init:
+ *   - one device allocation on the communicator's device holding the receive blocks of every
+ *     connection into this rank (tail, slot sizes, WEFT_STEPS slots; dev_fifo.h) and the head
+ *     words of its connections out, for channels 0 .. nch-1 (collectives) and nch (p2p), for
+ *     every peer including itself (loopback); the ranks exchange the base addresses through the
+ *     bootstrap all-gather (raw pointers: all ranks are threads of one process);
+ *   - struct weft_dev_comm in device memory: the connection table with both ends' step counters
+ *     (advanced by the kernel), the step windows, the ring order;
+ *   - pinned host memory for the abort word and the stuck record;
+ *   - an internal stream and two events.
+ * Scope: WEFT_SCOPE_GPU for peers on this device, WEFT_SCOPE_SYS for peers on another one.
+ *
+ * A submission's device tasks launch in three passes over their communicators so that ranks
+ * sharing one user stream cannot deadlock: every user stream records ev_in and every internal
+ * stream waits for it; then every launch; then each internal stream records ev_out and its user
+ * streams wait for it. Under capture the same calls fork and join the captured graph.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "algo/sched.h"
+#include "algo/tuner.h"
+#include "bootstrap/bootstrap.h"
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/group.h"
+#include "core/param.h"
+#include "cuda/cuda_ops.h"
+#include "dev_fifo.h"
+#include "dev_kernel.h"
+#include "exec/cuda.h"
+
+WEFT_PARAM(CudaChannels, "WEFT_CUDA_CHANNELS", 2,
+           "blocks (channels) of the collective kernel; 1 with WEFT_EMU_SERIALIZE=1");
+WEFT_PARAM(CudaThreads, "WEFT_CUDA_THREADS", -1,
+           "threads per block of the collective kernel (-1: 256 on a GPU, 4 on the emulated one)");
+WEFT_PARAM(CudaSlotBytes, "WEFT_CUDA_SLOT_BYTES", 65536,
+           "bytes of one slot of a device FIFO (WEFT_STEPS slots per connection)");
+WEFT_PARAM_DECL(Timeout);
+
+/* The emulated build of the kernel (kernels/coll_kernel_emu.cc), and nvcc's, where linked. */
+void weft_coll_kernel_emu(void *params);
+const void *weft_coll_kernel_device_fn(void) __attribute__((weak));
+
+/*
+ * The FIFO memory of all ranks of one communicator, freed by the last rank to leave: a rank's
+ * FIFOs receive its peers' posts (tail, and head for its sends) until every peer's kernels are
+ * done, and a peer may still run when this rank destroys its communicator (each rank
+ * synchronises only its own stream before it leaves). Allocated by rank 0; the others learn its
+ * address with the FIFO addresses (all ranks are in this process).
+ */
+struct weft_cuda_clique {
+    int refs; /* ranks that have not left yet */
+    int nranks;
+    struct {
+        void *fifo;
+        int dev;
+    } rank[];
+};
+
+#define WEFT_CUDA_STAGE_OLD 16
+
+struct weft_cuda_comm {
+    int dev;
+    int nch;           /* collective channels (blocks) */
+    int nthreads;
+    size_t slot_bytes;
+    char *fifo;        /* this rank's FIFO memory (device), owned by the clique once joined */
+    struct weft_cuda_clique *clique; /* NULL until joined */
+    struct weft_dev_comm *dstate; /* device */
+    struct weft_step *steps;      /* device */
+    int *ring;                    /* device, or NULL */
+    void *pinned;                 /* abort word and stuck record */
+    uint32_t *abort_host;
+    struct weft_dev_stuck *stuck_host;
+    weft_cuda_stream_t stream;
+    weft_cuda_event_t ev_in, ev_out;
+    int reported; /* the stuck record was turned into an error */
+    /* Copies of in-place all-to-all inputs (the pairwise exchange would overwrite blocks before
+     * sending them). Grown, never shrunk; replaced buffers stay allocated until the communicator
+     * goes, since a captured graph may still copy into them. */
+    char *stage;
+    size_t stage_bytes;
+    void *stage_old[WEFT_CUDA_STAGE_OLD];
+    int nstage_old;
+    struct weft_kernel kernel;
+};
+
+/* Logs a failed CUDA call with its text. */
+static ncclResult_t weft_cuda_fail(int err, const char *what, int rank)
+{
+    WEFT_WARN("rank %d: %s failed: %s (%d)", rank, what, weft_cuda()->error_string(err), err);
+    return ncclUnhandledCudaError;
+}
+
+#define WEFT_CUDA_CALL_GOTO(call, what, rank, res, label)                                          \
+    do {                                                                                           \
+        int weft_cerr_ = (call);                                                                   \
+        if (weft_cerr_ != 0) {                                                                     \
+            (res) = weft_cuda_fail(weft_cerr_, (what), (rank));                                    \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+#define WEFT_CUDA_CALL(call, what, rank)                                                           \
+    do {                                                                                           \
+        int weft_cerr_ = (call);                                                                   \
+        if (weft_cerr_ != 0)                                                                       \
+            return weft_cuda_fail(weft_cerr_, (what), (rank));                                     \
+    } while (0)
+
+int weft_cuda_current_device(void)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int n = 0, dev = -1;
+    if (ops->get_device_count(&n) != 0 || n < 1 || ops->get_device(&dev) != 0)
+        return -1;
+    return dev;
+}
+
+int weft_cuda_device_count(void)
+{
+    int n = 0;
+    return weft_cuda()->get_device_count(&n) == 0 ? n : 0;
+}
+
+int weft_cuda_set_device(int dev)
+{
+    return weft_cuda()->set_device(dev);
+}
+
+int weft_cuda_is_device_ptr(const void *p)
+{
+    struct weft_ptr_attr attr;
+    if (p == NULL || weft_cuda()->pointer_attr(&attr, p) != 0)
+        return 0;
+    return attr.kind == WEFT_MEM_DEVICE || attr.kind == WEFT_MEM_MANAGED;
+}
+
+ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int n = 0;
+    if (ops->get_device_count(&n) != 0 || n < 1) {
+        comm->cuda_bound = 0;
+        return ncclSuccess;
+    }
+    if (dev < 0)
+        dev = weft_cuda_current_device();
+    if (dev < 0 || dev >= n) {
+        WEFT_WARN("rank %d: device %d does not exist (%d devices)", comm->rank, dev, n);
+        return ncclInvalidArgument;
+    }
+    comm->cuda_dev = dev;
+    comm->cuda_bound = 1;
+    return ncclSuccess;
+}
+
+/* What every rank tells the others about its device state. */
+struct weft_cuda_peer {
+    uint64_t fifo;   /* device address of its FIFO memory */
+    uint64_t clique; /* rank 0: the address of the communicator's struct weft_cuda_clique */
+    int32_t dev;
+    int32_t pad;
+};
+
+static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int prev = -1;
+    ops->get_device(&prev);
+    ops->set_device(cc->dev);
+    if (cc->stream != NULL) {
+        ops->stream_synchronize(cc->stream);
+        ops->stream_destroy(cc->stream);
+    }
+    if (cc->ev_in != NULL)
+        ops->event_destroy(cc->ev_in);
+    if (cc->ev_out != NULL)
+        ops->event_destroy(cc->ev_out);
+    if (cc->ring != NULL)
+        ops->free(cc->ring);
+    for (int i = 0; i < cc->nstage_old; i++)
+        ops->free(cc->stage_old[i]);
+    if (cc->stage != NULL)
+        ops->free(cc->stage);
+    if (cc->steps != NULL)
+        ops->free(cc->steps);
+    if (cc->dstate != NULL)
+        ops->free(cc->dstate);
+    if (cc->clique != NULL) {
+        /* Our kernels are done (stream synchronised above); the last rank frees every FIFO. */
+        struct weft_cuda_clique *q = cc->clique;
+        if (__atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+            for (int r = 0; r < q->nranks; r++) {
+                if (q->rank[r].fifo == NULL)
+                    continue;
+                ops->set_device(q->rank[r].dev);
+                ops->free(q->rank[r].fifo);
+            }
+            free(q);
+        }
+    } else if (cc->fifo != NULL) {
+        ops->free(cc->fifo);
+    }
+    if (cc->pinned != NULL)
+        ops->host_free(cc->pinned);
+    if (prev >= 0)
+        ops->set_device(prev);
+    (void)comm;
+    free(cc);
+}
+
+/* The device view of a pinned host address. */
+static void *weft_cuda_dev_view(void *host)
+{
+    struct weft_ptr_attr attr;
+    if (weft_cuda()->pointer_attr(&attr, host) != 0 || attr.dev_ptr == NULL)
+        return host;
+    return attr.dev_ptr;
+}
+
+ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int nranks = comm->nranks, me = comm->rank, prev = -1;
+    ncclResult_t res = ncclSuccess;
+    /* Every rank decides alike, from the exchanged peer info. */
+    int all_dev = 1, one_process = 1;
+    for (int p = 0; p < nranks; p++) {
+        all_dev &= comm->peer_info[p].cuda_dev >= 0;
+        one_process &= comm->peer_info[p].pid == comm->peer_info[me].pid &&
+                       comm->peer_info[p].host_hash == comm->peer_info[me].host_hash;
+    }
+    comm->cuda_multiproc = all_dev && !one_process;
+    if (!all_dev || !one_process) {
+        if (comm->cuda_bound)
+            WEFT_INFO(WEFT_LOG_INIT, "rank %d: no CUDA executor (%s)", me,
+                      !all_dev ? "a rank has no device" : "ranks in several processes");
+        return ncclSuccess;
+    }
+    struct weft_cuda_comm *cc = calloc(1, sizeof(*cc));
+    struct weft_cuda_peer *peers = calloc((size_t)nranks, sizeof(*peers));
+    struct weft_dev_conn *conns = NULL;
+    if (cc == NULL || peers == NULL) {
+        WEFT_WARN("rank %d: out of memory for the CUDA executor", me);
+        res = ncclSystemError;
+        goto err;
+    }
+    ops->get_device(&prev);
+    cc->dev = comm->cuda_dev;
+    WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, err);
+    int64_t nch = weft_param_CudaChannels();
+    cc->nch = nch < 1 ? 1 : nch > WEFT_MAX_CHANNELS ? WEFT_MAX_CHANNELS : (int)nch;
+    int64_t nt = weft_param_CudaThreads();
+    if (nt < 0)
+        nt = strcmp(ops->name, "emu") == 0 ? 4 : 256;
+    cc->nthreads = nt < 1 ? 1 : nt > 1024 ? 1024 : (int)nt;
+    int64_t sb = weft_param_CudaSlotBytes();
+    sb = sb < 256 ? 256 : sb > (1 << 24) ? (1 << 24) : sb;
+    cc->slot_bytes = (size_t)sb & ~(size_t)127;
+    int nconn = cc->nch + 1;
+    size_t fifo_bytes = weft_dev_fifo_bytes(nranks, nconn, cc->slot_bytes);
+
+    WEFT_CUDA_CALL_GOTO(ops->stream_create(&cc->stream), "cudaStreamCreate", me, res, err);
+    WEFT_CUDA_CALL_GOTO(ops->event_create(&cc->ev_in), "cudaEventCreate", me, res, err);
+    WEFT_CUDA_CALL_GOTO(ops->event_create(&cc->ev_out), "cudaEventCreate", me, res, err);
+    WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->fifo, fifo_bytes), "cudaMalloc (FIFOs)", me,
+                        res, err);
+    WEFT_CUDA_CALL_GOTO(ops->memset_async(cc->fifo, 0, fifo_bytes, cc->stream), "cudaMemsetAsync",
+                        me, res, err);
+    int nwin = 1 + 2 * nranks;
+    size_t step_bytes = (size_t)cc->nch * (size_t)nwin * WEFT_DEV_WINDOW * sizeof(struct weft_step);
+    WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->steps, step_bytes), "cudaMalloc (steps)", me,
+                        res, err);
+    size_t pinned_bytes = WEFT_CACHELINE + (size_t)cc->nch * sizeof(struct weft_dev_stuck);
+    WEFT_CUDA_CALL_GOTO(ops->host_alloc(&cc->pinned, pinned_bytes), "cudaHostAlloc", me, res,
+                        err);
+    memset(cc->pinned, 0, pinned_bytes);
+    cc->abort_host = (uint32_t *)cc->pinned;
+    cc->stuck_host = (struct weft_dev_stuck *)((char *)cc->pinned + WEFT_CACHELINE);
+    if (comm->ring != NULL) {
+        WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->ring, 2 * (size_t)nranks * sizeof(int)),
+                            "cudaMalloc (ring)", me, res, err);
+        WEFT_CUDA_CALL_GOTO(ops->memcpy_async(cc->ring, comm->ring, nranks * sizeof(int),
+                                              cc->stream), "cudaMemcpyAsync", me, res, err);
+        WEFT_CUDA_CALL_GOTO(ops->memcpy_async(cc->ring + nranks, comm->ring_pos,
+                                              nranks * sizeof(int), cc->stream),
+                            "cudaMemcpyAsync", me, res, err);
+    }
+    WEFT_CUDA_CALL_GOTO(ops->stream_synchronize(cc->stream), "cudaStreamSynchronize", me, res,
+                        err);
+
+    /* Everyone's FIFOs are zeroed before anyone learns where they are. */
+    peers[me].fifo = (uint64_t)(uintptr_t)cc->fifo;
+    peers[me].dev = cc->dev;
+    struct weft_cuda_clique *clique = NULL;
+    if (me == 0) {
+        clique = calloc(1, sizeof(*clique) + (size_t)nranks * sizeof(clique->rank[0]));
+        if (clique == NULL) {
+            WEFT_WARN("rank %d: out of memory for the CUDA executor", me);
+            res = ncclSystemError;
+            goto err;
+        }
+        clique->refs = nranks;
+        clique->nranks = nranks;
+        peers[me].clique = (uint64_t)(uintptr_t)clique;
+    }
+    /* Nothing may fail between here and joining the clique: every rank must join it. */
+    res = weft_bootstrap_allgather(comm->bootstrap, peers, sizeof(*peers));
+    if (res != ncclSuccess) {
+        free(clique);
+        goto err;
+    }
+    cc->clique = (struct weft_cuda_clique *)(uintptr_t)peers[0].clique;
+    cc->clique->rank[me].fifo = cc->fifo;
+    cc->clique->rank[me].dev = cc->dev;
+    for (int p = 0; p < nranks; p++) {
+        if (peers[p].dev == cc->dev)
+            continue;
+        int can = 0;
+        WEFT_CUDA_CALL_GOTO(ops->can_access_peer(&can, cc->dev, peers[p].dev),
+                            "cudaDeviceCanAccessPeer", me, res, err);
+        if (!can) {
+            WEFT_WARN("rank %d: device %d cannot access device %d of peer %d (no peer access)",
+                      me, cc->dev, peers[p].dev, p);
+            res = ncclSystemError;
+            goto err;
+        }
+        /* 704: already enabled (by another rank of this process on our device). */
+        int err = ops->enable_peer_access(peers[p].dev);
+        if (err != 0 && err != 704) {
+            res = weft_cuda_fail(err, "cudaDeviceEnablePeerAccess", me);
+            goto err;
+        }
+    }
+
+    conns = calloc((size_t)nconn * nranks, sizeof(*conns));
+    if (conns == NULL) {
+        WEFT_WARN("rank %d: out of memory for %d connections", me, nconn * nranks);
+        res = ncclSystemError;
+        goto err;
+    }
+    for (int c = 0; c < nconn; c++) {
+        for (int p = 0; p < nranks; p++) {
+            struct weft_dev_conn *k = &conns[(size_t)c * nranks + p];
+            char *mine = cc->fifo, *theirs = (char *)(uintptr_t)peers[p].fifo;
+            size_t to_them = weft_dev_recv_off(c, me, nranks, cc->slot_bytes);
+            size_t from_them = weft_dev_recv_off(c, p, nranks, cc->slot_bytes);
+            k->send_rc = (struct weft_dev_recv_ctrl *)(theirs + to_them);
+            k->send_slots = theirs + to_them + sizeof(struct weft_dev_recv_ctrl);
+            k->send_sc = (struct weft_dev_send_ctrl *)(mine + weft_dev_head_off(
+                                                                  c, p, nranks, nconn,
+                                                                  cc->slot_bytes));
+            k->recv_rc = (struct weft_dev_recv_ctrl *)(mine + from_them);
+            k->recv_slots = mine + from_them + sizeof(struct weft_dev_recv_ctrl);
+            k->recv_sc = (struct weft_dev_send_ctrl *)(theirs + weft_dev_head_off(
+                                                                    c, me, nranks, nconn,
+                                                                    cc->slot_bytes));
+            k->scope = peers[p].dev == cc->dev ? WEFT_DEV_SCOPE_GPU : WEFT_DEV_SCOPE_SYS;
+        }
+    }
+    size_t conn_bytes = (size_t)nconn * nranks * sizeof(*conns);
+    size_t state_bytes = sizeof(struct weft_dev_comm) + conn_bytes;
+    WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->dstate, state_bytes), "cudaMalloc (state)", me,
+                        res, err);
+    struct weft_dev_comm st;
+    memset(&st, 0, sizeof(st));
+    st.rank = me;
+    st.nranks = nranks;
+    st.nchannels = cc->nch;
+    st.local_ranks = comm->hier_k;
+    st.nwin = nwin;
+    st.slot_bytes = cc->slot_bytes;
+    st.timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
+    st.abort = (const uint32_t *)weft_cuda_dev_view(cc->abort_host);
+    st.stuck = (struct weft_dev_stuck *)weft_cuda_dev_view(cc->stuck_host);
+    st.ring = cc->ring;
+    st.ring_pos = cc->ring != NULL ? cc->ring + nranks : NULL;
+    st.steps = cc->steps;
+    st.conns = (struct weft_dev_conn *)(cc->dstate + 1);
+    WEFT_CUDA_CALL_GOTO(ops->memcpy_async(cc->dstate, &st, sizeof(st), cc->stream),
+                        "cudaMemcpyAsync", me, res, err);
+    WEFT_CUDA_CALL_GOTO(ops->memcpy_async(cc->dstate + 1, conns, conn_bytes, cc->stream),
+                        "cudaMemcpyAsync", me, res, err);
+    WEFT_CUDA_CALL_GOTO(ops->stream_synchronize(cc->stream), "cudaStreamSynchronize", me, res,
+                        err);
+    cc->kernel.name = "weft_coll_kernel";
+    cc->kernel.device_fn = weft_coll_kernel_device_fn != NULL ? weft_coll_kernel_device_fn()
+                                                              : NULL;
+    cc->kernel.emu_fn = weft_coll_kernel_emu;
+    free(conns);
+    free(peers);
+    if (prev >= 0)
+        ops->set_device(prev);
+    comm->cuda = cc;
+    WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA executor on device %d (%s): %d channels x %d "
+              "threads, %zu-byte slots, %zu bytes of FIFOs", me, cc->dev, ops->name, cc->nch,
+              cc->nthreads, cc->slot_bytes, fifo_bytes);
+    return ncclSuccess;
+err:
+    free(conns);
+    free(peers);
+    if (cc != NULL)
+        weft_cuda_release(comm, cc);
+    if (prev >= 0)
+        ops->set_device(prev);
+    return res;
+}
+
+void weft_cuda_comm_abort(struct ncclComm *comm)
+{
+    if (comm->cuda != NULL)
+        __atomic_store_n(comm->cuda->abort_host, 1, __ATOMIC_RELEASE);
+}
+
+ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm)
+{
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL)
+        return ncclSuccess;
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int prev = -1, err;
+    ops->get_device(&prev);
+    ops->set_device(cc->dev);
+    err = ops->stream_synchronize(cc->stream);
+    if (prev >= 0)
+        ops->set_device(prev);
+    if (err != 0)
+        return weft_cuda_fail(err, "cudaStreamSynchronize (the communicator's kernels)",
+                              comm->rank);
+    return weft_cuda_comm_check(comm);
+}
+
+ncclResult_t weft_cuda_comm_free(struct ncclComm *comm)
+{
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL)
+        return ncclSuccess;
+    /* Kernels still queued finish first (an aborted one leaves at once); then say why a kernel
+     * gave up, if one did and nobody asked yet. */
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int prev = -1;
+    ops->get_device(&prev);
+    ops->set_device(cc->dev);
+    ops->stream_synchronize(cc->stream);
+    if (prev >= 0)
+        ops->set_device(prev);
+    weft_cuda_comm_check(comm);
+    comm->cuda = NULL;
+    weft_cuda_release(comm, cc);
+    return ncclSuccess;
+}
+
+/* NCCL's name of each collective, for messages. */
+static const char *weft_cuda_api_name(int coll)
+{
+    static const char *const names[WEFT_COLL_COUNT] = {
+        "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce",
+        "ncclAlltoAll",  "ncclGather",    "ncclScatter",       "ncclSend",      "ncclRecv",
+    };
+    return coll >= 0 && coll < WEFT_COLL_COUNT ? names[coll] : "an operation";
+}
+
+ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
+{
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL)
+        return ncclSuccess;
+    const struct weft_dev_stuck *st = NULL;
+    uint32_t state = WEFT_DEV_OK;
+    /* The block that gave up for its own reason, rather than one that followed it. */
+    for (int b = 0; b < cc->nch; b++) {
+        uint32_t s = __atomic_load_n(&cc->stuck_host[b].state, __ATOMIC_ACQUIRE);
+        if (s != WEFT_DEV_OK && (st == NULL || state == WEFT_DEV_ABORTED)) {
+            st = &cc->stuck_host[b];
+            state = s;
+        }
+    }
+    if (st == NULL)
+        return ncclSuccess;
+    ncclResult_t res = state == WEFT_DEV_MISMATCH    ? ncclInvalidUsage
+                       : state == WEFT_DEV_BAD_SCHED ? ncclInternalError
+                                                     : ncclRemoteError;
+    if (__atomic_exchange_n(&cc->reported, 1, __ATOMIC_ACQ_REL))
+        return res;
+    const char *api = weft_cuda_api_name(st->coll);
+    const char *host = st->peer >= 0 && st->peer < comm->nranks
+                           ? comm->peer_info[st->peer].hostname : "?";
+    switch (state) {
+    case WEFT_DEV_TIMEOUT:
+        WEFT_WARN("rank %d: device kernel made no progress for %lld s waiting for %s from peer "
+                  "%d (host %s) in %s (operation %llu, channel %d, step %llu: counter %llu, "
+                  "needed %llu); the peer is stuck or issued different operations",
+                  comm->rank, (long long)weft_param_Timeout(),
+                  st->send ? "buffer space" : "data", st->peer, host, api,
+                  (unsigned long long)st->seq, st->channel, (unsigned long long)st->step,
+                  (unsigned long long)st->seen, (unsigned long long)st->expected);
+        break;
+    case WEFT_DEV_ABORTED:
+        WEFT_WARN("rank %d: communicator aborted while its kernel waited for %s from peer %d in "
+                  "%s (operation %llu, channel %d)", comm->rank,
+                  st->send ? "buffer space" : "data", st->peer, api, (unsigned long long)st->seq,
+                  st->channel);
+        break;
+    case WEFT_DEV_MISMATCH:
+        WEFT_WARN("rank %d: peer %d sent a %llu-byte slice where %llu bytes were expected in %s "
+                  "(operation %llu, channel %d): count or datatype differ between ranks",
+                  comm->rank, st->peer, (unsigned long long)st->seen,
+                  (unsigned long long)st->expected, api, (unsigned long long)st->seq,
+                  st->channel);
+        break;
+    default:
+        WEFT_WARN("rank %d: the kernel found no schedule for %s (operation %llu)", comm->rank,
+                  api, (unsigned long long)st->seq);
+        break;
+    }
+    weft_comm_set_error(comm, res);
+    return res;
+}
+
+/* Memory kind of a user buffer, and the address kernels use. */
+static ncclResult_t weft_cuda_buf(struct ncclComm *comm, const void *buf, const char *name,
+                                  const char *api, int *kind_p, int *dev_p, void **dev_ptr_p)
+{
+    struct weft_ptr_attr attr;
+    int err = weft_cuda()->pointer_attr(&attr, buf);
+    if (err != 0) {
+        WEFT_WARN("%s: rank %d: cannot tell where %s %p lives: %s", api, comm->rank, name, buf,
+                  weft_cuda()->error_string(err));
+        return ncclInvalidArgument;
+    }
+    *kind_p = attr.kind;
+    *dev_p = attr.device;
+    *dev_ptr_p = attr.kind == WEFT_MEM_HOST_PINNED && attr.dev_ptr != NULL ? attr.dev_ptr
+                                                                           : (void *)buf;
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct weft_task *task,
+                                               int send_needed, int recv_needed);
+
+ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, int send_needed,
+                                int recv_needed)
+{
+    task->on_device = 0;
+    if (!comm->cuda_bound && comm->cuda == NULL)
+        return ncclSuccess; /* no CUDA in this process: everything is host memory */
+    WEFT_CHECK(weft_cuda_classify_buffers(comm, task, send_needed, recv_needed));
+    if (!task->on_device && task->has_redop && task->redop.scalar_dev != NULL) {
+        /* A device-resident PreMulSum scalar for the host executor: read it now. */
+        const struct weft_cuda_ops *ops = weft_cuda();
+        size_t es = weft_dtype_size(task->dtype);
+        int err = ops->memcpy_async(task->redop.scalar.bytes, task->redop.scalar_dev, es, NULL);
+        if (err == 0)
+            err = ops->stream_synchronize(NULL);
+        if (err != 0)
+            return weft_cuda_fail(err, "reading the PreMulSum scalar", comm->rank);
+        task->redop.scalar_dev = NULL;
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct weft_task *task,
+                                               int send_needed, int recv_needed)
+{
+    const char *api = task->api;
+    const void *bufs[2] = {task->sendbuf, task->recvbuf};
+    const char *names[2] = {"sendbuff", "recvbuff"};
+    int kinds[2] = {WEFT_MEM_HOST, WEFT_MEM_HOST}, devs[2] = {-1, -1};
+    void *dptr[2] = {NULL, NULL};
+    int any_dev = 0, any_host = 0;
+    int needed[2] = {send_needed, recv_needed};
+    for (int i = 0; i < 2; i++) {
+        if (bufs[i] == NULL)
+            continue;
+        WEFT_CHECK(weft_cuda_buf(comm, bufs[i], names[i], api, &kinds[i], &devs[i], &dptr[i]));
+        if (!needed[i]) /* not used on this rank (broadcast's input off the root, ...) */
+            continue;
+        if (kinds[i] == WEFT_MEM_HOST)
+            any_host = 1;
+        else
+            any_dev = 1;
+    }
+    if (!any_dev)
+        return ncclSuccess;
+    int d = needed[0] && kinds[0] != WEFT_MEM_HOST ? 0 : 1;
+    if (any_host) {
+        WEFT_WARN("%s: rank %d: %s %p is host memory but %s %p is CUDA memory; both must be one "
+                  "or the other", api, comm->rank, names[1 - d], bufs[1 - d], names[d], bufs[d]);
+        return ncclInvalidArgument;
+    }
+    if (comm->cuda == NULL) {
+        if (comm->cuda_multiproc) {
+            WEFT_WARN("%s: rank %d: %s %p is CUDA memory; device buffers on a communicator whose "
+                      "ranks are in several processes are not supported yet", api, comm->rank,
+                      names[d], bufs[d]);
+            return ncclInvalidUsage;
+        }
+        WEFT_WARN("%s: rank %d: %s %p is CUDA memory but the communicator has no CUDA device", api,
+                  comm->rank, names[d], bufs[d]);
+        return ncclInvalidArgument;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (bufs[i] != NULL && needed[i] && kinds[i] == WEFT_MEM_DEVICE &&
+            devs[i] != comm->cuda->dev) {
+            WEFT_WARN("%s: rank %d: %s %p is memory of device %d, the communicator's device is %d",
+                      api, comm->rank, names[i], bufs[i], devs[i], comm->cuda->dev);
+            return ncclInvalidArgument;
+        }
+    }
+    task->on_device = 1;
+    task->sendbuf = dptr[0];
+    task->recvbuf = dptr[1];
+    return ncclSuccess;
+}
+
+/* The parameters of one task. */
+static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struct weft_dev_op *op)
+{
+    size_t es = weft_dtype_size(t->dtype);
+    memset(op, 0, sizeof(*op));
+    op->count = t->count;
+    op->sendbuf = t->sendbuf;
+    op->recvbuf = t->recvbuf;
+    op->seq = ++comm->op_seq;
+    op->root = t->root;
+    op->coll = (uint8_t)t->coll;
+    op->algo = (uint8_t)weft_tune_algo(t->coll, t->count * es, &comm->tune);
+    op->dtype = (uint8_t)t->dtype;
+    if (t->has_redop) {
+        op->has_redop = 1;
+        op->kind = (uint8_t)t->redop.kind;
+        op->premul = (uint8_t)t->redop.premul;
+        op->postdiv = (uint8_t)t->redop.postdiv;
+        op->divisor = t->redop.divisor;
+        op->scalar = t->redop.scalar.u64;
+        op->scalar_dev = t->redop.scalar_dev;
+    }
+    int dir = t->coll == WEFT_COLL_RECV;
+    op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
+}
+
+static int weft_cuda_inplace_a2a(const struct weft_task *t)
+{
+    return t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf;
+}
+
+/*
+ * Stages the inputs of comm's in-place all-to-alls in tasks[first, end) (copies on the internal
+ * stream, so in stream order) and points the ops there. Grows the staging buffer where needed,
+ * which cannot happen under capture.
+ */
+static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_task *tasks,
+                                    int first, int end, struct weft_dev_params *params)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_cuda_comm *cc = comm->cuda;
+    size_t need = 0;
+    for (int t = first; t < end; t++)
+        if (tasks[t].comm == comm && weft_cuda_inplace_a2a(&tasks[t]))
+            need += (tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks + 255) &
+                    ~(size_t)255;
+    if (need == 0)
+        return ncclSuccess;
+    if (need > cc->stage_bytes) {
+        int capturing = 0;
+        ops->stream_capturing(cc->stream, &capturing);
+        if (capturing) {
+            WEFT_WARN("rank %d: in-place ncclAlltoAll under graph capture needs %zu bytes of "
+                      "staging (have %zu): issue one of that size outside the capture first",
+                      comm->rank, need, cc->stage_bytes);
+            return ncclInvalidUsage;
+        }
+        if (cc->stage != NULL) {
+            if (cc->nstage_old == WEFT_CUDA_STAGE_OLD) {
+                WEFT_CUDA_CALL(ops->stream_synchronize(cc->stream), "cudaStreamSynchronize",
+                               comm->rank);
+                for (int i = 0; i < cc->nstage_old; i++)
+                    ops->free(cc->stage_old[i]);
+                cc->nstage_old = 0;
+            }
+            cc->stage_old[cc->nstage_old++] = cc->stage;
+            cc->stage = NULL;
+            cc->stage_bytes = 0;
+        }
+        WEFT_CUDA_CALL(ops->malloc((void **)&cc->stage, need), "cudaMalloc (all-to-all staging)",
+                       comm->rank);
+        cc->stage_bytes = need;
+    }
+    size_t off = 0;
+    for (int t = first, k = 0; t < end; t++) {
+        if (tasks[t].comm != comm)
+            continue;
+        if (weft_cuda_inplace_a2a(&tasks[t])) {
+            size_t bytes = tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks;
+            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, tasks[t].sendbuf, bytes, cc->stream),
+                           "cudaMemcpyAsync (all-to-all staging)", comm->rank);
+            params->ops[k].sendbuf = cc->stage + off;
+            off += (bytes + 255) & ~(size_t)255;
+        }
+        k++;
+    }
+    return ncclSuccess;
+}
+
+/* The user streams of comm's tasks, without repeats. */
+static int weft_cuda_streams(const struct weft_task *tasks, int ntasks,
+                             const struct ncclComm *comm, weft_cuda_stream_t *out, int max)
+{
+    int n = 0;
+    for (int t = 0; t < ntasks; t++) {
+        if (tasks[t].comm != comm)
+            continue;
+        int seen = 0;
+        for (int i = 0; i < n; i++)
+            seen |= out[i] == (weft_cuda_stream_t)tasks[t].stream;
+        if (!seen && n < max)
+            out[n++] = (weft_cuda_stream_t)tasks[t].stream;
+    }
+    return n;
+}
+
+#define WEFT_CUDA_MAX_STREAMS 64
+
+ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    ncclResult_t res = ncclSuccess;
+    int prev = -1, ncomms = 0;
+    ops->get_device(&prev);
+    struct ncclComm **comms = calloc((size_t)ntasks, sizeof(*comms));
+    struct weft_dev_params *params = malloc(sizeof(*params));
+    weft_cuda_stream_t streams[WEFT_CUDA_MAX_STREAMS];
+    if (comms == NULL || params == NULL) {
+        WEFT_WARN("out of memory launching %d device operations", ntasks);
+        res = ncclSystemError;
+        goto out;
+    }
+
+    for (int t = 0; t < ntasks; t++) {
+        int seen = 0;
+        for (int i = 0; i < ncomms; i++)
+            seen |= comms[i] == tasks[t].comm;
+        if (!seen)
+            comms[ncomms++] = tasks[t].comm;
+    }
+    for (int i = 0; i < ncomms; i++) {
+        struct ncclComm *comm = comms[i];
+        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+            WEFT_WARN("rank %d: communicator aborted", comm->rank);
+            res = ncclInvalidUsage;
+            goto out;
+        }
+        WEFT_CHECK_GOTO(weft_cuda_comm_check(comm), res, out);
+    }
+    /* 1: the internal streams wait for their users' streams. */
+    for (int i = 0; i < ncomms; i++) {
+        struct weft_cuda_comm *cc = comms[i]->cuda;
+        int me = comms[i]->rank;
+        WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, out);
+        int ns = weft_cuda_streams(tasks, ntasks, comms[i], streams, WEFT_CUDA_MAX_STREAMS);
+        for (int s = 0; s < ns; s++) {
+            WEFT_CUDA_CALL_GOTO(ops->event_record(cc->ev_in, streams[s]), "cudaEventRecord", me,
+                                res, out);
+            WEFT_CUDA_CALL_GOTO(ops->stream_wait_event(cc->stream, cc->ev_in),
+                                "cudaStreamWaitEvent", me, res, out);
+        }
+    }
+    /* 2: one launch per communicator (more where a group holds more than WEFT_DEV_MAX_OPS). */
+    for (int i = 0; i < ncomms; i++) {
+        struct ncclComm *comm = comms[i];
+        struct weft_cuda_comm *cc = comm->cuda;
+        WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", comm->rank, res, out);
+        int t = 0;
+        for (;;) {
+            memset(params, 0, sizeof(*params));
+            params->comm = cc->dstate;
+            int first = t;
+            while (t < ntasks && params->nops < WEFT_DEV_MAX_OPS) {
+                if (tasks[t].comm == comm)
+                    weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
+                t++;
+            }
+            if (params->nops == 0)
+                break;
+            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, first, t, params), res, out);
+            size_t bytes = offsetof(struct weft_dev_params, ops) +
+                           (size_t)params->nops * sizeof(struct weft_dev_op);
+            WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,
+                                            WEFT_DEV_SHARED_BYTES, params, bytes, cc->stream),
+                                "kernel launch", comm->rank, res, out);
+        }
+    }
+    /* 3: the users' streams wait for the launches. */
+    for (int i = 0; i < ncomms; i++) {
+        struct weft_cuda_comm *cc = comms[i]->cuda;
+        int me = comms[i]->rank;
+        WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, out);
+        WEFT_CUDA_CALL_GOTO(ops->event_record(cc->ev_out, cc->stream), "cudaEventRecord", me, res,
+                            out);
+        int ns = weft_cuda_streams(tasks, ntasks, comms[i], streams, WEFT_CUDA_MAX_STREAMS);
+        for (int s = 0; s < ns; s++)
+            WEFT_CUDA_CALL_GOTO(ops->stream_wait_event(streams[s], cc->ev_out),
+                                "cudaStreamWaitEvent", me, res, out);
+    }
+out:
+    if (prev >= 0)
+        ops->set_device(prev);
+    if (WEFT_IS_ERROR(res))
+        for (int i = 0; i < ncomms; i++)
+            weft_comm_set_error(comms[i], res);
+    free(params);
+    free(comms);
+    return res;
+}
+

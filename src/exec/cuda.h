@@ -1,0 +1,65 @@
+/*
+ * The CUDA executor: collectives on device buffers run as one kernel launch per communicator per
+ * group (kernels/coll_kernel.cu), on the communicator's internal stream joined to the user's
+ * stream with events. Every CUDA call goes through weft_cuda() (src/cuda/cuda_ops.h), so the same
+ * code drives a real GPU and the emulated one.
+ *
+ * Scope of this version: ranks are threads of one process (any number per device, one or several
+ * devices); a communicator whose ranks live in several processes keeps the host path for host
+ * buffers and refuses device buffers (ncclInvalidUsage).
+ *
+ * Threads: the hooks below are called by the thread that owns the communicator (init, submit,
+ * destroy), except weft_cuda_comm_abort (any thread).
+ */
+#ifndef WEFT_EXEC_CUDA_H
+#define WEFT_EXEC_CUDA_H
+
+#include "nccl.h"
+
+struct ncclComm;
+struct weft_task;
+
+/* The calling thread's current device, or -1 when the process has no CUDA device. */
+int weft_cuda_current_device(void);
+/* Devices of the process (0: none), and cudaSetDevice (0 or a CUDA error code). */
+int weft_cuda_device_count(void);
+int weft_cuda_set_device(int dev);
+
+/* 1 when p is device or managed memory (the host cannot read it directly on a real GPU). */
+int weft_cuda_is_device_ptr(const void *p);
+
+/* Binds a new communicator to device dev (-1: the current one; nothing without devices).
+ * Before the peer exchange, so every rank learns every rank's device. */
+ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev);
+
+/* Collective, after the peer exchange: device FIFOs, state, stream and events, where every rank
+ * has a device and all ranks are threads of this process; nothing otherwise. */
+ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm);
+
+/* Sets the abort word a waiting kernel polls (it leaves within a millisecond or so). */
+void weft_cuda_comm_abort(struct ncclComm *comm);
+
+/* Waits for the kernels launched so far (ncclCommFinalize); their error, if one gave up. */
+ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm);
+
+/* Waits for the communicator's kernels, frees its device resources. Idempotent. */
+ncclResult_t weft_cuda_comm_free(struct ncclComm *comm);
+
+/*
+ * Where a task runs: sets task->on_device (and device views of its buffers) from the memory kinds
+ * of the buffers the operation uses on this rank (send_needed, recv_needed). Host buffers: the
+ * host path. Device, managed or pinned buffers: the CUDA executor. ncclInvalidArgument naming
+ * the buffer when the communicator has no device, the buffer is on another device, or host and
+ * device buffers are mixed; ncclInvalidUsage where the communicator spans processes.
+ */
+ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, int send_needed,
+                                int recv_needed);
+
+/* Launches the device tasks of one submission (any communicators): returns once enqueued. */
+ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks);
+
+/* Turns a kernel's stuck record into the communicator's error (logged once); ncclSuccess if the
+ * kernels are fine. Called where the async error is read and before every launch. */
+ncclResult_t weft_cuda_comm_check(struct ncclComm *comm);
+
+#endif

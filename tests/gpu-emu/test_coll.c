@@ -1,0 +1,1043 @@
+/*
+ * The CUDA executor on the emulated GPU (WEFT_CUDA=emu:D): ranks are threads of this process,
+ * buffers are device memory, every collective runs as kernels on streams. Results are checked
+ * element by element (bitwise) against a plain loop over what each rank contributed, with inputs
+ * that keep every intermediate exact (as tests/mp/test_colls.c does), so any reduction order
+ * gives the same bits.
+ *
+ * Usage: test_coll CASE [-n NRANKS] [-d DEVICES] [-s] [-q]
+ *   sweep      every collective x type x op x count x in/out-of-place (ncclCommInitAll; rank i on
+ *              device i % D); -s: all ranks on one user stream inside one group; -q: fewer types
+ *   multicomm  one group over two communicators (all-reduce on one, all-gather on the other)
+ *   initrank   one thread per rank, each ncclCommInitRank on its device and its own stream
+ *              (-b: non-blocking communicators, ncclCommInitRankConfig with blocking = 0)
+ *   graph      3 all-reduces captured into a graph, replayed 5 times, checked after each replay
+ *   abort      rank 0 launches alone; ncclCommAbort makes its kernel leave within 1 s
+ *   timeout    rank 0 launches alone with WEFT_TIMEOUT=2: the error names peer 1
+ *   badbuf     a device buffer on a communicator of another device, host/device mix
+ *   mismatch   rank 0 sends more than rank 1 receives: rank 1 reports it, naming peer 0
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/elem.h"
+#include "cuda/cuda_ops.h"
+#include "nccl.h"
+#include "redop.h"
+#include "weft.h"
+
+#define MAXR 8
+#define MAX_FAIL_PRINT 20
+
+enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_PREMUL, NOPS };
+static const char *op_names[NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+enum {
+    C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_ALLTOALL, C_GATHER,
+    C_SCATTER, C_SENDRECV, C_P2PALL, NCOLLS
+};
+static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter",
+                                         "allgather", "broadcast", "alltoall",
+                                         "gather",    "scatter", "sendrecv",
+                                         "p2p-all"};
+
+static int g_n = 2, g_d = 1, g_one_stream, g_quick, g_nonblocking;
+static int g_passed, g_failed, g_printed;
+static const struct weft_cuda_ops *cu;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        int e_ = (call);                                                                           \
+        if (e_ != 0) {                                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                  \
+                    cu->error_string(e_));                                                         \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static int check(ncclResult_t res, const char *what)
+{
+    if (res != ncclSuccess) {
+        fprintf(stderr, "FAIL %s: %s (%s)\n", what, ncclGetErrorString(res),
+                ncclGetLastError(NULL));
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- inputs and expected values (exact in every type; see tests/mp/test_colls.c) ---------- */
+
+static int is_float(int t)
+{
+    return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16 ||
+           t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
+}
+
+static int is_unsigned(int t)
+{
+    return t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
+}
+
+static double exact_limit(int t)
+{
+    switch (t) {
+    case ncclFloat8e4m3: return 16;
+    case ncclFloat8e5m2: return 8;
+    case ncclBfloat16: return 256;
+    case ncclFloat16: return 2048;
+    case ncclFloat32: return 16777216.0;
+    default: return 9007199254740992.0;
+    }
+}
+
+static double round_to(int t, double v)
+{
+    unsigned char tmp[8] = {0};
+    store(t, tmp, 0, v);
+    return load(t, tmp, 0);
+}
+
+static double input_value(int t, int op, int r, size_t i, int n)
+{
+    uint64_t h = mix(((uint64_t)r << 40) ^ (i * 0x9e37u) ^ ((uint64_t)op << 32) ^ (uint64_t)t);
+    double lim = is_float(t) ? exact_limit(t) : 100.0;
+    switch (op) {
+    case OP_SUM:
+    case OP_PREMUL: {
+        double m = is_float(t) ? lim / n / (op == OP_PREMUL ? 2 : 1) : 100.0;
+        if (m > 1000)
+            m = 1000;
+        return (double)(h % ((uint64_t)m + 1));
+    }
+    case OP_PROD: {
+        double v = (h % 3 == 0) ? 2.0 : 1.0;
+        if (is_float(t) && (h >> 8) % 5 == 0)
+            v = -v;
+        if (is_unsigned(t))
+            v = (h % 3 == 0) ? 3.0 : 1.0;
+        return v;
+    }
+    case OP_MAX:
+    case OP_MIN: {
+        double m = is_float(t) ? (lim > 64 ? 64 : lim) : 100;
+        double v = (double)(h % ((uint64_t)m + 1));
+        return (!is_unsigned(t) && v != 0 && (h >> 16) % 2) ? -v : v;
+    }
+    default: /* OP_AVG */
+        if (is_float(t)) {
+            if (r != (int)(i % n) && r != (int)((i + 1) % n))
+                return 0;
+            double m = lim > 64 ? 64 : lim;
+            return (double)(h % ((uint64_t)m + 1));
+        }
+        return (double)(h % 200) - 100.0 * (t == ncclInt8 || t == ncclInt32 || t == ncclInt64);
+    }
+}
+
+static double premul_scalar(int r)
+{
+    return (r % 2) ? 2.0 : 1.0;
+}
+
+static int64_t wrap_i(int t, int64_t v)
+{
+    switch (t) {
+    case ncclInt8: return (int8_t)v;
+    case ncclUint8: return (uint8_t)v;
+    case ncclInt32: return (int32_t)v;
+    case ncclUint32: return (uint32_t)v;
+    default: return v;
+    }
+}
+
+static double expected_reduce(int t, int op, size_t i, int n)
+{
+    if (!is_float(t)) {
+        int64_t acc = 0;
+        uint64_t uacc = 0;
+        for (int r = 0; r < n; r++) {
+            int64_t v = (int64_t)input_value(t, op, r, i, n);
+            if (op == OP_PREMUL)
+                v = wrap_i(t, v * (int64_t)premul_scalar(r));
+            if (r == 0) {
+                acc = v;
+                uacc = (uint64_t)v;
+                continue;
+            }
+            switch (op) {
+            case OP_SUM:
+            case OP_AVG:
+            case OP_PREMUL: uacc += (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
+            case OP_PROD: uacc *= (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
+            case OP_MAX: acc = v > acc ? v : acc; break;
+            case OP_MIN: acc = v < acc ? v : acc; break;
+            }
+        }
+        if (t == ncclUint64 && (op == OP_SUM || op == OP_PROD || op == OP_PREMUL || op == OP_AVG))
+            acc = (int64_t)uacc;
+        if (op == OP_AVG) {
+            if (t == ncclUint64)
+                return (double)(uacc / (uint64_t)n);
+            if (t == ncclUint8 || t == ncclUint32)
+                return (double)((uint64_t)acc / (uint64_t)n);
+            return (double)(acc / n);
+        }
+        return round_to(t, (double)acc);
+    }
+    if (op == OP_AVG) {
+        double s = round_to(t, 1.0 / n);
+        int a = (int)(i % n), b = (int)((i + 1) % n);
+        double va = round_to(t, input_value(t, op, a, i, n) * s);
+        if (a == b)
+            return va;
+        double vb = round_to(t, input_value(t, op, b, i, n) * s);
+        return round_to(t, va + vb);
+    }
+    double acc = 0;
+    for (int r = 0; r < n; r++) {
+        double v = input_value(t, op, r, i, n);
+        if (op == OP_PREMUL)
+            v *= premul_scalar(r);
+        if (r == 0) {
+            acc = v;
+            continue;
+        }
+        switch (op) {
+        case OP_SUM:
+        case OP_PREMUL: acc += v; break;
+        case OP_PROD: acc *= v; break;
+        case OP_MAX: acc = v > acc ? v : acc; break;
+        case OP_MIN: acc = v < acc ? v : acc; break;
+        }
+    }
+    return acc;
+}
+
+/* ---- one configuration over all ranks ---------------------------------------------------- */
+
+struct rank_bufs {
+    char *dsend, *drecv; /* device */
+    char *hsend, *hrecv; /* host staging */
+    char *dscalar;       /* a PreMulSum scalar in device memory (ncclScalarDevice) */
+    size_t bytes;
+    cudaStream_t stream;
+};
+
+static ncclComm_t g_comms[MAXR];
+static struct rank_bufs g_bufs[MAXR];
+static int g_dev[MAXR];
+
+static void bufs_ensure(int r, size_t bytes)
+{
+    struct rank_bufs *b = &g_bufs[r];
+    if (b->bytes >= bytes)
+        return;
+    CU(cu->set_device(g_dev[r]));
+    if (b->dsend != NULL) {
+        CU(cu->free(b->dsend));
+        CU(cu->free(b->drecv));
+    }
+    free(b->hsend);
+    free(b->hrecv);
+    CU(cu->malloc((void **)&b->dsend, bytes));
+    CU(cu->malloc((void **)&b->drecv, bytes));
+    b->hsend = malloc(bytes);
+    b->hrecv = malloc(bytes);
+    b->bytes = bytes;
+}
+
+static void fail(const char *what, int coll, int t, int op, size_t count, int inplace, int r,
+                 size_t i, double got, double want)
+{
+    g_failed++;
+    if (g_printed++ < MAX_FAIL_PRINT)
+        fprintf(stderr,
+                "FAIL %s %s type %d op %s count %zu %s rank %d index %zu: got %.17g want %.17g\n",
+                what, coll_names[coll], t, op >= 0 ? op_names[op] : "none", count,
+                inplace ? "in-place" : "out-of-place", r, i, got, want);
+}
+
+/* Element i of what rank r contributes (reductions: op's values; others: OP_SUM's). */
+static double contrib(int coll, int t, int op, int r, size_t i)
+{
+    return input_value(t, coll <= C_REDUCESCATTER ? op : OP_SUM, r, i, g_n);
+}
+
+static ncclRedOp_t make_op(int r, int t, int op)
+{
+    switch (op) {
+    case OP_SUM: return ncclSum;
+    case OP_PROD: return ncclProd;
+    case OP_MAX: return ncclMax;
+    case OP_MIN: return ncclMin;
+    case OP_AVG: return ncclAvg;
+    default: {
+        unsigned char scalar[8];
+        ncclRedOp_t o = ncclSum;
+        store(t, scalar, 0, premul_scalar(r));
+        /* Odd types take the scalar from device memory, read by the kernel when it runs. */
+        void *where = scalar;
+        ncclScalarResidence_t res = ncclScalarHostImmediate;
+        if (t % 2 == 1) {
+            struct rank_bufs *b = &g_bufs[r];
+            CU(cu->set_device(g_dev[r]));
+            if (b->dscalar == NULL)
+                CU(cu->malloc((void **)&b->dscalar, 8));
+            CU(cu->memcpy_async(b->dscalar, scalar, 8, NULL));
+            CU(cu->stream_synchronize(NULL));
+            where = b->dscalar;
+            res = ncclScalarDevice;
+        }
+        check(ncclRedOpCreatePreMulSum(&o, where, (ncclDataType_t)t, res, g_comms[r]),
+              "ncclRedOpCreatePreMulSum");
+        return o;
+    }
+    }
+}
+
+static void run_one(int coll, int t, int op, size_t count, int inplace, int root)
+{
+    int n = g_n;
+    size_t es = weft_dtype_size(t);
+    size_t in_elems = count, out_elems = count;
+    int a2a = coll == C_ALLTOALL || coll == C_P2PALL;
+    if (coll == C_ALLGATHER || a2a || coll == C_GATHER)
+        out_elems = count * n;
+    if (coll == C_REDUCESCATTER || a2a || coll == C_SCATTER)
+        in_elems = count * n;
+    size_t big = (in_elems > out_elems ? in_elems : out_elems) + 1;
+    const char *inptr[MAXR];
+    char *outptr[MAXR];
+    ncclRedOp_t rops[MAXR];
+    for (int r = 0; r < n; r++) {
+        bufs_ensure(r, big * es);
+        struct rank_bufs *b = &g_bufs[r];
+        memset(b->hrecv, 0x5a, big * es);
+        char *hin = b->hsend, *din = b->dsend, *dout = b->drecv;
+        /* In place: NCCL's layouts (all-gather's input is its block of the output, ...). */
+        int ip = inplace && (coll != C_GATHER && coll != C_SCATTER ? 1 : r == root);
+        if (ip) {
+            hin = b->hrecv;
+            din = b->drecv;
+            if (coll == C_ALLGATHER || coll == C_GATHER) {
+                hin = b->hrecv + (size_t)r * count * es;
+                din = b->drecv + (size_t)r * count * es;
+            }
+            if (coll == C_REDUCESCATTER || coll == C_SCATTER)
+                dout = b->drecv + (size_t)r * count * es;
+        }
+        for (size_t i = 0; i < in_elems; i++)
+            store(t, hin, i, contrib(coll, t, op, r, i));
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->memcpy_async(b->drecv, b->hrecv, big * es, NULL));
+        if (!ip)
+            CU(cu->memcpy_async(b->dsend, b->hsend, in_elems * es + 1, NULL));
+        CU(cu->stream_synchronize(NULL));
+        inptr[r] = din;
+        outptr[r] = dout;
+        rops[r] = coll <= C_REDUCESCATTER ? make_op(r, t, op) : ncclSum;
+    }
+    int ok = check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < n && ok; r++) {
+        ncclComm_t c = g_comms[r];
+        cudaStream_t s = g_one_stream ? g_bufs[0].stream : g_bufs[r].stream;
+        ncclResult_t res = ncclSuccess;
+        switch (coll) {
+        case C_ALLREDUCE: res = ncclAllReduce(inptr[r], outptr[r], count, t, rops[r], c, s); break;
+        case C_REDUCE:
+            res = ncclReduce(inptr[r], outptr[r], count, t, rops[r], root, c, s);
+            break;
+        case C_REDUCESCATTER:
+            res = ncclReduceScatter(inptr[r], outptr[r], count, t, rops[r], c, s);
+            break;
+        case C_ALLGATHER: res = ncclAllGather(inptr[r], outptr[r], count, t, c, s); break;
+        case C_BROADCAST: res = ncclBroadcast(inptr[r], outptr[r], count, t, root, c, s); break;
+        case C_ALLTOALL: res = ncclAlltoAll(inptr[r], outptr[r], count, t, c, s); break;
+        case C_GATHER: res = ncclGather(inptr[r], outptr[r], count, t, root, c, s); break;
+        case C_SCATTER: res = ncclScatter(inptr[r], outptr[r], count, t, root, c, s); break;
+        case C_SENDRECV:
+            res = ncclSend(inptr[r], count, t, (r + 1) % n, c, s);
+            if (res == ncclSuccess)
+                res = ncclRecv(outptr[r], count, t, (r + n - 1) % n, c, s);
+            break;
+        default: /* every pair, this rank included, both ways, in one group */
+            for (int j = 0; j < n && res == ncclSuccess; j++) {
+                int peer = (r + j) % n; /* a different order on every rank */
+                res = ncclSend(inptr[r] + (size_t)peer * count * es, count, t, peer, c, s);
+                if (res == ncclSuccess)
+                    res = ncclRecv(outptr[r] + (size_t)peer * count * es, count, t, peer, c, s);
+            }
+            break;
+        }
+        ok = check(res, coll_names[coll]);
+    }
+    ok &= check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_synchronize(g_one_stream ? g_bufs[0].stream : g_bufs[r].stream));
+        if (coll <= C_REDUCESCATTER && op == OP_PREMUL)
+            ncclRedOpDestroy(rops[r], g_comms[r]);
+    }
+    if (!ok) {
+        fail("call", coll, t, op, count, inplace, -1, 0, 0, 0);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        struct rank_bufs *b = &g_bufs[r];
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->memcpy_async(b->hrecv, b->drecv, big * es, NULL));
+        CU(cu->stream_synchronize(NULL));
+        const char *out = b->hrecv + (size_t)(outptr[r] - b->drecv);
+        size_t nout = out_elems;
+        if (coll == C_REDUCESCATTER || coll == C_SCATTER || coll == C_SENDRECV)
+            nout = count;
+        if ((coll == C_REDUCE || coll == C_GATHER) && r != root)
+            continue;
+        int rok = 1;
+        for (size_t i = 0; i < nout && rok; i++) {
+            double want;
+            switch (coll) {
+            case C_ALLREDUCE:
+            case C_REDUCE: want = expected_reduce(t, op, i, n); break;
+            case C_REDUCESCATTER: want = expected_reduce(t, op, (size_t)r * count + i, n); break;
+            case C_ALLGATHER:
+            case C_GATHER: want = contrib(coll, t, op, (int)(i / count), i % count); break;
+            case C_BROADCAST: want = contrib(coll, t, op, root, i); break;
+            case C_ALLTOALL:
+            case C_P2PALL:
+                want = contrib(coll, t, op, (int)(i / count), (size_t)r * count + i % count);
+                break;
+            case C_SCATTER: want = contrib(coll, t, op, root, (size_t)r * count + i); break;
+            default: want = contrib(coll, t, op, (r + n - 1) % n, i); break;
+            }
+            unsigned char wbits[8];
+            store(t, wbits, 0, round_to(t, want));
+            if (memcmp(out + i * es, wbits, es) != 0) {
+                fail("data", coll, t, op, count, inplace, r, i, load(t, out, i), want);
+                rok = 0;
+            }
+        }
+        /* Nothing past the output may be written. */
+        size_t end = (size_t)(out - b->hrecv) + nout * es;
+        if (rok && !inplace && (unsigned char)b->hrecv[end] != 0x5a) {
+            fail("overrun", coll, t, op, count, inplace, r, nout, b->hrecv[end], 0x5a);
+            rok = 0;
+        }
+        if (rok)
+            g_passed++;
+    }
+}
+
+static int init_all(ncclComm_t *comms)
+{
+    if (!check(ncclCommInitAll(comms, g_n, NULL), "ncclCommInitAll"))
+        return 0;
+    for (int r = 0; r < g_n; r++) {
+        int dev = -1;
+        if (!check(ncclCommCuDevice(comms[r], &dev), "ncclCommCuDevice"))
+            return 0;
+        if (dev != r % g_d) {
+            fprintf(stderr, "FAIL rank %d bound to device %d, expected %d\n", r, dev, r % g_d);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void setup_streams(void)
+{
+    for (int r = 0; r < g_n; r++) {
+        g_dev[r] = r % g_d;
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_create((weft_cuda_stream_t *)&g_bufs[r].stream));
+    }
+    CU(cu->set_device(0));
+}
+
+static void teardown(void)
+{
+    for (int r = 0; r < g_n; r++) {
+        if (g_comms[r] != NULL)
+            check(ncclCommDestroy(g_comms[r]), "ncclCommDestroy");
+        g_comms[r] = NULL;
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_destroy(g_bufs[r].stream));
+        if (g_bufs[r].dsend != NULL) {
+            CU(cu->free(g_bufs[r].dsend));
+            CU(cu->free(g_bufs[r].drecv));
+        }
+        if (g_bufs[r].dscalar != NULL)
+            CU(cu->free(g_bufs[r].dscalar));
+        free(g_bufs[r].hsend);
+        free(g_bufs[r].hrecv);
+        memset(&g_bufs[r], 0, sizeof(g_bufs[r]));
+    }
+}
+
+static int case_sweep(void)
+{
+    setup_streams();
+    if (!init_all(g_comms))
+        return 1;
+    static const size_t counts[] = {0, 1, 7, 1023, 65536 + 3};
+    static const int few_types[] = {ncclFloat32, ncclInt8, ncclBfloat16};
+    for (int coll = 0; coll < NCOLLS; coll++) {
+        int reducing = coll <= C_REDUCESCATTER;
+        int all_types = coll == C_ALLREDUCE && !g_quick;
+        int ntypes = all_types ? 12 : 3;
+        for (int ti = 0; ti < ntypes; ti++) {
+            int t = all_types ? ti : few_types[ti];
+            int nops = !reducing ? 1 : coll == C_ALLREDUCE ? NOPS : 2;
+            for (int oi = 0; oi < nops; oi++) {
+                int op = !reducing ? -1 : coll == C_ALLREDUCE ? oi : oi == 0 ? OP_SUM : OP_MAX;
+                for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+                    int big = counts[ci] > 60000;
+                    /* The large count on a subset of types and ops, to stay fast. */
+                    if (big && coll == C_ALLREDUCE && ti % 4 != 0 && oi != 0)
+                        continue;
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        if (inplace && coll >= C_SENDRECV)
+                            continue;
+                        size_t count = counts[ci];
+                        if (big && (coll == C_ALLGATHER || coll == C_REDUCESCATTER ||
+                                    coll == C_ALLTOALL || coll == C_GATHER ||
+                                    coll == C_SCATTER || coll == C_P2PALL))
+                            count = count / (size_t)g_n + 1;
+                        run_one(coll, t, op, count, inplace, (int)((ci + (size_t)ti) % g_n));
+                    }
+                }
+            }
+        }
+    }
+    teardown();
+    return 0;
+}
+
+static int case_multicomm(void)
+{
+    setup_streams();
+    ncclComm_t b[MAXR];
+    if (!init_all(g_comms) || !init_all(b))
+        return 1;
+    size_t count = 4099;
+    float *dx[MAXR], *dz[MAXR], *dy[MAXR], *hx = malloc(count * g_n * sizeof(float));
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&dx[r], count * sizeof(float)));
+        CU(cu->malloc((void **)&dz[r], count * sizeof(float)));
+        CU(cu->malloc((void **)&dy[r], count * g_n * sizeof(float)));
+        for (size_t i = 0; i < count; i++)
+            hx[i] = (float)(r + 1) * (float)(i % 100);
+        CU(cu->memcpy_async(dx[r], hx, count * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL)); /* hx is reused at once */
+        for (size_t i = 0; i < count; i++)
+            hx[i] = (float)(r * 10000 + (int)i);
+        CU(cu->memcpy_async(dz[r], hx, count * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+    }
+    /* One group: an all-reduce on the first communicators and an all-gather on the second.
+     * Operations of one group on different communicators are not ordered (as in NCCL): they
+     * touch different buffers. */
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < g_n; r++) {
+        check(ncclAllReduce(dx[r], dx[r], count, ncclFloat32, ncclSum, g_comms[r],
+                            g_bufs[r].stream), "ncclAllReduce");
+        check(ncclAllGather(dz[r], dy[r], count, ncclFloat32, b[r], g_bufs[r].stream),
+              "ncclAllGather");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    float tot = (float)(g_n * (g_n + 1) / 2);
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+        CU(cu->memcpy_async(hx, dy[r], count * g_n * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        int ok = 1;
+        for (size_t i = 0; i < count * g_n && ok; i++) {
+            float want = (float)((int)(i / count) * 10000 + (int)(i % count));
+            if (hx[i] != want) {
+                fail("data", C_ALLGATHER, ncclFloat32, -1, count, 0, r, i, hx[i], want);
+                ok = 0;
+            }
+        }
+        CU(cu->memcpy_async(hx, dx[r], count * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        for (size_t i = 0; i < count && ok; i++) {
+            float want = tot * (float)(i % 100);
+            if (hx[i] != want) {
+                fail("data", C_ALLREDUCE, ncclFloat32, OP_SUM, count, 1, r, i, hx[i], want);
+                ok = 0;
+            }
+        }
+        g_passed += ok;
+        CU(cu->free(dx[r]));
+        CU(cu->free(dy[r]));
+        CU(cu->free(dz[r]));
+    }
+    /* A group of more operations than one launch carries (WEFT_DEV_MAX_OPS): several launches
+     * per communicator, in order; then ncclCommFinalize waits for them. */
+    enum { NOPS_BIG = 40 };
+    size_t small = 33;
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&dx[r], NOPS_BIG * small * sizeof(float)));
+        for (size_t i = 0; i < NOPS_BIG * small; i++)
+            hx[i] = (float)(r + (int)(i / small));
+        CU(cu->memcpy_async(dx[r], hx, NOPS_BIG * small * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int k = 0; k < NOPS_BIG; k++)
+        for (int r = 0; r < g_n; r++)
+            check(ncclAllReduce(dx[r] + k * small, dx[r] + k * small, small, ncclFloat32, ncclSum,
+                                b[r], g_bufs[r].stream), "ncclAllReduce");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < g_n; r++)
+        check(ncclCommFinalize(b[r]), "ncclCommFinalize");
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->memcpy_async(hx, dx[r], NOPS_BIG * small * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        int ok = 1;
+        for (size_t i = 0; i < NOPS_BIG * small && ok; i++) {
+            float want = (float)(g_n * (g_n - 1) / 2 + g_n * (int)(i / small));
+            if (hx[i] != want) {
+                fail("data", C_ALLREDUCE, ncclFloat32, OP_SUM, small, 1, r, i, hx[i], want);
+                ok = 0;
+            }
+        }
+        g_passed += ok;
+        CU(cu->free(dx[r]));
+    }
+    free(hx);
+    for (int r = 0; r < g_n; r++)
+        check(ncclCommDestroy(b[r]), "ncclCommDestroy");
+    teardown();
+    return 0;
+}
+
+/* ---- one thread per rank ----------------------------------------------------------------- */
+
+struct thr {
+    int rank;
+    ncclUniqueId id;
+    int ok;
+};
+
+static void *initrank_thread(void *arg)
+{
+    struct thr *th = arg;
+    int r = th->rank, dev = r % g_d;
+    CU(cu->set_device(dev));
+    ncclComm_t comm;
+    if (g_nonblocking) {
+        /* Non-blocking: the init goes on in the background; device work once it is done. */
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        ncclResult_t res = ncclCommInitRankConfig(&comm, g_n, th->id, r, &cfg);
+        if (res != ncclSuccess && res != ncclInProgress) {
+            check(res, "ncclCommInitRankConfig");
+            return NULL;
+        }
+        ncclResult_t state = ncclInProgress;
+        while (state == ncclInProgress) {
+            if (!check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError"))
+                return NULL;
+            usleep(1000);
+        }
+        if (!check(state, "non-blocking init"))
+            return NULL;
+    } else if (!check(ncclCommInitRank(&comm, g_n, th->id, r), "ncclCommInitRank")) {
+        return NULL;
+    }
+    weft_cuda_stream_t s;
+    CU(cu->stream_create(&s));
+    size_t count = 10007;
+    int32_t *d, *h = malloc(count * sizeof(int32_t));
+    CU(cu->malloc((void **)&d, count * sizeof(int32_t)));
+    int ok = 1;
+    for (int iter = 0; iter < 5 && ok; iter++) {
+        for (size_t i = 0; i < count; i++)
+            h[i] = (int32_t)(r * 1000 + (int)i + iter);
+        CU(cu->memcpy_async(d, h, count * sizeof(int32_t), s));
+        ok &= check(ncclAllReduce(d, d, count, ncclInt32, ncclSum, comm, (cudaStream_t)s),
+                    "ncclAllReduce");
+        CU(cu->memcpy_async(h, d, count * sizeof(int32_t), s));
+        CU(cu->stream_synchronize(s));
+        for (size_t i = 0; i < count && ok; i++) {
+            int32_t want = 1000 * g_n * (g_n - 1) / 2 + g_n * ((int)i + iter);
+            if (h[i] != want) {
+                fprintf(stderr, "FAIL initrank rank %d iter %d index %zu: got %d want %d\n", r,
+                        iter, i, h[i], want);
+                ok = 0;
+            }
+        }
+    }
+    /* Split by parity from another current device: the child stays on the parent's device and
+     * reduces device buffers among its half. */
+    if (ok && !g_nonblocking) {
+        CU(cu->set_device((dev + 1) % g_d));
+        ncclComm_t child = NULL;
+        ok &= check(ncclCommSplit(comm, r % 2, r, &child, NULL), "ncclCommSplit");
+        CU(cu->set_device(dev));
+        int cdev = -1, cn = 0;
+        ok &= child != NULL && check(ncclCommCuDevice(child, &cdev), "ncclCommCuDevice") &&
+              check(ncclCommCount(child, &cn), "ncclCommCount");
+        if (ok && cdev != dev) {
+            fprintf(stderr, "FAIL split: rank %d's child on device %d, parent on %d\n", r, cdev,
+                    dev);
+            ok = 0;
+        }
+        for (size_t i = 0; ok && i < count; i++)
+            h[i] = (int32_t)(r + 1);
+        if (ok) {
+            CU(cu->memcpy_async(d, h, count * sizeof(int32_t), s));
+            ok &= check(ncclAllReduce(d, d, count, ncclInt32, ncclSum, child, (cudaStream_t)s),
+                        "ncclAllReduce (child)");
+            CU(cu->memcpy_async(h, d, count * sizeof(int32_t), s));
+            CU(cu->stream_synchronize(s));
+            int32_t want = 0;
+            for (int q = r % 2; q < g_n; q += 2)
+                want += q + 1;
+            for (size_t i = 0; i < count && ok; i++)
+                if (h[i] != want) {
+                    fprintf(stderr, "FAIL split rank %d index %zu: got %d want %d\n", r, i, h[i],
+                            want);
+                    ok = 0;
+                }
+        }
+        if (child != NULL)
+            ok &= check(ncclCommDestroy(child), "ncclCommDestroy (child)");
+    }
+    CU(cu->free(d));
+    free(h);
+    CU(cu->stream_destroy(s));
+    ok &= check(ncclCommDestroy(comm), "ncclCommDestroy");
+    th->ok = ok;
+    return NULL;
+}
+
+static int case_initrank(void)
+{
+    ncclUniqueId id;
+    if (!check(ncclGetUniqueId(&id), "ncclGetUniqueId"))
+        return 1;
+    pthread_t t[MAXR];
+    struct thr th[MAXR];
+    for (int r = 0; r < g_n; r++) {
+        th[r].rank = r;
+        th[r].id = id;
+        th[r].ok = 0;
+        pthread_create(&t[r], NULL, initrank_thread, &th[r]);
+    }
+    for (int r = 0; r < g_n; r++) {
+        pthread_join(t[r], NULL);
+        if (th[r].ok)
+            g_passed++;
+        else
+            g_failed++;
+    }
+    return 0;
+}
+
+/* ---- graphs ------------------------------------------------------------------------------ */
+
+static int case_graph(void)
+{
+    setup_streams();
+    if (!init_all(g_comms))
+        return 1;
+    size_t count = 3001;
+    float *d[MAXR][3], *h = malloc(count * sizeof(float));
+    weftCudaGraph_t g[MAXR];
+    /* Through the public forwards of weft.h, as a program would. Each rank's stream captures its
+     * own graph; the captures run from one thread inside one
+     * group per operation (the kernels of all ranks must run at once at replay). */
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        for (int k = 0; k < 3; k++)
+            CU(cu->malloc((void **)&d[r][k], count * sizeof(float)));
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
+    }
+    for (int k = 0; k < 3; k++) {
+        check(ncclGroupStart(), "ncclGroupStart");
+        for (int r = 0; r < g_n; r++)
+            check(ncclAllReduce(d[r][k], d[r][k], count, ncclFloat32, ncclSum, g_comms[r],
+                                g_bufs[r].stream), "ncclAllReduce");
+        check(ncclGroupEnd(), "ncclGroupEnd");
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
+    }
+    for (int rep = 0; rep < 5; rep++) {
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            for (int k = 0; k < 3; k++) {
+                for (size_t i = 0; i < count; i++)
+                    h[i] = (float)((r + 1) * (k + 1) + (int)(i % 50) + rep);
+                CU(cu->memcpy_async(d[r][k], h, count * sizeof(float), g_bufs[r].stream));
+                CU(cu->stream_synchronize(g_bufs[r].stream)); /* h is rewritten next */
+            }
+        }
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
+        }
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+            for (int k = 0; k < 3; k++) {
+                CU(cu->memcpy_async(h, d[r][k], count * sizeof(float), g_bufs[r].stream));
+                CU(cu->stream_synchronize(g_bufs[r].stream));
+                int ok = 1;
+                for (size_t i = 0; i < count && ok; i++) {
+                    float want = (float)((k + 1) * g_n * (g_n + 1) / 2 +
+                                         g_n * ((int)(i % 50) + rep));
+                    if (h[i] != want) {
+                        fprintf(stderr, "FAIL graph replay %d rank %d op %d index %zu: got %g "
+                                "want %g\n", rep, r, k, i, h[i], want);
+                        ok = 0;
+                    }
+                }
+                if (ok)
+                    g_passed++;
+                else
+                    g_failed++;
+            }
+        }
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaGraphDestroy(g[r]));
+        for (int k = 0; k < 3; k++)
+            CU(cu->free(d[r][k]));
+    }
+    free(h);
+    teardown();
+    return 0;
+}
+
+/* ---- faults ------------------------------------------------------------------------------ */
+
+/* Rank 0 launches an all-reduce its peer never joins. */
+static int launch_lonely(float **d_p)
+{
+    setup_streams();
+    if (!init_all(g_comms))
+        return 0;
+    CU(cu->set_device(g_dev[0]));
+    CU(cu->malloc((void **)d_p, 1024 * sizeof(float)));
+    if (!check(ncclAllReduce(*d_p, *d_p, 1024, ncclFloat32, ncclSum, g_comms[0],
+                             g_bufs[0].stream), "ncclAllReduce"))
+        return 0;
+    return 1;
+}
+
+static int case_abort(void)
+{
+    float *d;
+    if (!launch_lonely(&d))
+        return 1;
+    usleep(300000);
+    int ok = cu->stream_query(g_bufs[0].stream) == 600; /* the kernel waits for peer 1 */
+    if (!ok)
+        fprintf(stderr, "FAIL abort: the kernel finished without its peer\n");
+    double t0 = now_s();
+    ncclResult_t res = ncclCommAbort(g_comms[0]);
+    g_comms[0] = NULL;
+    CU(cu->set_device(g_dev[0]));
+    CU(cu->stream_synchronize(g_bufs[0].stream));
+    double dt = now_s() - t0;
+    if (res != ncclSuccess || dt > 1.0) {
+        fprintf(stderr, "FAIL abort: ncclCommAbort %d, kernel left after %.3f s\n", res, dt);
+        ok = 0;
+    }
+    /* The abort logged what the kernel waited for. */
+    const char *msg = ncclGetLastError(NULL);
+    if (strstr(msg, "peer 1") == NULL) {
+        fprintf(stderr, "FAIL abort: last error '%s' does not name peer 1\n", msg);
+        ok = 0;
+    }
+    printf("abort: kernel left %.3f s after ncclCommAbort: %s\n", dt, msg);
+    CU(cu->free(d));
+    teardown();
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+    return 0;
+}
+
+static int case_timeout(void)
+{
+    float *d;
+    if (!launch_lonely(&d))
+        return 1;
+    double t0 = now_s();
+    CU(cu->set_device(g_dev[0]));
+    CU(cu->stream_synchronize(g_bufs[0].stream)); /* the kernel gives up after WEFT_TIMEOUT */
+    double dt = now_s() - t0;
+    ncclResult_t async = ncclSuccess;
+    check(ncclCommGetAsyncError(g_comms[0], &async), "ncclCommGetAsyncError");
+    const char *msg = ncclGetLastError(NULL);
+    int ok = async == ncclRemoteError && strstr(msg, "peer 1") != NULL &&
+             strstr(msg, "ncclAllReduce") != NULL && dt > 1.5 && dt < 10;
+    printf("timeout: kernel left after %.3f s, async error %d: %s\n", dt, async, msg);
+    /* The communicator stays failed: a later operation reports it at once. */
+    ncclResult_t again = ncclAllReduce(d, d, 1024, ncclFloat32, ncclSum, g_comms[0],
+                                       g_bufs[0].stream);
+    ok &= again != ncclSuccess;
+    if (!ok)
+        fprintf(stderr, "FAIL timeout (again %d)\n", again);
+    CU(cu->free(d));
+    for (int r = 0; r < g_n; r++) {
+        ncclCommAbort(g_comms[r]);
+        g_comms[r] = NULL;
+    }
+    teardown();
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+    return 0;
+}
+
+/* Rank 0 sends 1000 floats, rank 1 expects 999: rank 1's kernel finds the slice size wrong. */
+static int case_mismatch(void)
+{
+    setup_streams();
+    if (!init_all(g_comms))
+        return 1;
+    float *d[2];
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&d[r], 1000 * sizeof(float)));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    check(ncclSend(d[0], 1000, ncclFloat32, 1, g_comms[0], g_bufs[0].stream), "ncclSend");
+    check(ncclRecv(d[1], 999, ncclFloat32, 0, g_comms[1], g_bufs[1].stream), "ncclRecv");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+    }
+    ncclResult_t a0 = ncclSuccess, a1 = ncclSuccess;
+    check(ncclCommGetAsyncError(g_comms[0], &a0), "ncclCommGetAsyncError");
+    check(ncclCommGetAsyncError(g_comms[1], &a1), "ncclCommGetAsyncError");
+    const char *msg = ncclGetLastError(NULL);
+    printf("mismatch: rank 0 %d, rank 1 %d: %s\n", a0, a1, msg);
+    int ok = a0 == ncclSuccess && a1 == ncclInvalidUsage && strstr(msg, "peer 0") != NULL &&
+             strstr(msg, "ncclRecv") != NULL;
+    if (!ok)
+        fprintf(stderr, "FAIL mismatch\n");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->free(d[r]));
+    }
+    teardown();
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+    return 0;
+}
+
+static int case_badbuf(void)
+{
+    setup_streams();
+    if (!init_all(g_comms))
+        return 1;
+    float *d1, host[16];
+    CU(cu->set_device(g_d > 1 ? 1 : 0));
+    CU(cu->malloc((void **)&d1, 16 * sizeof(float)));
+    int ok = 1;
+    if (g_d > 1) { /* rank 0 is on device 0 */
+        ncclResult_t r = ncclAllReduce(d1, d1, 16, ncclFloat32, ncclSum, g_comms[0],
+                                       g_bufs[0].stream);
+        ok &= r == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "sendbuff") != NULL;
+    }
+    ncclResult_t r2 = ncclAllReduce(host, d1, 16, ncclFloat32, ncclSum,
+                                    g_comms[g_d > 1 ? 1 : 0], g_bufs[0].stream);
+    ok &= r2 == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "host memory") != NULL;
+    if (!ok)
+        fprintf(stderr, "FAIL badbuf: %s\n", ncclGetLastError(NULL));
+    CU(cu->free(d1));
+    teardown();
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-b]\n", argv[0]);
+        return 2;
+    }
+    const char *c = argv[1];
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "-n") == 0 && i + 1 < argc)
+            g_n = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-d") == 0 && i + 1 < argc)
+            g_d = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-s") == 0)
+            g_one_stream = 1;
+        else if (strcmp(argv[i], "-q") == 0)
+            g_quick = 1;
+        else if (strcmp(argv[i], "-b") == 0)
+            g_nonblocking = 1;
+    }
+    if (g_n < 1 || g_n > MAXR || g_d < 1) {
+        fprintf(stderr, "bad -n or -d\n");
+        return 2;
+    }
+    cu = weft_cuda();
+    int ndev = 0;
+    if (cu->get_device_count(&ndev) != 0 || ndev < g_d) {
+        fprintf(stderr, "SKIP: %d devices (%s backend), %d needed; set WEFT_CUDA=emu:%d\n", ndev,
+                cu->name, g_d, g_d);
+        return 77;
+    }
+    double t0 = now_s();
+    int rc;
+    if (strcmp(c, "sweep") == 0)
+        rc = case_sweep();
+    else if (strcmp(c, "multicomm") == 0)
+        rc = case_multicomm();
+    else if (strcmp(c, "initrank") == 0)
+        rc = case_initrank();
+    else if (strcmp(c, "graph") == 0)
+        rc = case_graph();
+    else if (strcmp(c, "abort") == 0)
+        rc = case_abort();
+    else if (strcmp(c, "timeout") == 0)
+        rc = case_timeout();
+    else if (strcmp(c, "badbuf") == 0)
+        rc = case_badbuf();
+    else if (strcmp(c, "mismatch") == 0)
+        rc = case_mismatch();
+    else {
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
+    printf("%s -n %d -d %d%s: %d passed, %d failed in %.2f s\n", c, g_n, g_d,
+           g_one_stream ? " (one stream)" : "", g_passed, g_failed, now_s() - t0);
+    return rc != 0 || g_failed > 0 || g_passed == 0;
+}
