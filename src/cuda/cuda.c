@@ -3,7 +3,9 @@
  * texts. The choice is made once, on the first call (pthread_once), never in a constructor: the
  * probe of the real runtime initialises the driver, which a CPU-only job must not pay for.
  */
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,10 +57,13 @@ const char *weft_cuda_error_text(int err)
 
 #define NONE_ERR WEFT_CUDA_ERR_NO_DRIVER
 
+static void none_probe_driver(void);
+
 static int none_get_device_count(int *n_p)
 {
     if (n_p == NULL)
         return WEFT_CUDA_ERR_INVALID_VALUE;
+    none_probe_driver();
     *n_p = 0;
     return WEFT_CUDA_SUCCESS;
 }
@@ -71,12 +76,56 @@ static int none_can_access_peer(int *can_p, int dev, int peer)
 }
 static int none_alloc(void **p_p, size_t bytes) { (void)p_p, (void)bytes; return NONE_ERR; }
 static int none_ptr(void *p) { (void)p; return NONE_ERR; }
+/*
+ * The none backend still tells CUDA memory from host memory when the process itself uses CUDA
+ * (a PyTorch program on a Weft built without the toolkit, or run with WEFT_CUDA=0): through the
+ * driver the process has already loaded (RTLD_NOLOAD: a process that never loaded libcuda has no
+ * device pointers, and we load nothing). Such a buffer then fails the call with
+ * ncclInvalidArgument and a message instead of being read as host memory (SIGSEGV). Only the
+ * driver API's stable C entry point is used, declared here with its documented values.
+ */
+typedef int (*none_cu_pointer_get_attribute_fn)(void *data, int attribute, uintptr_t ptr);
+#define NONE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define NONE_CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define NONE_CU_MEMORYTYPE_DEVICE 2
+#define NONE_CU_MEMORYTYPE_UNIFIED 4
+
+static none_cu_pointer_get_attribute_fn none_cu_attr;
+static uint32_t none_driver_probes;
+
+/* Looks for a loaded libcuda now and then: at every device count (each communicator's init asks)
+ * and on the first pointer queries, since the program may start CUDA after loading us. */
+static void none_probe_driver(void)
+{
+    if (__atomic_load_n(&none_cu_attr, __ATOMIC_ACQUIRE) != NULL)
+        return;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL)
+        return;
+    none_cu_pointer_get_attribute_fn fn =
+        (none_cu_pointer_get_attribute_fn)(uintptr_t)dlsym(h, "cuPointerGetAttribute");
+    if (fn != NULL)
+        __atomic_store_n(&none_cu_attr, fn, __ATOMIC_RELEASE);
+    /* the handle stays open: the program's own reference keeps the driver loaded anyway */
+}
+
 static int none_pointer_attr(struct weft_ptr_attr *attr_p, const void *p)
 {
-    (void)p;
     if (attr_p == NULL)
         return WEFT_CUDA_ERR_INVALID_VALUE;
     struct weft_ptr_attr a = {WEFT_MEM_HOST, -1, NULL, NULL, 0};
+    none_cu_pointer_get_attribute_fn fn = __atomic_load_n(&none_cu_attr, __ATOMIC_ACQUIRE);
+    if (fn == NULL && __atomic_fetch_add(&none_driver_probes, 1, __ATOMIC_RELAXED) < 16) {
+        none_probe_driver();
+        fn = __atomic_load_n(&none_cu_attr, __ATOMIC_ACQUIRE);
+    }
+    unsigned type = 0, managed = 0;
+    if (fn != NULL && fn(&type, NONE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)p) == 0) {
+        if (fn(&managed, NONE_CU_POINTER_ATTRIBUTE_IS_MANAGED, (uintptr_t)p) == 0 && managed)
+            a.kind = WEFT_MEM_MANAGED;
+        else if (type == NONE_CU_MEMORYTYPE_DEVICE || type == NONE_CU_MEMORYTYPE_UNIFIED)
+            a.kind = WEFT_MEM_DEVICE;
+    }
     *attr_p = a;
     return WEFT_CUDA_SUCCESS;
 }

@@ -549,8 +549,8 @@ ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, i
                                 int recv_needed)
 {
     task->on_device = 0;
-    if (!comm->cuda_bound && comm->cuda == NULL)
-        return ncclSuccess; /* no CUDA in this process: everything is host memory */
+    /* Even without a device of ours the buffers are classified: the none backend recognises the
+     * CUDA memory of a process that uses CUDA itself, which must fail cleanly, not be read. */
     WEFT_CHECK(weft_cuda_classify_buffers(comm, task, send_needed, recv_needed));
     if (!task->on_device && task->has_redop && task->redop.scalar_dev != NULL) {
         /* A device-resident PreMulSum scalar for the host executor: read it now. */

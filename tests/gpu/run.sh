@@ -54,30 +54,34 @@ elapsed() { echo $(($(date +%s) - start)); }
 
 # The cases of each stage: "name|timeout|command". $B is the build folder. A case passes when its
 # command exits 0 (each binary checks its results element by element and exits non-zero on a
-# wrong one). Cases marked emu= also run on the emulated GPU in --dry-run (WEFT_CUDA=emu:2).
+# wrong one). Cases marked emu= also run on the emulated GPU in --dry-run (WEFT_CUDA=emu:1: the
+# one GPU of the real machine), so the very command lines a lease will run are tried here first.
 unit_cases=(
-    "emu=redop-bitwise|40|\$B/tests/gpu-emu/test_kernels redop"
-    "emu=loopback-simple|40|\$B/tests/gpu-emu/test_kernels loopback"
-    "emu=ll-flag-wrap|20|\$B/tests/gpu-emu/test_kernels llwrap"
-    "emu=abort|20|\$B/tests/gpu-emu/test_coll abort"
-    "emu=deadline|20|env WEFT_TIMEOUT=2 \$B/tests/gpu-emu/test_coll deadline"
+    "emu=copy-rate-check|20|\$B/tests/gpu/copy_rate 67108864 3"
+    "emu=loopback-1rank|60|\$B/tests/gpu-emu/test_coll sweep -n 1 -d 1 -q"
+    "emu=abort|20|\$B/tests/gpu-emu/test_coll abort -n 2 -d 1"
+    "emu=deadline|20|env WEFT_TIMEOUT=2 \$B/tests/gpu-emu/test_coll timeout -n 2 -d 1"
+    "emu=mismatch|20|\$B/tests/gpu-emu/test_coll mismatch -n 2 -d 1"
+    "emu=bad-buffers|20|\$B/tests/gpu-emu/test_coll badbuf -n 2 -d 1"
 )
 multirank_cases=(
-    "emu=threads-2|60|\$B/tests/gpu-emu/test_coll colls 2"
-    "emu=threads-4|80|\$B/tests/gpu-emu/test_coll colls 4"
-    "emu=one-stream-4|40|\$B/tests/gpu-emu/test_coll onestream 4"
-    "emu=graph-replay|40|\$B/tests/gpu-emu/test_coll graph 2"
+    "emu=threads-2|50|\$B/tests/gpu-emu/test_coll sweep -n 2 -d 1 -q"
+    "emu=threads-4|60|\$B/tests/gpu-emu/test_coll sweep -n 4 -d 1 -q"
+    "emu=one-stream-4|40|\$B/tests/gpu-emu/test_coll sweep -n 4 -d 1 -s -q"
+    "emu=graph-replay|20|\$B/tests/gpu-emu/test_coll graph -n 2 -d 1"
+    "emu=multicomm|20|\$B/tests/gpu-emu/test_coll multicomm -n 3 -d 1"
+    "emu=initrank-threads|20|\$B/tests/gpu-emu/test_coll initrank -n 4 -d 1"
 )
 perf_cases=(
-    "copy-rate|20|\$B/perf/all_reduce_perf -b 1G -e 1G -n 5 -w 2 -c 0 -g 1 -R copy"
+    "copy-rate|15|\$B/tests/gpu/copy_rate"
     "weft-1rank|25|\$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 1 -c 0"
     "weft-2ranks|30|\$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 2 -c 0"
     "nvidia-1rank|25|nccl_wheel \$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 1 -c 0"
 )
 sanitizer_cases=(
-    "memcheck|25|compute-sanitizer --tool memcheck --error-exitcode 1 \$B/tests/gpu-emu/test_kernels loopback-small"
-    "racecheck|15|compute-sanitizer --tool racecheck --error-exitcode 1 \$B/tests/gpu-emu/test_kernels loopback-small"
-    "synccheck|15|compute-sanitizer --tool synccheck --error-exitcode 1 \$B/tests/gpu-emu/test_kernels loopback-small"
+    "memcheck|25|compute-sanitizer --tool memcheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll sweep -n 1 -d 1 -q"
+    "racecheck|15|compute-sanitizer --tool racecheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll abort -n 2 -d 1"
+    "synccheck|15|compute-sanitizer --tool synccheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll graph -n 2 -d 1"
 )
 
 # NVIDIA's libnccl.so.2 from the image's nvidia-nccl-cu13 wheel: runs a command with it first on
@@ -196,7 +200,7 @@ dry_run() {
         fi
         case "$name" in
         emu=*)
-            if B=$build WEFT_CUDA=emu:2 eval "timeout -k 5 $tmo $cmd" >/tmp/weft-gpu-dry.$$ 2>&1; then
+            if B=$build WEFT_CUDA=emu:1 eval "timeout -k 5 $tmo $cmd" >/tmp/weft-gpu-dry.$$ 2>&1; then
                 pass=$((pass + 1)); echo "    ok   ${name#emu=} on the emulated GPU"
             else
                 fail=$((fail + 1)); echo "FAIL: ${name#emu=} on the emulated GPU:"; tail -5 /tmp/weft-gpu-dry.$$
