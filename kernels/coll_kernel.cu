@@ -681,7 +681,7 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
 } /* namespace */
 
 #if defined(__CUDACC__)
-__global__ void __launch_bounds__(1024) weft_coll_kernel(const __grid_constant__ weft_dev_params p)
+__global__ void __launch_bounds__(WEFT_COLL_KERNEL_MAX_THREADS) weft_coll_kernel(const __grid_constant__ weft_dev_params p)
 {
     coll_body(&p);
 }

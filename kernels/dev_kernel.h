@@ -22,6 +22,9 @@
 
 /* Operations per launch (a larger group becomes several launches, in order). */
 #define WEFT_DEV_MAX_OPS 32
+/* Threads of a block at most: the kernel's launch bound, which leaves it 128 registers a thread
+ * (a bound of 1024 left 64, and the kernel spilled 244 bytes). */
+#define WEFT_COLL_KERNEL_MAX_THREADS 512
 /* Steps a block keeps per connection key (weft_sched_build_window refills it). */
 #define WEFT_DEV_WINDOW 32
 /* Dynamic shared memory of a block: the slice all its threads work on and thread 0's state. */

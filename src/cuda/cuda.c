@@ -199,6 +199,7 @@ const struct weft_cuda_ops weft_cuda_none_ops = {
     .error_string = weft_cuda_error_text,
     .launch_host_func = none_launch_host_func,
     .device_synchronize = none_void,
+    .kernel_threads = 1,
 };
 
 /* ---- selection ------------------------------------------------------------------------------- */

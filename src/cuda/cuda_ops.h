@@ -154,6 +154,9 @@ struct weft_cuda_ops {
     int (*launch_host_func)(weft_cuda_stream_t s, void (*fn)(void *arg), void *arg);
     /* cudaDeviceSynchronize on the current device. */
     int (*device_synchronize)(void);
+    /* Threads per block a collective kernel gets unless WEFT_CUDA_THREADS says otherwise: a
+     * GPU's warps want hundreds; each emulated thread is an OS thread on a small machine. */
+    int kernel_threads;
 };
 
 /* The active table (chosen once, lazily; see the top of this file). Never NULL. */

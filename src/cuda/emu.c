@@ -1826,6 +1826,7 @@ static const struct weft_cuda_ops emu_ops = {
     .error_string = weft_cuda_error_text,
     .launch_host_func = emu_launch_host_func,
     .device_synchronize = emu_device_synchronize,
+    .kernel_threads = 4,
 };
 
 static void emu_init_once(void)

@@ -224,6 +224,7 @@ static const struct weft_cuda_ops real_ops = {
     .error_string = real_error_string,
     .launch_host_func = real_launch_host_func,
     .device_synchronize = real_device_synchronize,
+    .kernel_threads = 256,
 };
 
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;

@@ -38,7 +38,8 @@
 WEFT_PARAM(CudaChannels, "WEFT_CUDA_CHANNELS", 2,
            "blocks (channels) of the collective kernel; 1 with WEFT_EMU_SERIALIZE=1");
 WEFT_PARAM(CudaThreads, "WEFT_CUDA_THREADS", -1,
-           "threads per block of the collective kernel (-1: 256 on a GPU, 4 on the emulated one)");
+           "threads per block of the collective kernel, at most 512 (-1: 256 on a GPU, 4 on the "
+           "emulated one)");
 WEFT_PARAM(CudaSlotBytes, "WEFT_CUDA_SLOT_BYTES", 65536,
            "bytes of one slot of a device FIFO (WEFT_STEPS slots per connection)");
 WEFT_PARAM_DECL(Timeout);
@@ -259,8 +260,9 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     cc->nch = nch < 1 ? 1 : nch > WEFT_MAX_CHANNELS ? WEFT_MAX_CHANNELS : (int)nch;
     int64_t nt = weft_param_CudaThreads();
     if (nt < 0)
-        nt = strcmp(ops->name, "emu") == 0 ? 4 : 256;
-    cc->nthreads = nt < 1 ? 1 : nt > 1024 ? 1024 : (int)nt;
+        nt = ops->kernel_threads;
+    cc->nthreads = nt < 1 ? 1 : nt > WEFT_COLL_KERNEL_MAX_THREADS ? WEFT_COLL_KERNEL_MAX_THREADS
+                                                                   : (int)nt;
     int64_t sb = weft_param_CudaSlotBytes();
     sb = sb < 256 ? 256 : sb > (1 << 24) ? (1 << 24) : sb;
     cc->slot_bytes = (size_t)sb & ~(size_t)127;
