@@ -82,7 +82,22 @@ const char *weft_param_lookup(const char *env)
     return NULL;
 }
 
+/* The first reads of a knob may come from several threads at once (ranks as threads): one loads
+ * it under this lock, the others find it loaded; readers after that see `loaded` (acquire) and
+ * never write. */
+static pthread_mutex_t weft_param_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void weft_param_load_locked(struct weft_param *p);
+
 static void weft_param_load(struct weft_param *p)
+{
+    pthread_mutex_lock(&weft_param_lock);
+    if (!__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE))
+        weft_param_load_locked(p);
+    pthread_mutex_unlock(&weft_param_lock);
+}
+
+static void weft_param_load_locked(struct weft_param *p)
 {
     const char *raw = weft_param_lookup(p->env);
     if (p->is_string) {
