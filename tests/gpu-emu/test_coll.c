@@ -2,8 +2,8 @@
  * The CUDA executor on the emulated GPU (WEFT_CUDA=emu:D): ranks are threads of this process,
  * buffers are device memory, every collective runs as kernels on streams. Results are checked
  * element by element (bitwise) against a plain loop over what each rank contributed, with inputs
- * that keep every intermediate exact (as tests/mp/test_colls.c does), so any reduction order
- * gives the same bits.
+ * that keep every intermediate exact, so any reduction order gives the same bits (the reference of
+ * tests/common/coll_ref.h, shared with tests/mp/test_colls.c).
  *
  * Usage: test_coll CASE [-n NRANKS] [-d DEVICES] [-s] [-q]
  *   sweep      every collective x type x op x count x in/out-of-place (ncclCommInitAll; rank i on
@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/coll_ref.h"
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
 #include "nccl.h"
@@ -34,8 +35,6 @@
 #define MAXR 8
 #define MAX_FAIL_PRINT 20
 
-enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_PREMUL, NOPS };
-static const char *op_names[NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 enum {
     C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_ALLTOALL, C_GATHER,
     C_SCATTER, C_SENDRECV, C_P2PALL, NCOLLS
@@ -74,154 +73,6 @@ static int check(ncclResult_t res, const char *what)
         return 0;
     }
     return 1;
-}
-
-/* ---- inputs and expected values (exact in every type; see tests/mp/test_colls.c) ---------- */
-
-static int is_float(int t)
-{
-    return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16 ||
-           t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
-}
-
-static int is_unsigned(int t)
-{
-    return t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
-}
-
-static double exact_limit(int t)
-{
-    switch (t) {
-    case ncclFloat8e4m3: return 16;
-    case ncclFloat8e5m2: return 8;
-    case ncclBfloat16: return 256;
-    case ncclFloat16: return 2048;
-    case ncclFloat32: return 16777216.0;
-    default: return 9007199254740992.0;
-    }
-}
-
-static double round_to(int t, double v)
-{
-    unsigned char tmp[8] = {0};
-    store(t, tmp, 0, v);
-    return load(t, tmp, 0);
-}
-
-static double input_value(int t, int op, int r, size_t i, int n)
-{
-    uint64_t h = mix(((uint64_t)r << 40) ^ (i * 0x9e37u) ^ ((uint64_t)op << 32) ^ (uint64_t)t);
-    double lim = is_float(t) ? exact_limit(t) : 100.0;
-    switch (op) {
-    case OP_SUM:
-    case OP_PREMUL: {
-        double m = is_float(t) ? lim / n / (op == OP_PREMUL ? 2 : 1) : 100.0;
-        if (m > 1000)
-            m = 1000;
-        return (double)(h % ((uint64_t)m + 1));
-    }
-    case OP_PROD: {
-        double v = (h % 3 == 0) ? 2.0 : 1.0;
-        if (is_float(t) && (h >> 8) % 5 == 0)
-            v = -v;
-        if (is_unsigned(t))
-            v = (h % 3 == 0) ? 3.0 : 1.0;
-        return v;
-    }
-    case OP_MAX:
-    case OP_MIN: {
-        double m = is_float(t) ? (lim > 64 ? 64 : lim) : 100;
-        double v = (double)(h % ((uint64_t)m + 1));
-        return (!is_unsigned(t) && v != 0 && (h >> 16) % 2) ? -v : v;
-    }
-    default: /* OP_AVG */
-        if (is_float(t)) {
-            if (r != (int)(i % n) && r != (int)((i + 1) % n))
-                return 0;
-            double m = lim > 64 ? 64 : lim;
-            return (double)(h % ((uint64_t)m + 1));
-        }
-        return (double)(h % 200) - 100.0 * (t == ncclInt8 || t == ncclInt32 || t == ncclInt64);
-    }
-}
-
-static double premul_scalar(int r)
-{
-    return (r % 2) ? 2.0 : 1.0;
-}
-
-static int64_t wrap_i(int t, int64_t v)
-{
-    switch (t) {
-    case ncclInt8: return (int8_t)v;
-    case ncclUint8: return (uint8_t)v;
-    case ncclInt32: return (int32_t)v;
-    case ncclUint32: return (uint32_t)v;
-    default: return v;
-    }
-}
-
-static double expected_reduce(int t, int op, size_t i, int n)
-{
-    if (!is_float(t)) {
-        int64_t acc = 0;
-        uint64_t uacc = 0;
-        for (int r = 0; r < n; r++) {
-            int64_t v = (int64_t)input_value(t, op, r, i, n);
-            if (op == OP_PREMUL)
-                v = wrap_i(t, v * (int64_t)premul_scalar(r));
-            if (r == 0) {
-                acc = v;
-                uacc = (uint64_t)v;
-                continue;
-            }
-            switch (op) {
-            case OP_SUM:
-            case OP_AVG:
-            case OP_PREMUL: uacc += (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
-            case OP_PROD: uacc *= (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
-            case OP_MAX: acc = v > acc ? v : acc; break;
-            case OP_MIN: acc = v < acc ? v : acc; break;
-            }
-        }
-        if (t == ncclUint64 && (op == OP_SUM || op == OP_PROD || op == OP_PREMUL || op == OP_AVG))
-            acc = (int64_t)uacc;
-        if (op == OP_AVG) {
-            if (t == ncclUint64)
-                return (double)(uacc / (uint64_t)n);
-            if (t == ncclUint8 || t == ncclUint32)
-                return (double)((uint64_t)acc / (uint64_t)n);
-            return (double)(acc / n);
-        }
-        return round_to(t, (double)acc);
-    }
-    if (op == OP_AVG) {
-        double s = round_to(t, 1.0 / n);
-        int a = (int)(i % n), b = (int)((i + 1) % n);
-        double va = round_to(t, input_value(t, op, a, i, n) * s);
-        if (a == b)
-            return va;
-        double vb = round_to(t, input_value(t, op, b, i, n) * s);
-        return round_to(t, va + vb);
-    }
-    double acc = 0;
-    for (int r = 0; r < n; r++) {
-        double v = input_value(t, op, r, i, n);
-        if (op == OP_PREMUL)
-            v *= premul_scalar(r);
-        if (r == 0) {
-            acc = v;
-            continue;
-        }
-        switch (op) {
-        case OP_SUM:
-        case OP_PREMUL: acc += v; break;
-        case OP_PROD: acc *= v; break;
-        case OP_MAX: acc = v > acc ? v : acc; break;
-        case OP_MIN: acc = v < acc ? v : acc; break;
-        }
-    }
-    return acc;
 }
 
 /* ---- one configuration over all ranks ---------------------------------------------------- */
@@ -264,7 +115,7 @@ static void fail(const char *what, int coll, int t, int op, size_t count, int in
     if (g_printed++ < MAX_FAIL_PRINT)
         fprintf(stderr,
                 "FAIL %s %s type %d op %s count %zu %s rank %d index %zu: got %.17g want %.17g\n",
-                what, coll_names[coll], t, op >= 0 ? op_names[op] : "none", count,
+                what, coll_names[coll], t, op_name(op), count,
                 inplace ? "in-place" : "out-of-place", r, i, got, want);
 }
 
@@ -276,34 +127,27 @@ static double contrib(int coll, int t, int op, int r, size_t i)
 
 static ncclRedOp_t make_op(int r, int t, int op)
 {
-    switch (op) {
-    case OP_SUM: return ncclSum;
-    case OP_PROD: return ncclProd;
-    case OP_MAX: return ncclMax;
-    case OP_MIN: return ncclMin;
-    case OP_AVG: return ncclAvg;
-    default: {
-        unsigned char scalar[8];
-        ncclRedOp_t o = ncclSum;
-        store(t, scalar, 0, premul_scalar(r));
-        /* Odd types take the scalar from device memory, read by the kernel when it runs. */
-        void *where = scalar;
-        ncclScalarResidence_t res = ncclScalarHostImmediate;
-        if (t % 2 == 1) {
-            struct rank_bufs *b = &g_bufs[r];
-            CU(cu->set_device(g_dev[r]));
-            if (b->dscalar == NULL)
-                CU(cu->malloc((void **)&b->dscalar, 8));
-            CU(cu->memcpy_async(b->dscalar, scalar, 8, NULL));
-            CU(cu->stream_synchronize(NULL));
-            where = b->dscalar;
-            res = ncclScalarDevice;
-        }
-        check(ncclRedOpCreatePreMulSum(&o, where, (ncclDataType_t)t, res, g_comms[r]),
-              "ncclRedOpCreatePreMulSum");
-        return o;
+    if (op != OP_PREMUL)
+        return builtin_op(op);
+    unsigned char scalar[8];
+    ncclRedOp_t o = ncclSum;
+    store(t, scalar, 0, premul_scalar(r));
+    /* Odd types take the scalar from device memory, read by the kernel when it runs. */
+    void *where = scalar;
+    ncclScalarResidence_t res = ncclScalarHostImmediate;
+    if (t % 2 == 1) {
+        struct rank_bufs *b = &g_bufs[r];
+        CU(cu->set_device(g_dev[r]));
+        if (b->dscalar == NULL)
+            CU(cu->malloc((void **)&b->dscalar, 8));
+        CU(cu->memcpy_async(b->dscalar, scalar, 8, NULL));
+        CU(cu->stream_synchronize(NULL));
+        where = b->dscalar;
+        res = ncclScalarDevice;
     }
-    }
+    check(ncclRedOpCreatePreMulSum(&o, where, (ncclDataType_t)t, res, g_comms[r]),
+          "ncclRedOpCreatePreMulSum");
+    return o;
 }
 
 static void run_one(int coll, int t, int op, size_t count, int inplace, int root)
@@ -485,10 +329,33 @@ static void teardown(void)
     }
 }
 
-static int case_sweep(void)
+/* Streams and ncclCommInitAll communicators in g_comms for the g_n ranks; 0 if init fails. */
+static int setup_all(void)
 {
     setup_streams();
-    if (!init_all(g_comms))
+    return init_all(g_comms);
+}
+
+/* Counts the one result of a check that is not per element. */
+static void tally(int ok)
+{
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+}
+
+/* Ends a case that made its ranks with setup_all: counts its result, frees everything. */
+static int finish(int ok)
+{
+    teardown();
+    tally(ok);
+    return 0;
+}
+
+static int case_sweep(void)
+{
+    if (!setup_all())
         return 1;
     static const size_t counts[] = {0, 1, 7, 1023, 65536 + 3};
     static const int few_types[] = {ncclFloat32, ncclInt8, ncclBfloat16};
@@ -743,10 +610,7 @@ static int case_initrank(void)
     }
     for (int r = 0; r < g_n; r++) {
         pthread_join(t[r], NULL);
-        if (th[r].ok)
-            g_passed++;
-        else
-            g_failed++;
+        tally(th[r].ok);
     }
     return 0;
 }
@@ -755,8 +619,7 @@ static int case_initrank(void)
 
 static int case_graph(void)
 {
-    setup_streams();
-    if (!init_all(g_comms))
+    if (!setup_all())
         return 1;
     size_t count = 3001;
     float *d[MAXR][3], *h = malloc(count * sizeof(float));
@@ -814,10 +677,7 @@ static int case_graph(void)
                         ok = 0;
                     }
                 }
-                if (ok)
-                    g_passed++;
-                else
-                    g_failed++;
+                tally(ok);
             }
         }
     }
@@ -837,8 +697,7 @@ static int case_graph(void)
 /* Rank 0 launches an all-reduce its peer never joins. */
 static int launch_lonely(float **d_p)
 {
-    setup_streams();
-    if (!init_all(g_comms))
+    if (!setup_all())
         return 0;
     CU(cu->set_device(g_dev[0]));
     CU(cu->malloc((void **)d_p, 1024 * sizeof(float)));
@@ -875,12 +734,7 @@ static int case_abort(void)
     }
     printf("abort: kernel left %.3f s after ncclCommAbort: %s\n", dt, msg);
     CU(cu->free(d));
-    teardown();
-    if (ok)
-        g_passed++;
-    else
-        g_failed++;
-    return 0;
+    return finish(ok);
 }
 
 static int case_timeout(void)
@@ -909,19 +763,13 @@ static int case_timeout(void)
         ncclCommAbort(g_comms[r]);
         g_comms[r] = NULL;
     }
-    teardown();
-    if (ok)
-        g_passed++;
-    else
-        g_failed++;
-    return 0;
+    return finish(ok);
 }
 
 /* Rank 0 sends 1000 floats, rank 1 expects 999: rank 1's kernel finds the slice size wrong. */
 static int case_mismatch(void)
 {
-    setup_streams();
-    if (!init_all(g_comms))
+    if (!setup_all())
         return 1;
     float *d[2];
     for (int r = 0; r < 2; r++) {
@@ -949,18 +797,12 @@ static int case_mismatch(void)
         CU(cu->set_device(g_dev[r]));
         CU(cu->free(d[r]));
     }
-    teardown();
-    if (ok)
-        g_passed++;
-    else
-        g_failed++;
-    return 0;
+    return finish(ok);
 }
 
 static int case_badbuf(void)
 {
-    setup_streams();
-    if (!init_all(g_comms))
+    if (!setup_all())
         return 1;
     float *d1, host[16];
     CU(cu->set_device(g_d > 1 ? 1 : 0));
@@ -977,12 +819,7 @@ static int case_badbuf(void)
     if (!ok)
         fprintf(stderr, "FAIL badbuf: %s\n", ncclGetLastError(NULL));
     CU(cu->free(d1));
-    teardown();
-    if (ok)
-        g_passed++;
-    else
-        g_failed++;
-    return 0;
+    return finish(ok);
 }
 
 int main(int argc, char **argv)

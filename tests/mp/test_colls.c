@@ -1,11 +1,9 @@
 /*
  * Multi-process conformance: forks N ranks that talk over the shared-memory transport, runs every
  * collective x datatype x op x count x in/out-of-place, and checks every element against a plain
- * loop over what each rank contributed (every rank can regenerate every rank's input).
- *
- * Inputs keep every intermediate result exact in the element type, so any reduction order gives
- * the same bits: small integers for sums, +-1/2 for products, and for float avg only two ranks
- * contribute to each element (a + b is commutative in IEEE arithmetic, adding zeros is exact).
+ * loop over what each rank contributed (every rank can regenerate every rank's input). The inputs
+ * and the expected values, exact in every type so that any reduction order gives the same bits,
+ * are those of tests/common/coll_ref.h (shared with tests/gpu-emu/test_coll.c).
  *
  * Usage: test_colls -n NRANKS [-l] [-t SECONDS]   (-l adds the large count 1M+3 on a subset)
  */
@@ -19,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/coll_ref.h"
 #include "../common/elem.h"
 #include "nccl.h"
 #include "redop.h"
@@ -26,8 +25,6 @@
 #define NTYPES 12
 #define MAX_FAIL_PRINT 20
 
-enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_PREMUL, NOPS };
-static const char *op_names[NOPS] = {"sum", "prod", "max", "min", "avg", "premulsum"};
 enum { C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, NCOLLS };
 static const char *coll_names[NCOLLS] = {"allreduce", "reduce", "reducescatter", "allgather",
                                          "broadcast"};
@@ -41,167 +38,13 @@ static int g_rank, g_nranks;
 static struct shared_counts *g_counts;
 static int g_printed;
 
-static int is_float(int t)
-{
-    return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16 ||
-           t == ncclFloat8e4m3 || t == ncclFloat8e5m2;
-}
-
-/* Largest integer magnitude up to which every integer is exact in the type. */
-static double exact_limit(int t)
-{
-    switch (t) {
-    case ncclFloat8e4m3: return 16;
-    case ncclFloat8e5m2: return 8;
-    case ncclBfloat16: return 256;
-    case ncclFloat16: return 2048;
-    case ncclFloat32: return 16777216.0;
-    default: return 9007199254740992.0;
-    }
-}
-
-/* Rounds v to the type, as an element op result would be. */
-static double round_to(int t, double v)
-{
-    unsigned char tmp[8] = {0};
-    store(t, tmp, 0, v);
-    return load(t, tmp, 0);
-}
-
-/* Input element i of rank r for this type and op (exact in the type). */
-static double input_value(int t, int op, int r, size_t i, int n)
-{
-    uint64_t h = mix(((uint64_t)r << 40) ^ (i * 0x9e37u) ^ ((uint64_t)op << 32) ^ (uint64_t)t);
-    double lim = is_float(t) ? exact_limit(t) : 100.0;
-    switch (op) {
-    case OP_SUM:
-    case OP_PREMUL: {
-        double m = is_float(t) ? lim / n / (op == OP_PREMUL ? 2 : 1) : 100.0;
-        if (m > 1000)
-            m = 1000;
-        return (double)(h % ((uint64_t)m + 1));
-    }
-    case OP_PROD: {
-        double v = (h % 3 == 0) ? 2.0 : 1.0;
-        if (is_float(t) && (h >> 8) % 5 == 0)
-            v = -v;
-        if (t == ncclUint8 || t == ncclUint32 || t == ncclUint64)
-            v = (h % 3 == 0) ? 3.0 : 1.0;
-        return v;
-    }
-    case OP_MAX:
-    case OP_MIN: {
-        double m = is_float(t) ? (lim > 64 ? 64 : lim) : 100;
-        double v = (double)(h % ((uint64_t)m + 1));
-        int is_unsigned = t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
-        return (!is_unsigned && v != 0 && (h >> 16) % 2) ? -v : v;
-    }
-    case OP_AVG:
-        if (is_float(t)) {
-            /* only ranks i%n and (i+1)%n contribute */
-            if (r != (int)(i % n) && r != (int)((i + 1) % n))
-                return 0;
-            double m = lim > 64 ? 64 : lim;
-            return (double)(h % ((uint64_t)m + 1));
-        }
-        return (double)(h % 200) - 100.0 * (t == ncclInt8 || t == ncclInt32 || t == ncclInt64);
-    }
-    return 0;
-}
-
-static double premul_scalar(int r)
-{
-    return (r % 2) ? 2.0 : 1.0;
-}
-
-/* Integer element arithmetic with the type's wrap-around. */
-static double int_wrap(int t, double v)
-{
-    return round_to(t, v);
-}
-
-static int64_t wrap_i(int t, int64_t v)
-{
-    switch (t) {
-    case ncclInt8: return (int8_t)v;
-    case ncclUint8: return (uint8_t)v;
-    case ncclInt32: return (int32_t)v;
-    case ncclUint32: return (uint32_t)v;
-    default: return v;
-    }
-}
-
-/* Expected reduced value of element i over all ranks. */
-static double expected_reduce(int t, int op, size_t i, int n)
-{
-    if (!is_float(t)) {
-        int64_t acc = 0;
-        uint64_t uacc = 0;
-        for (int r = 0; r < n; r++) {
-            int64_t v = (int64_t)input_value(t, op, r, i, n);
-            if (op == OP_PREMUL)
-                v = wrap_i(t, v * (int64_t)premul_scalar(r));
-            if (r == 0) {
-                acc = v;
-                uacc = (uint64_t)v;
-                continue;
-            }
-            switch (op) {
-            case OP_SUM:
-            case OP_AVG:
-            case OP_PREMUL: uacc += (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
-            case OP_PROD: uacc *= (uint64_t)v; acc = wrap_i(t, (int64_t)uacc); break;
-            case OP_MAX: acc = v > acc ? v : acc; break;
-            case OP_MIN: acc = v < acc ? v : acc; break;
-            }
-        }
-        if (t == ncclUint64 && (op == OP_SUM || op == OP_PROD || op == OP_PREMUL || op == OP_AVG))
-            acc = (int64_t)uacc;
-        if (op == OP_AVG) {
-            if (t == ncclUint64)
-                return (double)(uacc / (uint64_t)n);
-            if (t == ncclUint8 || t == ncclUint32)
-                return (double)((uint64_t)acc / (uint64_t)n);
-            return (double)(acc / n);
-        }
-        return int_wrap(t, (double)acc);
-    }
-    double acc = 0;
-    if (op == OP_AVG) {
-        double s = round_to(t, 1.0 / n);
-        int a = (int)(i % n), b = (int)((i + 1) % n);
-        double va = round_to(t, input_value(t, op, a, i, n) * s);
-        if (a == b)
-            return va;
-        double vb = round_to(t, input_value(t, op, b, i, n) * s);
-        return round_to(t, va + vb);
-    }
-    for (int r = 0; r < n; r++) {
-        double v = input_value(t, op, r, i, n);
-        if (op == OP_PREMUL)
-            v *= premul_scalar(r);
-        if (r == 0) {
-            acc = v;
-            continue;
-        }
-        switch (op) {
-        case OP_SUM:
-        case OP_PREMUL: acc += v; break;
-        case OP_PROD: acc *= v; break;
-        case OP_MAX: acc = v > acc ? v : acc; break;
-        case OP_MIN: acc = v < acc ? v : acc; break;
-        }
-    }
-    return acc;
-}
-
 static void fail(const char *what, int coll, int t, int op, size_t count, int inplace, size_t i,
                  double got, double want)
 {
     if (g_printed++ < MAX_FAIL_PRINT)
         fprintf(stderr,
                 "rank %d: FAIL %s %s type %d op %s count %zu %s index %zu: got %.17g want %.17g\n",
-                g_rank, what, coll_names[coll], t, op >= 0 ? op_names[op] : "none", count,
+                g_rank, what, coll_names[coll], t, op_name(op), count,
                 inplace ? "in-place" : "out-of-place", i, got, want);
 }
 
@@ -222,22 +65,15 @@ static int check(ncclResult_t res, const char *what)
 
 static ncclRedOp_t make_op(ncclComm_t comm, int t, int op, void *scalar_store)
 {
-    switch (op) {
-    case OP_SUM: return ncclSum;
-    case OP_PROD: return ncclProd;
-    case OP_MAX: return ncclMax;
-    case OP_MIN: return ncclMin;
-    case OP_AVG: return ncclAvg;
-    default: {
-        ncclRedOp_t o;
-        store(t, scalar_store, 0, premul_scalar(g_rank));
-        if (!check(ncclRedOpCreatePreMulSum(&o, scalar_store, (ncclDataType_t)t,
-                                            ncclScalarHostImmediate, comm),
-                   "ncclRedOpCreatePreMulSum"))
-            return ncclSum;
-        return o;
-    }
-    }
+    if (op != OP_PREMUL)
+        return builtin_op(op);
+    ncclRedOp_t o;
+    store(t, scalar_store, 0, premul_scalar(g_rank));
+    if (!check(ncclRedOpCreatePreMulSum(&o, scalar_store, (ncclDataType_t)t,
+                                        ncclScalarHostImmediate, comm),
+               "ncclRedOpCreatePreMulSum"))
+        return ncclSum;
+    return o;
 }
 
 /* Runs one collective configuration and checks it. */
