@@ -357,6 +357,7 @@ struct emu_stream {
     const char *running;      /* kernel name now running, for the watchdog */
     struct emu_capture *cap;  /* under emu_mu */
     struct emu_stream *next;  /* live list, under emu_mu */
+    int refs;                 /* under emu_mu: the handle, plus each emu_device_wait using it */
 };
 
 struct emu_event {
@@ -493,6 +494,7 @@ static int emu_stream_new(int device, int legacy, struct emu_stream **s_p)
     }
     s->device = device;
     s->legacy = legacy;
+    s->refs = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     int rc = pthread_create(&s->worker, NULL, emu_stream_main, s);
@@ -1129,20 +1131,45 @@ static int emu_stream_wait_idle(struct emu_stream *s)
     return err;
 }
 
-/* Waits for the queued work of every stream of dev (cudaDeviceSynchronize). */
+/* Drops a reference; the last one frees the stream (its worker has been joined already). */
+static void emu_stream_unref(struct emu_stream *s)
+{
+    pthread_mutex_lock(&emu_mu);
+    int last = --s->refs == 0;
+    pthread_mutex_unlock(&emu_mu);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+/* Waits for the queued work of every stream of dev (cudaDeviceSynchronize, cudaFree). */
 static int emu_device_wait(int dev)
 {
     struct emu_stream *list[256];
     int n = 0, res = WEFT_CUDA_SUCCESS;
+    /*
+     * Each listed stream is held by a reference: another thread may destroy one while we wait on
+     * an earlier one (ranks sharing a device: one frees a buffer while another destroys its
+     * stream). Without the reference, destroy freed the stream under us and we then locked or
+     * slept on freed memory: a use-after-free that hung cudaFree forever (seen as a hang of
+     * coll-initrank-nonblocking-3x2 under MALLOC_PERTURB_). A destroyed stream's worker drained
+     * its queue before exiting, so the wait on it ends at once.
+     */
     pthread_mutex_lock(&emu_mu);
-    for (struct emu_stream *s = emu_streams; s != NULL && n < 256; s = s->next)
-        if (s->device == dev)
+    for (struct emu_stream *s = emu_streams; s != NULL && n < 256; s = s->next) {
+        if (s->device == dev) {
+            s->refs++;
             list[n++] = s;
+        }
+    }
     pthread_mutex_unlock(&emu_mu);
     for (int i = 0; i < n; i++) {
         int err = emu_stream_wait_idle(list[i]);
         if (res == WEFT_CUDA_SUCCESS)
             res = err;
+        emu_stream_unref(list[i]);
     }
     return res;
 }
@@ -1384,9 +1411,7 @@ static int emu_stream_destroy(weft_cuda_stream_t h)
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->worker, NULL);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
+    emu_stream_unref(s); /* freed now, or by the last emu_device_wait still using it */
     return WEFT_CUDA_SUCCESS;
 }
 

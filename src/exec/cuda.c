@@ -400,7 +400,9 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     free(peers);
     if (prev >= 0)
         ops->set_device(prev);
-    comm->cuda = cc;
+    /* Published last, with release: ncclCommGetAsyncError of a non-blocking init reads it (in
+     * weft_cuda_comm_check) while this runs on the communicator's stream. */
+    __atomic_store_n(&comm->cuda, cc, __ATOMIC_RELEASE);
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA executor on device %d (%s): %d channels x %d "
               "threads, %zu-byte slots, %zu bytes of FIFOs", me, cc->dev, ops->name, cc->nch,
               cc->nthreads, cc->slot_bytes, fifo_bytes);
@@ -471,7 +473,8 @@ static const char *weft_cuda_api_name(int coll)
 
 ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
 {
-    struct weft_cuda_comm *cc = comm->cuda;
+    /* Acquire: may run while a non-blocking init is still setting up (see weft_cuda_comm_setup). */
+    struct weft_cuda_comm *cc = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
     if (cc == NULL)
         return ncclSuccess;
     const struct weft_dev_stuck *st = NULL;

@@ -327,6 +327,76 @@ static void case_destroy_waiting(void)
     OK(ops->host_free(flag));
 }
 
+/* cudaFree on device 0 from another thread: it waits for every stream of the device. */
+struct free_arg {
+    void *p;
+    int res;
+    int done; /* atomic */
+};
+
+static void *free_thread(void *arg)
+{
+    struct free_arg *f = arg;
+    f->res = ops->free(f->p); /* device 0: this thread's current device */
+    __atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/*
+ * A stream destroyed while cudaFree waits for its device (ranks sharing a device: one frees a
+ * buffer while another destroys its stream). cudaFree listed both streams and waits on b first
+ * (its kernel spins); a is destroyed meanwhile and its memory handed out again, filled with
+ * garbage; then cudaFree reaches a. It used to lock the freed stream's mutex and hang forever
+ * (coll-initrank-nonblocking-3x2 once hung so); the stream must outlive the wait.
+ * The window is opened by a sleep: if cudaFree had not listed the streams yet, the case passes
+ * without testing anything, never fails wrongly.
+ */
+static void case_destroy_during_free(void)
+{
+    uint64_t *flag;
+    void *p;
+    OK(ops->set_device(0));
+    OK(ops->host_alloc((void **)&flag, 64));
+    flag[0] = flag[1] = 0;
+    OK(ops->malloc(&p, 4096));
+    weft_cuda_stream_t a, b;
+    OK(ops->stream_create(&a)); /* older: listed after b */
+    OK(ops->stream_create(&b));
+    struct temu_flag_params fp = {flag, flag + 1, 5, 0};
+    OK(ops->launch(&temu_spin_kernel, 1, 2, 0, &fp, sizeof(fp), b)); /* spins until flag == 5 */
+    struct free_arg f = {p, -1, 0};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, free_thread, &f), 0);
+    usleep(200 * 1000); /* cudaFree now waits on b */
+    CHECK_EQ(__atomic_load_n(&f.done, __ATOMIC_ACQUIRE), 0);
+    OK(ops->stream_destroy(a));
+    /* Reuse a's memory the way malloc would hand it out (this thread's cache, same size): every
+     * small size, filled with a pattern that reads as a locked mutex (glibc). */
+    enum { NFILL = 64 };
+    void *fill[NFILL];
+    for (int i = 0; i < NFILL; i++) {
+        fill[i] = malloc((size_t)(i + 1) * 16);
+        if (fill[i] != NULL)
+            memset(fill[i], 0x02, (size_t)(i + 1) * 16);
+    }
+    __atomic_store_n(&flag[0], 5, __ATOMIC_RELEASE);
+    uint64_t t0 = now_ms();
+    while (!__atomic_load_n(&f.done, __ATOMIC_ACQUIRE) && now_ms() - t0 < 10000)
+        usleep(1000);
+    if (!__atomic_load_n(&f.done, __ATOMIC_ACQUIRE)) {
+        fprintf(stderr, "cudaFree still waits 10 s after the streams of its device went idle\n");
+        exit(1); /* the thread is stuck: leave without joining it */
+    }
+    pthread_join(th, NULL);
+    CHECK_EQ(f.res, 0);
+    CHECK_EQ(flag[1], 6);
+    for (int i = 0; i < NFILL; i++)
+        free(fill[i]);
+    OK(ops->stream_synchronize(b));
+    OK(ops->stream_destroy(b));
+    OK(ops->host_free(flag));
+}
+
 /* ---- capture and graphs ---------------------------------------------------------------------- */
 
 static void case_capture(void)
@@ -908,6 +978,7 @@ static const struct test_case cases[] = {
     {"stream_order", case_stream_order},
     {"events", case_events},
     {"destroy_waiting", case_destroy_waiting},
+    {"destroy_during_free", case_destroy_during_free},
     {"capture", case_capture},
     {"capture_join", case_capture_join},
     {"capture_forbidden", case_capture_forbidden},
