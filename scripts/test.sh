@@ -6,3 +6,5 @@ bash scripts/deps.sh
 [ -d build ] || meson setup build
 meson compile -C build
 meson test -C build --print-errorlogs --num-processes 2
+# ThreadSanitizer over the emulated GPU with ranks as threads (a reduced pass; scripts/tsan.sh).
+bash scripts/tsan.sh
