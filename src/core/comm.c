@@ -380,6 +380,20 @@ void weft_comm_settings(int nchannels, int64_t *v)
  * step with a ring step. One message names every setting that differs and which ranks hold which
  * value; every rank reaches the same verdict from the same exchanged values.
  */
+/* Appends to msg[size] at *len, stopping at the end (the text is cut, never overrun). */
+static void weft_msg_append(char *msg, size_t size, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void weft_msg_append(char *msg, size_t size, size_t *len, const char *fmt, ...)
+{
+    if (*len >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg + *len, size - *len, fmt, ap);
+    va_end(ap);
+    *len = n < 0 ? size : *len + (size_t)n;
+}
+
 static ncclResult_t weft_comm_agree(struct ncclComm *comm)
 {
     char msg[1024];
@@ -393,8 +407,8 @@ static ncclResult_t weft_comm_agree(struct ncclComm *comm)
         if (p == nranks)
             continue;
         bad++;
-        len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0, "%s%s:",
-                                bad > 1 ? ";" : "", weft_setting_names[i]);
+        weft_msg_append(msg, sizeof(msg), &len, "%s%s:", bad > 1 ? ";" : "",
+                        weft_setting_names[i]);
         /* one group per distinct value, in order of its first rank (at most 4 shown) */
         int groups = 0;
         for (int a = 0; a < nranks; a++) {
@@ -404,28 +418,24 @@ static ncclResult_t weft_comm_agree(struct ncclComm *comm)
             if (!first)
                 continue;
             if (++groups > 4) {
-                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
-                                        " ...");
+                weft_msg_append(msg, sizeof(msg), &len, " ...");
                 break;
             }
             if (WEFT_SETTING_HASHED(i))
-                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
-                                        "%s one value on ranks", groups > 1 ? "," : "");
+                weft_msg_append(msg, sizeof(msg), &len, "%s one value on ranks",
+                                groups > 1 ? "," : "");
             else
-                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
-                                        "%s %lld on ranks", groups > 1 ? "," : "",
-                                        (long long)pi[a].settings[i]);
+                weft_msg_append(msg, sizeof(msg), &len, "%s %lld on ranks",
+                                groups > 1 ? "," : "", (long long)pi[a].settings[i]);
             int shown = 0;
             for (int q = a; q < nranks; q++) {
                 if (pi[q].settings[i] != pi[a].settings[i])
                     continue;
                 if (++shown > 8) {
-                    len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
-                                            " ...");
+                    weft_msg_append(msg, sizeof(msg), &len, " ...");
                     break;
                 }
-                len += (size_t)snprintf(msg + len, len < sizeof(msg) ? sizeof(msg) - len : 0,
-                                        "%s%d", shown > 1 ? "," : " ", q);
+                weft_msg_append(msg, sizeof(msg), &len, "%s%d", shown > 1 ? "," : " ", q);
             }
         }
     }
