@@ -33,6 +33,9 @@ const char *weft_cuda_error_text(int err)
     case WEFT_CUDA_ERR_INVALID_DEVICE_FN: return "invalid device function";
     case WEFT_CUDA_ERR_NO_DEVICE: return "no CUDA-capable device is detected";
     case WEFT_CUDA_ERR_INVALID_DEVICE: return "invalid device ordinal";
+    case WEFT_CUDA_ERR_INVALID_CONTEXT: return "invalid device context";
+    case WEFT_CUDA_ERR_MAP_FAILED: return "mapping of buffer object failed";
+    case WEFT_CUDA_ERR_PEER_UNSUPPORTED: return "peer access is not supported between these two devices";
     case WEFT_CUDA_ERR_INVALID_HANDLE: return "invalid resource handle";
     case WEFT_CUDA_ERR_ILLEGAL_STATE:
         return "the operation cannot be performed in the present state";
@@ -165,6 +168,27 @@ static int none_launch_host_func(weft_cuda_stream_t s, void (*fn)(void *arg), vo
     return NONE_ERR;
 }
 static int none_void(void) { return NONE_ERR; }
+static int none_mem_create(void **p_p, size_t bytes, int kind)
+{
+    (void)p_p, (void)bytes, (void)kind;
+    return NONE_ERR;
+}
+static int none_mem_export(int *fd_p, void *p) { (void)fd_p, (void)p; return NONE_ERR; }
+static int none_mem_import(void **p_p, int fd, size_t bytes, int kind, int owner_dev)
+{
+    (void)p_p, (void)fd, (void)bytes, (void)kind, (void)owner_dev;
+    return NONE_ERR;
+}
+static int none_ipc_get_handle(struct weft_cuda_ipc_handle *h_p, void *p)
+{
+    (void)h_p, (void)p;
+    return NONE_ERR;
+}
+static int none_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *h)
+{
+    (void)p_p, (void)h;
+    return NONE_ERR;
+}
 
 const struct weft_cuda_ops weft_cuda_none_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
@@ -200,6 +224,13 @@ const struct weft_cuda_ops weft_cuda_none_ops = {
     .launch_host_func = none_launch_host_func,
     .device_synchronize = none_void,
     .kernel_threads = 1,
+    .mem_create = none_mem_create,
+    .mem_export = none_mem_export,
+    .mem_import = none_mem_import,
+    .mem_release = none_ptr,
+    .ipc_get_handle = none_ipc_get_handle,
+    .ipc_open_handle = none_ipc_open_handle,
+    .ipc_close_handle = none_ptr,
 };
 
 /* ---- selection ------------------------------------------------------------------------------- */

@@ -34,7 +34,8 @@
 extern "C" {
 #endif
 
-#define WEFT_CUDA_OPS_VERSION 1
+/* Version 2: shareable memory (mem_create .. ipc_close_handle) added at the end. */
+#define WEFT_CUDA_OPS_VERSION 2
 
 /* cudaError_t values used by the backends. */
 enum weft_cuda_err {
@@ -46,6 +47,9 @@ enum weft_cuda_err {
     WEFT_CUDA_ERR_INVALID_DEVICE_FN = 98,
     WEFT_CUDA_ERR_NO_DEVICE = 100,
     WEFT_CUDA_ERR_INVALID_DEVICE = 101,
+    WEFT_CUDA_ERR_INVALID_CONTEXT = 201,   /* cudaErrorDeviceUninitialized: "invalid device context" */
+    WEFT_CUDA_ERR_MAP_FAILED = 205,        /* cudaErrorMapBufferObjectFailed */
+    WEFT_CUDA_ERR_PEER_UNSUPPORTED = 217,  /* cudaErrorPeerAccessUnsupported */
     WEFT_CUDA_ERR_INVALID_HANDLE = 400,
     WEFT_CUDA_ERR_ILLEGAL_STATE = 401,
     WEFT_CUDA_ERR_NOT_READY = 600,
@@ -78,6 +82,12 @@ struct weft_ptr_attr {
 typedef void *weft_cuda_stream_t; /* cudaStream_t for real, an emu object for emu; NULL = legacy */
 typedef void *weft_cuda_event_t;
 typedef void *weft_cuda_graph_t; /* executable graph */
+
+/* A legacy IPC handle (cudaIpcMemHandle_t): opaque bytes, copied between processes by value. */
+#define WEFT_CUDA_IPC_HANDLE_BYTES 64
+struct weft_cuda_ipc_handle {
+    unsigned char bytes[WEFT_CUDA_IPC_HANDLE_BYTES];
+};
 
 /*
  * One kernel, both compilations. On the GPU device_fn is a __global__ function taking exactly one
@@ -157,6 +167,44 @@ struct weft_cuda_ops {
     /* Threads per block a collective kernel gets unless WEFT_CUDA_THREADS says otherwise: a
      * GPU's warps want hundreds; each emulated thread is an OS thread on a small machine. */
     int kernel_threads;
+
+    /* ---- version 2: memory another process maps (the p2p transport, transports/p2p) ---- */
+    /*
+     * cuMem-style shareable memory. mem_create: `bytes` of kind WEFT_MEM_DEVICE (the current
+     * device: cuMemCreate with the POSIX file descriptor handle type, mapped read/write for the
+     * current device and the devices it has peer access to) or WEFT_MEM_HOST_PINNED (host memory
+     * mapped for every device: a memfd registered with cudaHostRegister(Portable|Mapped); the
+     * kernel's address is pointer_attr's dev_ptr). Blocking; not under capture. Released with
+     * mem_release, never free/host_free.
+     */
+    int (*mem_create)(void **p_p, size_t bytes, int kind);
+    /* A new file descriptor (the caller closes it) for the allocation mem_create returned at p:
+     * cuMemExportToShareableHandle; pass it to another process with SCM_RIGHTS. */
+    int (*mem_export)(int *fd_p, void *p);
+    /*
+     * Maps an exported allocation into this process (the fd stays the caller's; close it after):
+     * cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap, cuMemSetAccess for the
+     * current device (or mmap + cudaHostRegister for host memory). kind and bytes as created;
+     * owner_dev is the allocating device for WEFT_MEM_DEVICE (the same index in every process of
+     * the host). 1 when fd is no such allocation or is smaller than bytes; 217 when the current
+     * device cannot reach owner_dev (no peer access). The mapping is at a new address.
+     */
+    int (*mem_import)(void **p_p, int fd, size_t bytes, int kind, int owner_dev);
+    /* Frees a mem_create allocation or unmaps an import (after the device's queued work, as
+     * cudaFree waits); the memory lives on while another process still maps it. */
+    int (*mem_release)(void *p);
+    /*
+     * Legacy IPC, on device memory from malloc (never mem_create's: VMM memory has no legacy
+     * handle). ipc_get_handle: cudaIpcGetMemHandle for the allocation holding p. ipc_open_handle:
+     * cudaIpcOpenMemHandle(cudaIpcMemLazyEnablePeerAccess) returns the allocation's base mapped
+     * here (opened again in this process: the same address, reference counted); 201 in the
+     * process that made the handle, 1 for a handle that names no live allocation, 217 when the
+     * current device cannot reach the memory's device. ipc_close_handle: cudaIpcCloseMemHandle on
+     * the address open returned. The owner must not free before every importer closed (as CUDA).
+     */
+    int (*ipc_get_handle)(struct weft_cuda_ipc_handle *h_p, void *p);
+    int (*ipc_open_handle)(void **p_p, const struct weft_cuda_ipc_handle *h);
+    int (*ipc_close_handle)(void *p);
 };
 
 /* The active table (chosen once, lazily; see the top of this file). Never NULL. */

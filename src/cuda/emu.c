@@ -14,6 +14,15 @@
  * host memory is allocated the same way and is its own device address (UVA). pointer_attr finds
  * any address inside a live allocation; other addresses are plain host.
  *
+ * Shared memory between processes (the same emulated device index means the same device in
+ * every process of a host): mem_create makes a memfd allocation whose export is a duplicate of
+ * the memfd; mem_import maps it at a new address, registered as memory of the owner's device. A
+ * legacy IPC handle names the exporter's pid, descriptor number and memfd inode (plus a check
+ * word); ipc_open_handle fetches the descriptor with pidfd_open + pidfd_getfd, and fails as CUDA
+ * does: 201 in the exporting process, 1 for a forged handle or freed memory. WEFT_EMU_PEER=0
+ * makes distinct devices unable to reach each other (can_access_peer 0, imports across devices
+ * 217), so the host-memory FIFO path of the p2p transport is tested too.
+ *
  * Streams: one in-order worker thread per stream running items (kernel, memcpy, memset, event
  * record, event wait, host function). NULL is the per-device legacy stream, made on first use and
  * never destroyed; it is an ordinary in-order stream: streams from stream_create are non-blocking,
@@ -53,6 +62,7 @@
  * with every stream's state after WEFT_EMU_WATCHDOG seconds and go on waiting, as CUDA would hang.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -61,6 +71,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +81,9 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/emu_thread.h"
 
+WEFT_PARAM(EmuPeer, "WEFT_EMU_PEER", 1,
+           "1: any two emulated devices may access each other's memory; 0: none may (peer access "
+           "unsupported, as between GPUs without NVLink or a common PCIe switch)");
 WEFT_PARAM(EmuSerialize, "WEFT_EMU_SERIALIZE", 0,
            "emulated GPU: N > 0 runs the blocks of each kernel N at a time (waves), in random "
            "order; 0 runs them all at once");
@@ -118,6 +133,14 @@ static uint64_t emu_now_ns(void)
 
 /* ---- memory registry ------------------------------------------------------------------------ */
 
+/* How an allocation came to be, which decides the call that may release it. */
+enum emu_origin {
+    EMU_PLAIN = 0,  /* malloc / host_alloc: free / host_free */
+    EMU_SHAREABLE,  /* mem_create: mem_release */
+    EMU_IMPORTED,   /* mem_import: mem_release */
+    EMU_IPC_OPENED, /* ipc_open_handle: ipc_close_handle (reference counted) */
+};
+
 struct emu_alloc {
     uintptr_t base;
     size_t size;     /* bytes asked for */
@@ -126,6 +149,10 @@ struct emu_alloc {
     int device;
     int fd;
     uint64_t seq;
+    int origin;      /* enum emu_origin */
+    int refs;        /* EMU_IPC_OPENED: opens not yet closed */
+    uint64_t ino;    /* the memfd's inode: names the memory in legacy IPC handles */
+    int32_t ipc_pid; /* EMU_IPC_OPENED: the exporting process */
 };
 
 struct emu_table {
@@ -182,24 +209,18 @@ static void emu_table_remove(struct emu_table *t, int i)
     t->n--;
 }
 
-static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device)
+/*
+ * Maps `data` bytes of the memfd fd (page-rounded) at a new address followed by a guard page and
+ * registers the range; the registry owns fd from here (closed at release), also on failure.
+ */
+static int emu_alloc_map(void **p_p, int fd, size_t bytes, size_t data, struct emu_alloc tmpl)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    if (bytes > SIZE_MAX / 2) {
-        WEFT_WARN("emulated %s of %zu bytes: too large", kind == WEFT_MEM_DEVICE ? "cudaMalloc" :
-                  "cudaHostAlloc", bytes);
-        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
-    }
-    size_t data = (bytes + page - 1) / page * page;
     size_t map = data + page;
-    int fd = memfd_create(kind == WEFT_MEM_DEVICE ? "weft-emu-dev" : "weft-emu-host", MFD_CLOEXEC);
-    if (fd < 0) {
-        WEFT_WARN("emulated allocation of %zu bytes: memfd_create failed: %s", bytes,
-                  strerror(errno));
-        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
-    }
-    if (ftruncate(fd, (off_t)data) != 0) {
-        WEFT_WARN("emulated allocation of %zu bytes: ftruncate failed: %s", bytes, strerror(errno));
+    int kind = tmpl.kind, device = tmpl.device;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        WEFT_WARN("emulated allocation of %zu bytes: fstat failed: %s", bytes, strerror(errno));
         goto err_close;
     }
     void *r = mmap(NULL, map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -212,7 +233,12 @@ static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device)
                   strerror(errno));
         goto err_unmap;
     }
-    struct emu_alloc a = {(uintptr_t)r, bytes, map, kind, device, fd, 0};
+    struct emu_alloc a = tmpl;
+    a.base = (uintptr_t)r;
+    a.size = bytes;
+    a.map_size = map;
+    a.fd = fd;
+    a.ino = (uint64_t)sb.st_ino;
     pthread_rwlock_wrlock(&emu_mem_lock);
     a.seq = ++emu_alloc_seq;
     /* The kernel may hand out an address that was quarantined and then released. */
@@ -225,8 +251,8 @@ static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device)
         WEFT_WARN("emulated allocation of %zu bytes: out of memory for the registry", bytes);
         goto err_unmap;
     }
-    WEFT_INFO(WEFT_LOG_ALLOC, "emu: %s %p size %zu dev %d",
-              kind == WEFT_MEM_DEVICE ? "malloc" : "host_alloc", r, bytes, device);
+    WEFT_INFO(WEFT_LOG_ALLOC, "emu: %s %p size %zu dev %d origin %d",
+              kind == WEFT_MEM_DEVICE ? "malloc" : "host_alloc", r, bytes, device, tmpl.origin);
     *p_p = r;
     return WEFT_CUDA_SUCCESS;
 err_unmap:
@@ -236,20 +262,65 @@ err_close:
     return WEFT_CUDA_ERR_OUT_OF_MEMORY;
 }
 
+static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device, int origin)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (bytes > SIZE_MAX / 2) {
+        WEFT_WARN("emulated %s of %zu bytes: too large", kind == WEFT_MEM_DEVICE ? "cudaMalloc" :
+                  "cudaHostAlloc", bytes);
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    size_t data = (bytes + page - 1) / page * page;
+    int fd = memfd_create(kind == WEFT_MEM_DEVICE ? "weft-emu-dev" : "weft-emu-host", MFD_CLOEXEC);
+    if (fd < 0) {
+        WEFT_WARN("emulated allocation of %zu bytes: memfd_create failed: %s", bytes,
+                  strerror(errno));
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    if (ftruncate(fd, (off_t)data) != 0) {
+        WEFT_WARN("emulated allocation of %zu bytes: ftruncate failed: %s", bytes, strerror(errno));
+        close(fd);
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    }
+    struct emu_alloc t;
+    memset(&t, 0, sizeof(t));
+    t.kind = kind;
+    t.device = device;
+    t.origin = origin;
+    return emu_alloc_map(p_p, fd, bytes, data, t);
+}
+
 /* Removes p's allocation (which must be of kind); the range becomes a PROT_NONE reservation. */
-static int emu_alloc_release(void *p, int kind, const char *api)
+/* Origins a call may release: free/host_free plain ones, mem_release shared and imported ones,
+ * ipc_close_handle opened ones (kind < 0: either kind). */
+static int emu_origin_ok(int origin, int want)
+{
+    if (want == EMU_SHAREABLE)
+        return origin == EMU_SHAREABLE || origin == EMU_IMPORTED;
+    return origin == want;
+}
+
+static int emu_alloc_release(void *p, int kind, int origin, const char *api)
 {
     pthread_rwlock_wrlock(&emu_mem_lock);
     int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
-    if (i < 0 || emu_live.v[i].base != (uintptr_t)p || emu_live.v[i].kind != kind) {
+    if (i < 0 || emu_live.v[i].base != (uintptr_t)p ||
+        (kind >= 0 && emu_live.v[i].kind != kind) || !emu_origin_ok(emu_live.v[i].origin, origin)) {
         int freed = emu_table_find(&emu_freed, (uintptr_t)p, 1) >= 0;
-        int other_kind = i >= 0 && emu_live.v[i].kind != kind;
+        int other_kind = i >= 0 && kind >= 0 && emu_live.v[i].kind != kind;
+        int other_origin = i >= 0 && !emu_origin_ok(emu_live.v[i].origin, origin);
         pthread_rwlock_unlock(&emu_mem_lock);
         WEFT_WARN("emulated %s(%p): %s", api, p,
                   freed ? "already freed" :
                   other_kind ? "memory of the other kind (device vs pinned host)" :
+                  other_origin ? "memory made by another call (cudaMalloc, cuMemCreate, "
+                                 "an import or an IPC open)" :
                   i >= 0 ? "not the start of an allocation" : "not an emulated allocation");
         return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    if (origin == EMU_IPC_OPENED && --emu_live.v[i].refs > 0) {
+        pthread_rwlock_unlock(&emu_mem_lock);
+        return WEFT_CUDA_SUCCESS;
     }
     struct emu_alloc a = emu_live.v[i];
     emu_table_remove(&emu_live, i);
@@ -1208,7 +1279,7 @@ static int emu_can_access_peer(int *can_p, int dev, int peer)
         return WEFT_CUDA_ERR_INVALID_VALUE;
     if (dev < 0 || dev >= emu_ndev || peer < 0 || peer >= emu_ndev)
         return WEFT_CUDA_ERR_INVALID_DEVICE;
-    *can_p = dev != peer;
+    *can_p = dev != peer && weft_param_EmuPeer() != 0;
     return WEFT_CUDA_SUCCESS;
 }
 
@@ -1219,6 +1290,11 @@ static int emu_enable_peer_access(int peer)
         WEFT_WARN("emulated cudaDeviceEnablePeerAccess(%d) from device %d: invalid peer", peer,
                   dev);
         return WEFT_CUDA_ERR_INVALID_DEVICE;
+    }
+    if (weft_param_EmuPeer() == 0) {
+        WEFT_WARN("emulated cudaDeviceEnablePeerAccess(%d) from device %d: peer access "
+                  "unsupported (WEFT_EMU_PEER=0)", peer, dev);
+        return WEFT_CUDA_ERR_PEER_UNSUPPORTED;
     }
     pthread_mutex_lock(&emu_mu);
     int was = emu_peer[dev][peer];
@@ -1247,7 +1323,7 @@ static int emu_malloc(void **p_p, size_t bytes)
         *p_p = NULL;
         return WEFT_CUDA_SUCCESS;
     }
-    return emu_alloc_new(p_p, bytes, WEFT_MEM_DEVICE, emu_cur_dev);
+    return emu_alloc_new(p_p, bytes, WEFT_MEM_DEVICE, emu_cur_dev, EMU_PLAIN);
 }
 
 static int emu_free(void *p)
@@ -1265,7 +1341,7 @@ static int emu_free(void *p)
     /* cudaFree waits for the device's work: a kernel still running must not fault. */
     if (a.device >= 0)
         emu_device_wait(a.device);
-    return emu_alloc_release(p, WEFT_MEM_DEVICE, "cudaFree");
+    return emu_alloc_release(p, WEFT_MEM_DEVICE, EMU_PLAIN, "cudaFree");
 }
 
 static int emu_host_alloc(void **p_p, size_t bytes)
@@ -1279,7 +1355,7 @@ static int emu_host_alloc(void **p_p, size_t bytes)
         *p_p = NULL;
         return WEFT_CUDA_SUCCESS;
     }
-    return emu_alloc_new(p_p, bytes, WEFT_MEM_HOST_PINNED, -1);
+    return emu_alloc_new(p_p, bytes, WEFT_MEM_HOST_PINNED, -1, EMU_PLAIN);
 }
 
 static int emu_host_free(void *p)
@@ -1289,7 +1365,237 @@ static int emu_host_free(void *p)
     int res = emu_forbid_in_capture("cudaFreeHost");
     if (res != WEFT_CUDA_SUCCESS)
         return res;
-    return emu_alloc_release(p, WEFT_MEM_HOST_PINNED, "cudaFreeHost");
+    return emu_alloc_release(p, WEFT_MEM_HOST_PINNED, EMU_PLAIN, "cudaFreeHost");
+}
+
+/* ---- shareable memory: cuMem-style (a file descriptor) and legacy IPC (a 64-byte handle) ---- */
+
+/* Whether the current device may map memory of device owner (the same device always may). */
+static int emu_reaches(int owner, const char *api)
+{
+    if (owner < 0 || owner >= emu_ndev) {
+        WEFT_WARN("emulated %s: device %d does not exist (%d devices)", api, owner, emu_ndev);
+        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    }
+    if (owner != emu_cur_dev && weft_param_EmuPeer() == 0) {
+        WEFT_WARN("emulated %s: device %d cannot access memory of device %d (WEFT_EMU_PEER=0)",
+                  api, emu_cur_dev, owner);
+        return WEFT_CUDA_ERR_PEER_UNSUPPORTED;
+    }
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_mem_create(void **p_p, size_t bytes, int kind)
+{
+    if (p_p == NULL || bytes == 0 || (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    int res = emu_forbid_in_capture("cuMemCreate");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    return emu_alloc_new(p_p, bytes, kind, kind == WEFT_MEM_DEVICE ? emu_cur_dev : -1,
+                         EMU_SHAREABLE);
+}
+
+static int emu_mem_export(int *fd_p, void *p)
+{
+    if (fd_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    int fd = -1;
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    if (i >= 0 && emu_live.v[i].base == (uintptr_t)p && emu_live.v[i].origin == EMU_SHAREABLE)
+        fd = fcntl(emu_live.v[i].fd, F_DUPFD_CLOEXEC, 0);
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (fd < 0) {
+        WEFT_WARN("emulated cuMemExportToShareableHandle(%p): %s", p,
+                  i < 0 ? "not an emulated allocation" : "not the start of a cuMemCreate allocation");
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    *fd_p = fd;
+    return WEFT_CUDA_SUCCESS;
+}
+
+/* Maps memfd `fd` (borrowed: duplicated here) of at least `bytes` bytes as kind/device. */
+static int emu_map_foreign(void **p_p, int fd, size_t bytes, int kind, int device, int origin,
+                           const char *api)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t data = (bytes + page - 1) / page * page;
+    struct stat sb;
+    /* Only a memfd (an emulated allocation) carries seals; anything else is not CUDA memory. */
+    if (fstat(fd, &sb) != 0 || fcntl(fd, F_GET_SEALS) < 0 || (size_t)sb.st_size < data) {
+        WEFT_WARN("emulated %s: descriptor %d is not an emulated allocation of %zu bytes", api, fd,
+                  bytes);
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (mine < 0) {
+        WEFT_WARN("emulated %s: dup failed: %s", api, strerror(errno));
+        return WEFT_CUDA_ERR_MAP_FAILED;
+    }
+    struct emu_alloc t;
+    memset(&t, 0, sizeof(t));
+    t.kind = kind;
+    t.device = device;
+    t.origin = origin;
+    t.refs = 1;
+    int res = emu_alloc_map(p_p, mine, bytes, data, t);
+    return res == WEFT_CUDA_SUCCESS ? res : WEFT_CUDA_ERR_MAP_FAILED;
+}
+
+static int emu_mem_import(void **p_p, int fd, size_t bytes, int kind, int owner_dev)
+{
+    if (p_p == NULL || fd < 0 || bytes == 0 ||
+        (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    if (kind == WEFT_MEM_DEVICE) {
+        int res = emu_reaches(owner_dev, "cuMemImportFromShareableHandle");
+        if (res != WEFT_CUDA_SUCCESS)
+            return res;
+    }
+    return emu_map_foreign(p_p, fd, bytes, kind, kind == WEFT_MEM_DEVICE ? owner_dev : -1,
+                           EMU_IMPORTED, "cuMemImportFromShareableHandle");
+}
+
+static int emu_mem_release(void *p)
+{
+    if (p == NULL)
+        return WEFT_CUDA_SUCCESS;
+    int res = emu_forbid_in_capture("cuMemRelease");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    int device = i >= 0 ? emu_live.v[i].device : -1;
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (device >= 0)
+        emu_device_wait(device);
+    return emu_alloc_release(p, -1, EMU_SHAREABLE, "cuMemRelease");
+}
+
+/* The emulator's cudaIpcMemHandle_t: the exporter's pid and descriptor name the memfd; the
+ * inode and a check word tell a stale or forged handle from a live one. */
+#define EMU_IPC_MAGIC 0x3163706974666577ull /* "weftipc1" */
+struct emu_ipc_handle {
+    uint64_t magic;
+    int32_t pid;
+    int32_t fd;
+    uint64_t ino;
+    uint64_t size;
+    int32_t device;
+    int32_t pad;
+    uint64_t check;
+    char unused[WEFT_CUDA_IPC_HANDLE_BYTES - 48];
+};
+_Static_assert(sizeof(struct emu_ipc_handle) == WEFT_CUDA_IPC_HANDLE_BYTES, "IPC handle size");
+
+static uint64_t emu_ipc_check(const struct emu_ipc_handle *h)
+{
+    uint64_t x = h->magic ^ ((uint64_t)(uint32_t)h->pid << 32) ^ (uint32_t)h->fd;
+    x ^= h->ino * 0x9e3779b97f4a7c15ull ^ h->size * 0xc2b2ae3d27d4eb4full ^ (uint64_t)h->device;
+    x ^= x >> 29;
+    return x * 0xbf58476d1ce4e5b9ull;
+}
+
+static int emu_ipc_get_handle(struct weft_cuda_ipc_handle *h_p, void *p)
+{
+    if (h_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct emu_ipc_handle h;
+    memset(&h, 0, sizeof(h));
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    int ok = i >= 0 && emu_live.v[i].kind == WEFT_MEM_DEVICE && emu_live.v[i].origin == EMU_PLAIN;
+    if (ok) {
+        h.magic = EMU_IPC_MAGIC;
+        h.pid = (int32_t)getpid();
+        h.fd = emu_live.v[i].fd;
+        h.ino = emu_live.v[i].ino;
+        h.size = emu_live.v[i].size;
+        h.device = emu_live.v[i].device;
+        h.check = emu_ipc_check(&h);
+    }
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (!ok) {
+        WEFT_WARN("emulated cudaIpcGetMemHandle(%p): not device memory from cudaMalloc", p);
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    memcpy(h_p->bytes, &h, sizeof(h));
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *hp)
+{
+    if (p_p == NULL || hp == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct emu_ipc_handle h;
+    memcpy(&h, hp->bytes, sizeof(h));
+    if (h.magic != EMU_IPC_MAGIC || h.check != emu_ipc_check(&h)) {
+        WEFT_WARN("emulated cudaIpcOpenMemHandle: not an IPC memory handle");
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    if (h.pid == (int32_t)getpid()) {
+        WEFT_WARN("emulated cudaIpcOpenMemHandle: the handle was made in this process (CUDA "
+                  "cannot open it here)");
+        return WEFT_CUDA_ERR_INVALID_CONTEXT;
+    }
+    int res = emu_reaches(h.device, "cudaIpcOpenMemHandle");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    /* Opened already in this process: the same mapping, one more reference. */
+    void *found = NULL;
+    pthread_rwlock_wrlock(&emu_mem_lock);
+    for (int i = 0; i < emu_live.n && found == NULL; i++) {
+        struct emu_alloc *a = &emu_live.v[i];
+        if (a->origin == EMU_IPC_OPENED && a->ipc_pid == h.pid && a->ino == h.ino) {
+            a->refs++;
+            found = (void *)a->base;
+        }
+    }
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (found != NULL) {
+        *p_p = found;
+        return WEFT_CUDA_SUCCESS;
+    }
+    /* The driver's part: fetch the exporter's descriptor (pidfd_getfd needs ptrace permission
+     * over it, which a job's own processes have here). */
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)h.pid, 0);
+    int fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, h.fd, 0);
+    int err = errno;
+    if (pidfd >= 0)
+        close(pidfd);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || (uint64_t)sb.st_ino != h.ino) {
+        WEFT_WARN("emulated cudaIpcOpenMemHandle: the memory of process %d is gone (%s)", h.pid,
+                  fd < 0 ? strerror(err) : "freed");
+        if (fd >= 0)
+            close(fd);
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    void *p = NULL;
+    res = emu_map_foreign(&p, fd, (size_t)h.size, WEFT_MEM_DEVICE, h.device, EMU_IPC_OPENED,
+                          "cudaIpcOpenMemHandle");
+    close(fd);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    pthread_rwlock_wrlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    if (i >= 0)
+        emu_live.v[i].ipc_pid = h.pid;
+    pthread_rwlock_unlock(&emu_mem_lock);
+    *p_p = p;
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_ipc_close_handle(void *p)
+{
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    int device = i >= 0 ? emu_live.v[i].device : -1;
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (device >= 0)
+        emu_device_wait(device);
+    return emu_alloc_release(p, WEFT_MEM_DEVICE, EMU_IPC_OPENED, "cudaIpcCloseMemHandle");
 }
 
 static int emu_pointer_attr(struct weft_ptr_attr *attr_p, const void *p)
@@ -1852,6 +2158,13 @@ static const struct weft_cuda_ops emu_ops = {
     .launch_host_func = emu_launch_host_func,
     .device_synchronize = emu_device_synchronize,
     .kernel_threads = 4,
+    .mem_create = emu_mem_create,
+    .mem_export = emu_mem_export,
+    .mem_import = emu_mem_import,
+    .mem_release = emu_mem_release,
+    .ipc_get_handle = emu_ipc_get_handle,
+    .ipc_open_handle = emu_ipc_open_handle,
+    .ipc_close_handle = emu_ipc_close_handle,
 };
 
 static void emu_init_once(void)

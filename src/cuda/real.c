@@ -1,9 +1,10 @@
 /*
  * The real CUDA backend: the CUDA runtime, linked statically (libcudart_static.a, its symbols
  * kept out of the export table by -Wl,--exclude-libs and the version script), so libnccl.so.2
- * has no DT_NEEDED on libcudart or libcuda and loads on machines without a driver. The one driver
- * function needed (cuPointerGetAttribute, for an allocation's base and size) is fetched through
- * cudaGetDriverEntryPointByVersion; no -lcuda, no dlopen of our own.
+ * has no DT_NEEDED on libcudart or libcuda and loads on machines without a driver. The driver
+ * functions needed (cuPointerGetAttribute, for an allocation's base and size; the cuMem API for
+ * memory shared between processes) are fetched through cudaGetDriverEntryPointByVersion; no
+ * -lcuda, no dlopen of our own.
  *
  * weft_cuda_real_probe runs once (on the first weft_cuda() that wants the real backend), never in
  * a constructor: cudaGetDeviceCount initialises the driver. Any error there (35 no driver, 34 stub
@@ -13,8 +14,13 @@
  * Kernels: k->device_fn takes the params struct by value; launch passes params as its only
  * argument.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -191,6 +197,328 @@ static int real_launch_host_func(weft_cuda_stream_t s, void (*fn)(void *arg), vo
 }
 static int real_device_synchronize(void) { return (int)cudaDeviceSynchronize(); }
 
+/* ---- shareable memory: cuMem with POSIX file descriptors, host memfds, legacy IPC ---------- */
+
+/* Driver entry points of the cuMem API (fetched by real_probe_once; NULL when the driver lacks
+ * them: mem_create then returns 801 and the p2p transport uses legacy IPC). */
+static CUresult (*real_cu_device_get)(CUdevice *dev, int ordinal);
+static CUresult (*real_cu_mem_get_granularity)(size_t *gran, const CUmemAllocationProp *prop,
+                                               CUmemAllocationGranularity_flags option);
+static CUresult (*real_cu_mem_create)(CUmemGenericAllocationHandle *h, size_t size,
+                                      const CUmemAllocationProp *prop, unsigned long long flags);
+static CUresult (*real_cu_mem_release)(CUmemGenericAllocationHandle h);
+static CUresult (*real_cu_mem_address_reserve)(CUdeviceptr *ptr, size_t size, size_t align,
+                                               CUdeviceptr addr, unsigned long long flags);
+static CUresult (*real_cu_mem_address_free)(CUdeviceptr ptr, size_t size);
+static CUresult (*real_cu_mem_map)(CUdeviceptr ptr, size_t size, size_t offset,
+                                   CUmemGenericAllocationHandle h, unsigned long long flags);
+static CUresult (*real_cu_mem_unmap)(CUdeviceptr ptr, size_t size);
+static CUresult (*real_cu_mem_set_access)(CUdeviceptr ptr, size_t size,
+                                          const CUmemAccessDesc *desc, size_t count);
+static CUresult (*real_cu_mem_export)(void *shareable, CUmemGenericAllocationHandle h,
+                                      CUmemAllocationHandleType type, unsigned long long flags);
+static CUresult (*real_cu_mem_import)(CUmemGenericAllocationHandle *h, void *shareable,
+                                      CUmemAllocationHandleType type);
+
+static const struct {
+    const char *name;
+    void **fn;
+} real_cumem_entries[] = {
+    {"cuDeviceGet", (void **)&real_cu_device_get},
+    {"cuMemGetAllocationGranularity", (void **)&real_cu_mem_get_granularity},
+    {"cuMemCreate", (void **)&real_cu_mem_create},
+    {"cuMemRelease", (void **)&real_cu_mem_release},
+    {"cuMemAddressReserve", (void **)&real_cu_mem_address_reserve},
+    {"cuMemAddressFree", (void **)&real_cu_mem_address_free},
+    {"cuMemMap", (void **)&real_cu_mem_map},
+    {"cuMemUnmap", (void **)&real_cu_mem_unmap},
+    {"cuMemSetAccess", (void **)&real_cu_mem_set_access},
+    {"cuMemExportToShareableHandle", (void **)&real_cu_mem_export},
+    {"cuMemImportFromShareableHandle", (void **)&real_cu_mem_import},
+};
+#define REAL_NCUMEM ((int)(sizeof(real_cumem_entries) / sizeof(real_cumem_entries[0])))
+static int real_have_cumem;
+
+/* One shareable allocation or import (a short list: a communicator makes a few). */
+struct real_share {
+    struct real_share *next;
+    void *p;
+    size_t size; /* mapped bytes (rounded to the granularity or the page) */
+    int kind;
+    int fd;      /* host memory: the memfd; -1 for device memory */
+    CUmemGenericAllocationHandle handle;
+};
+static pthread_mutex_t real_share_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct real_share *real_shares;
+
+static void real_share_add(struct real_share *r)
+{
+    pthread_mutex_lock(&real_share_mu);
+    r->next = real_shares;
+    real_shares = r;
+    pthread_mutex_unlock(&real_share_mu);
+}
+
+/* Finds (remove = 0) or unlinks (remove = 1) the entry of p. */
+static struct real_share *real_share_find(void *p, int remove)
+{
+    pthread_mutex_lock(&real_share_mu);
+    struct real_share **pp = &real_shares;
+    while (*pp != NULL && (*pp)->p != p)
+        pp = &(*pp)->next;
+    struct real_share *r = *pp;
+    if (r != NULL && remove)
+        *pp = r->next;
+    pthread_mutex_unlock(&real_share_mu);
+    return r;
+}
+
+static int real_cu_err(CUresult r)
+{
+    /* The driver's codes for these calls match the runtime's where Weft looks at them. */
+    return r == CUDA_SUCCESS ? 0 : r == CUDA_ERROR_NOT_SUPPORTED ? WEFT_CUDA_ERR_NOT_SUPPORTED
+                                                                   : (int)r;
+}
+
+static void real_dev_prop(CUmemAllocationProp *prop, int dev)
+{
+    memset(prop, 0, sizeof(*prop));
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = dev;
+    prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+/* Reserves an address range for handle h and maps it, readable and writable from the current
+ * device and, for the owner, from every device with peer access to it. */
+static int real_map_handle(struct real_share *r, int owner_dev, int all_peers)
+{
+    CUdeviceptr ptr = 0;
+    CUmemAllocationProp prop;
+    size_t gran = 0;
+    real_dev_prop(&prop, owner_dev);
+    CUresult e = real_cu_mem_get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (e != CUDA_SUCCESS)
+        return real_cu_err(e);
+    e = real_cu_mem_address_reserve(&ptr, r->size, gran, 0, 0);
+    if (e != CUDA_SUCCESS)
+        return real_cu_err(e);
+    e = real_cu_mem_map(ptr, r->size, 0, r->handle, 0);
+    if (e != CUDA_SUCCESS) {
+        real_cu_mem_address_free(ptr, r->size);
+        return real_cu_err(e);
+    }
+    int cur = 0, n = 0;
+    cudaGetDevice(&cur);
+    cudaGetDeviceCount(&n);
+    CUmemAccessDesc desc[64];
+    size_t nd = 0;
+    for (int d = 0; d < n && nd < 64; d++) {
+        int can = d == cur;
+        if (!can && all_peers && d != owner_dev)
+            cudaDeviceCanAccessPeer(&can, d, owner_dev);
+        if (!can)
+            continue;
+        memset(&desc[nd], 0, sizeof(desc[nd]));
+        desc[nd].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        desc[nd].location.id = d;
+        desc[nd].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        nd++;
+    }
+    e = real_cu_mem_set_access(ptr, r->size, desc, nd);
+    if (e != CUDA_SUCCESS) {
+        real_cu_mem_unmap(ptr, r->size);
+        real_cu_mem_address_free(ptr, r->size);
+        return e == CUDA_ERROR_INVALID_DEVICE ? WEFT_CUDA_ERR_PEER_UNSUPPORTED : real_cu_err(e);
+    }
+    r->p = (void *)(uintptr_t)ptr;
+    return 0;
+}
+
+/* Host memory another process maps: a memfd, mapped shared and registered with CUDA. */
+static int real_map_host(struct real_share *r)
+{
+    void *p = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (p == MAP_FAILED) {
+        WEFT_WARN("mmap of %zu bytes of shareable host memory failed: %s", r->size,
+                  strerror(errno));
+        return WEFT_CUDA_ERR_MAP_FAILED;
+    }
+    cudaError_t e = cudaHostRegister(p, r->size, cudaHostRegisterPortable | cudaHostRegisterMapped);
+    if (e != cudaSuccess) {
+        munmap(p, r->size);
+        return (int)e;
+    }
+    r->p = p;
+    return 0;
+}
+
+static int real_mem_create(void **p_p, size_t bytes, int kind)
+{
+    if (p_p == NULL || bytes == 0 || (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    if (kind == WEFT_MEM_DEVICE && !real_have_cumem)
+        return WEFT_CUDA_ERR_NOT_SUPPORTED;
+    struct real_share *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    r->kind = kind;
+    r->fd = -1;
+    int res;
+    if (kind == WEFT_MEM_HOST_PINNED) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        r->size = (bytes + page - 1) / page * page;
+        r->fd = memfd_create("weft-p2p-host", MFD_CLOEXEC);
+        if (r->fd < 0 || ftruncate(r->fd, (off_t)r->size) != 0) {
+            WEFT_WARN("shareable host memory of %zu bytes: %s", bytes, strerror(errno));
+            res = WEFT_CUDA_ERR_OUT_OF_MEMORY;
+            goto err;
+        }
+        res = real_map_host(r);
+    } else {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        CUmemAllocationProp prop;
+        size_t gran = 0;
+        real_dev_prop(&prop, dev);
+        CUresult e = real_cu_mem_get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (e == CUDA_SUCCESS) {
+            r->size = (bytes + gran - 1) / gran * gran;
+            e = real_cu_mem_create(&r->handle, r->size, &prop, 0);
+        }
+        if (e != CUDA_SUCCESS) {
+            res = real_cu_err(e);
+            goto err;
+        }
+        res = real_map_handle(r, dev, 1);
+        if (res != 0)
+            real_cu_mem_release(r->handle);
+    }
+    if (res != 0)
+        goto err;
+    real_share_add(r);
+    *p_p = r->p;
+    return 0;
+err:
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r);
+    return res;
+}
+
+static int real_mem_export(int *fd_p, void *p)
+{
+    struct real_share *r = real_share_find(p, 0);
+    if (fd_p == NULL || r == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    if (r->kind == WEFT_MEM_HOST_PINNED) {
+        int fd = fcntl(r->fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            return WEFT_CUDA_ERR_INVALID_VALUE;
+        *fd_p = fd;
+        return 0;
+    }
+    int fd = -1;
+    CUresult e = real_cu_mem_export(&fd, r->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (e != CUDA_SUCCESS)
+        return real_cu_err(e);
+    *fd_p = fd;
+    return 0;
+}
+
+static int real_mem_import(void **p_p, int fd, size_t bytes, int kind, int owner_dev)
+{
+    if (p_p == NULL || fd < 0 || bytes == 0 ||
+        (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    if (kind == WEFT_MEM_DEVICE && !real_have_cumem)
+        return WEFT_CUDA_ERR_NOT_SUPPORTED;
+    struct real_share *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+    r->kind = kind;
+    r->fd = -1;
+    int res;
+    if (kind == WEFT_MEM_HOST_PINNED) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        r->size = (bytes + page - 1) / page * page;
+        r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        res = r->fd < 0 ? WEFT_CUDA_ERR_INVALID_VALUE : real_map_host(r);
+    } else {
+        CUmemAllocationProp prop;
+        size_t gran = 0;
+        real_dev_prop(&prop, owner_dev);
+        CUresult e = real_cu_mem_get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (e == CUDA_SUCCESS) {
+            r->size = (bytes + gran - 1) / gran * gran;
+            e = real_cu_mem_import(&r->handle, (void *)(uintptr_t)fd,
+                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        }
+        res = real_cu_err(e);
+        if (res == 0) {
+            res = real_map_handle(r, owner_dev, 0);
+            if (res != 0)
+                real_cu_mem_release(r->handle);
+        }
+    }
+    if (res != 0) {
+        if (r->fd >= 0)
+            close(r->fd);
+        free(r);
+        return res;
+    }
+    real_share_add(r);
+    *p_p = r->p;
+    return 0;
+}
+
+static int real_mem_release(void *p)
+{
+    if (p == NULL)
+        return 0;
+    struct real_share *r = real_share_find(p, 1);
+    if (r == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    /* cudaFree would wait for the device's work; unmapping does not. */
+    cudaDeviceSynchronize();
+    int res = 0;
+    if (r->kind == WEFT_MEM_HOST_PINNED) {
+        res = (int)cudaHostUnregister(r->p);
+        munmap(r->p, r->size);
+        close(r->fd);
+    } else {
+        CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)r->p;
+        res = real_cu_err(real_cu_mem_unmap(ptr, r->size));
+        real_cu_mem_address_free(ptr, r->size);
+        real_cu_mem_release(r->handle);
+    }
+    free(r);
+    return res;
+}
+
+static int real_ipc_get_handle(struct weft_cuda_ipc_handle *h_p, void *p)
+{
+    _Static_assert(sizeof(cudaIpcMemHandle_t) == WEFT_CUDA_IPC_HANDLE_BYTES, "IPC handle size");
+    if (h_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    cudaIpcMemHandle_t h;
+    cudaError_t e = cudaIpcGetMemHandle(&h, p);
+    if (e == cudaSuccess)
+        memcpy(h_p->bytes, &h, sizeof(h));
+    return (int)e;
+}
+
+static int real_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *hp)
+{
+    if (p_p == NULL || hp == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    cudaIpcMemHandle_t h;
+    memcpy(&h, hp->bytes, sizeof(h));
+    return (int)cudaIpcOpenMemHandle(p_p, h, cudaIpcMemLazyEnablePeerAccess);
+}
+
+static int real_ipc_close_handle(void *p) { return (int)cudaIpcCloseMemHandle(p); }
+
 static const struct weft_cuda_ops real_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
     .name = "cuda",
@@ -225,6 +553,13 @@ static const struct weft_cuda_ops real_ops = {
     .launch_host_func = real_launch_host_func,
     .device_synchronize = real_device_synchronize,
     .kernel_threads = 256,
+    .mem_create = real_mem_create,
+    .mem_export = real_mem_export,
+    .mem_import = real_mem_import,
+    .mem_release = real_mem_release,
+    .ipc_get_handle = real_ipc_get_handle,
+    .ipc_open_handle = real_ipc_open_handle,
+    .ipc_close_handle = real_ipc_close_handle,
 };
 
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
@@ -252,6 +587,21 @@ static void real_probe_once(void)
         real_cu_pointer_get_attribute = (weft_pfn_cu_pointer_get_attribute)fn;
     else
         WEFT_INFO(WEFT_LOG_INIT, "CUDA: cuPointerGetAttribute not found; pointer bases unknown");
+    int have = 0;
+    for (int i = 0; i < REAL_NCUMEM; i++) {
+        fn = NULL;
+        q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion(real_cumem_entries[i].name, &fn, 12000,
+                                             cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess && fn != NULL) {
+            *real_cumem_entries[i].fn = fn;
+            have++;
+        }
+    }
+    real_have_cumem = have == REAL_NCUMEM;
+    if (!real_have_cumem)
+        WEFT_INFO(WEFT_LOG_INIT, "CUDA: the driver lacks the cuMem API (%d of %d entry points); "
+                  "processes share device memory through legacy IPC", have, REAL_NCUMEM);
     int rt = 0, drv = 0;
     cudaRuntimeGetVersion(&rt);
     cudaDriverGetVersion(&drv);

@@ -6,12 +6,14 @@
  *   test_emu CASE      runs one case (meson runs each in its own process, WEFT_CUDA=emu:2)
  * Exit 0 pass, 1 fail, 77 skip.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -971,9 +973,184 @@ struct test_case {
     const char *name;
     void (*fn)(void);
 };
+/* Passes fd over a Unix socket (SCM_RIGHTS), as the p2p transport does. */
+static void ipc_send_fd(int sock, int fd)
+{
+    char byte = 1;
+    struct iovec iov = {&byte, 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof(u.buf);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    CHECK(sendmsg(sock, &m, 0) == 1);
+}
+
+static int ipc_recv_fd(int sock)
+{
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof(u.buf);
+    if (recvmsg(sock, &m, 0) != 1)
+        return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    int fd = -1;
+    if (c != NULL && c->cmsg_type == SCM_RIGHTS)
+        memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    return fd;
+}
+
+/*
+ * Shareable memory between two processes: a cuMem-style allocation exported as a descriptor
+ * (SCM_RIGHTS) and imported by a child, a legacy handle opened by the child (twice: one mapping),
+ * both written by the child and read by the parent; then the errors CUDA gives: a handle opened
+ * in its own process (201), a forged handle and one of freed memory (1), a descriptor that is no
+ * allocation (1), free on shared memory, and, with WEFT_EMU_PEER=0, import on another device (217).
+ */
+static void case_ipc(void)
+{
+    const size_t n = 3 * 4096 + 5;
+    int sv[2], go[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    CHECK(pipe(go) == 0);
+    CHECK_EQ(ops->set_device(1), 0);
+    unsigned char *shared = NULL, *legacy = NULL;
+    CHECK_EQ(ops->mem_create((void **)&shared, n, WEFT_MEM_DEVICE), 0);
+    CHECK_EQ(ops->malloc((void **)&legacy, n), 0);
+    for (size_t i = 0; i < n; i++) {
+        shared[i] = (unsigned char)(i * 7);
+        legacy[i] = (unsigned char)(i * 11);
+    }
+    struct weft_ptr_attr a;
+    CHECK_EQ(ops->pointer_attr(&a, shared + 10), 0);
+    CHECK_EQ(a.kind, WEFT_MEM_DEVICE);
+    CHECK_EQ(a.device, 1);
+    struct weft_cuda_ipc_handle h, bad;
+    CHECK_EQ(ops->ipc_get_handle(&h, legacy + 100), 0);
+    CHECK(ops->ipc_get_handle(&bad, shared) != 0); /* cuMem memory has no legacy handle */
+    void *self = NULL;
+    CHECK_EQ(ops->ipc_open_handle(&self, &h), WEFT_CUDA_ERR_INVALID_CONTEXT);
+    int fd = -1;
+    CHECK_EQ(ops->mem_export(&fd, shared), 0);
+    CHECK(ops->mem_export(&fd, shared + 1) != 0);
+    CHECK(ops->free(shared) != 0); /* cuMem memory is released with mem_release */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad_count = failures;
+        int got = ipc_recv_fd(sv[1]);
+        unsigned char *imp = NULL, *op1 = NULL, *op2 = NULL;
+        CHECK_EQ(ops->set_device(1), 0);
+        CHECK_EQ(ops->mem_import((void **)&imp, got, n, WEFT_MEM_DEVICE, 1), 0);
+        close(got);
+        CHECK(imp != shared || imp != NULL);
+        struct weft_ptr_attr b;
+        CHECK_EQ(ops->pointer_attr(&b, imp + n - 1), 0);
+        CHECK_EQ(b.kind, WEFT_MEM_DEVICE);
+        CHECK_EQ(b.device, 1);
+        CHECK_EQ(ops->ipc_open_handle((void **)&op1, &h), 0);
+        CHECK_EQ(ops->ipc_open_handle((void **)&op2, &h), 0);
+        CHECK(op1 == op2);
+        for (size_t i = 0; i < n && imp && op1; i++) {
+            if (imp[i] != (unsigned char)(i * 7) || op1[i] != (unsigned char)(i * 11)) {
+                CHECK(!"imported bytes differ");
+                break;
+            }
+            imp[i] = (unsigned char)(i * 3);
+            op1[i] = (unsigned char)(i * 5);
+        }
+        CHECK_EQ(ops->ipc_close_handle(op2), 0);
+        CHECK_EQ(ops->ipc_close_handle(op1), 0);
+        CHECK(ops->ipc_close_handle(op1) != 0); /* closed already */
+        CHECK_EQ(ops->mem_release(imp), 0);
+        struct weft_cuda_ipc_handle forged = h;
+        forged.bytes[20] ^= 1;
+        void *x = NULL;
+        CHECK_EQ(ops->ipc_open_handle(&x, &forged), WEFT_CUDA_ERR_INVALID_VALUE);
+        int notmem = open("/dev/null", O_RDONLY);
+        CHECK_EQ(ops->mem_import(&x, notmem, n, WEFT_MEM_DEVICE, 1), WEFT_CUDA_ERR_INVALID_VALUE);
+        close(notmem);
+        char c = 0;
+        CHECK(write(go[1], &c, 1) == 1);
+        _exit(failures != bad_count);
+    }
+    ipc_send_fd(sv[0], fd);
+    close(fd);
+    char c;
+    CHECK(read(go[0], &c, 1) == 1);
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (size_t i = 0; i < n; i++) {
+        if (shared[i] != (unsigned char)(i * 3) || legacy[i] != (unsigned char)(i * 5)) {
+            CHECK(!"the child's writes are not seen");
+            break;
+        }
+    }
+    CHECK_EQ(ops->mem_release(shared), 0);
+    CHECK_EQ(ops->free(legacy), 0);
+    /* A handle of freed memory names nothing (tried from a child: not the owner process). */
+    pid = fork();
+    if (pid == 0) {
+        void *x = NULL;
+        _exit(ops->ipc_open_handle(&x, &h) == WEFT_CUDA_ERR_INVALID_VALUE ? 0 : 1);
+    }
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* No peer access: memory of device 0 cannot be imported on device 1. */
+    setenv("WEFT_EMU_PEER", "0", 1);
+    int can = 1;
+    CHECK_EQ(ops->set_device(0), 0);
+    unsigned char *d0 = NULL;
+    CHECK_EQ(ops->mem_create((void **)&d0, 4096, WEFT_MEM_DEVICE), 0);
+    CHECK_EQ(ops->mem_export(&fd, d0), 0);
+    void *x = NULL;
+    /* Knobs are cached at first use: the peer check reads it here for the first time. */
+    CHECK_EQ(ops->can_access_peer(&can, 1, 0), 0);
+    CHECK_EQ(can, 0);
+    CHECK_EQ(ops->set_device(1), 0);
+    CHECK_EQ(ops->mem_import(&x, fd, 4096, WEFT_MEM_DEVICE, 0), WEFT_CUDA_ERR_PEER_UNSUPPORTED);
+    CHECK_EQ(ops->enable_peer_access(0), WEFT_CUDA_ERR_PEER_UNSUPPORTED);
+    CHECK_EQ(ops->set_device(0), 0);
+    CHECK_EQ(ops->mem_import(&x, fd, 4096, WEFT_MEM_DEVICE, 0), 0); /* same device: fine */
+    CHECK_EQ(ops->mem_release(x), 0);
+    /* Host memory is shareable with any device. */
+    void *hp = NULL, *hx = NULL;
+    int hfd = -1;
+    CHECK_EQ(ops->mem_create(&hp, 100, WEFT_MEM_HOST_PINNED), 0);
+    CHECK_EQ(ops->mem_export(&hfd, hp), 0);
+    CHECK_EQ(ops->set_device(1), 0);
+    CHECK_EQ(ops->mem_import(&hx, hfd, 100, WEFT_MEM_HOST_PINNED, -1), 0);
+    memset(hp, 0x42, 100);
+    CHECK(((unsigned char *)hx)[99] == 0x42);
+    CHECK_EQ(ops->mem_release(hx), 0);
+    CHECK_EQ(ops->mem_release(hp), 0);
+    close(hfd);
+    close(fd);
+    CHECK_EQ(ops->mem_release(d0), 0);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 
 static const struct test_case cases[] = {
     {"memory", case_memory},
+    {"ipc", case_ipc},
     {"fault", case_fault},
     {"stream_order", case_stream_order},
     {"events", case_events},
