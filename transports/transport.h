@@ -60,6 +60,57 @@ struct weft_transport {
     ncclResult_t (*close)(struct ncclComm *comm, void *state);
 };
 
+/*
+ * Device transports: memory the CUDA executor's kernels of two ranks share (exec/cuda.c lays the
+ * FIFOs out, kernels/dev_fifo.h). A rank owns up to WEFT_DEV_NREGIONS regions of one size: its
+ * device FIFOs, and FIFOs in pinned host memory mapped for every device (for peers whose device
+ * cannot reach its device). Ranks that are threads of one process share raw pointers; the p2p
+ * transport (transports/p2p) shares regions between processes of one host.
+ * Version 1.
+ */
+#define WEFT_DEV_TRANSPORT_VERSION 1
+#define WEFT_DEV_NREGIONS 2
+#define WEFT_DEV_REGION_DEVICE 0
+#define WEFT_DEV_REGION_HOST 1
+
+/* How a region was made and is shared (mem_alloc's *how_p, and on the wire). */
+enum weft_dev_how {
+    WEFT_DEV_HOW_NONE = 0,   /* no such region */
+    WEFT_DEV_HOW_FD = 1,     /* mem_create: exported as a file descriptor (cuMem, host memfd) */
+    WEFT_DEV_HOW_LEGACY = 2, /* malloc: a legacy CUDA IPC handle */
+};
+
+struct weft_dev_transport {
+    uint32_t version;
+    const char *name;
+    /* 1 if ranks a and b (both with devices) share FIFO memory through this transport. From
+     * exchanged peer info only (the same answer on every rank). Non-blocking. */
+    int (*can_connect)(const struct ncclComm *comm, int a, int b);
+    /* Region `region` (WEFT_DEV_REGION_*) of this rank, bytes long, in memory this transport can
+     * share (device regions on the current device); *how_p says how it was made, for mem_free.
+     * Blocking; the init thread. Not zeroed. */
+    ncclResult_t (*mem_alloc)(struct ncclComm *comm, size_t bytes, int region, void **p_p,
+                              int *how_p);
+    /* Frees a region from mem_alloc (any thread of this process, once no kernel of this process
+     * uses it; peers that mapped it keep their mapping valid where the backend allows). */
+    ncclResult_t (*mem_free)(void *p, int how);
+    /*
+     * Collective over the communicator (every rank calls it, with `want` possibly all zero):
+     * shares this rank's regions (mine[r], NULL for none, made as mine_how[r]; all regions of all
+     * ranks are `bytes` long) and maps region r of peer p into this process wherever
+     * want[p * WEFT_DEV_NREGIONS + r]: theirs[p * WEFT_DEV_NREGIONS + r] (NULL elsewhere). want
+     * is symmetric (peer p's want for this rank equals this rank's want for p), so each rank
+     * knows whom to send what. Blocks until the peers have done the same, bounded by the
+     * bootstrap deadline and the abort flag. *state_p (set only on success) goes back to close.
+     */
+    ncclResult_t (*setup)(struct ncclComm *comm, void *const *mine, const int *mine_how,
+                          size_t bytes, const uint8_t *want, void **theirs, void **state_p);
+    /* Unmaps what setup mapped (after this rank's kernels are done; peers may be gone). */
+    ncclResult_t (*close)(struct ncclComm *comm, void *state);
+};
+
+extern const struct weft_dev_transport weft_dev_transport_p2p;
+
 extern const struct weft_transport weft_transport_shm;
 extern const struct weft_transport weft_transport_socket;
 

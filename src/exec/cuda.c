@@ -34,6 +34,7 @@
 #include "dev_fifo.h"
 #include "dev_kernel.h"
 #include "exec/cuda.h"
+#include "transport.h"
 
 WEFT_PARAM(CudaChannels, "WEFT_CUDA_CHANNELS", 2,
            "blocks (channels) of the collective kernel; 1 with WEFT_EMU_SERIALIZE=1");
@@ -49,17 +50,19 @@ void weft_coll_kernel_emu(void *params);
 const void *weft_coll_kernel_device_fn(void) __attribute__((weak));
 
 /*
- * The FIFO memory of all ranks of one communicator, freed by the last rank to leave: a rank's
- * FIFOs receive its peers' posts (tail, and head for its sends) until every peer's kernels are
- * done, and a peer may still run when this rank destroys its communicator (each rank
- * synchronises only its own stream before it leaves). Allocated by rank 0; the others learn its
- * address with the FIFO addresses (all ranks are in this process).
+ * The FIFO memory of the ranks of one communicator in this process, freed by the last of them to
+ * leave: a rank's FIFOs receive its peers' posts (tail, and head for its sends) until every
+ * peer's kernels are done, and a peer may still run when this rank destroys its communicator
+ * (each rank synchronises only its own stream before it leaves). Allocated by the lowest rank of
+ * the process; the others learn its address with the FIFO addresses. Peers in other processes map
+ * the memory through the p2p transport and keep their own mappings.
  */
 struct weft_cuda_clique {
-    int refs; /* ranks that have not left yet */
+    int refs; /* ranks of this process that have not left yet */
     int nranks;
     struct {
-        void *fifo;
+        void *mem[WEFT_DEV_NREGIONS]; /* device FIFOs, host FIFOs (or NULL) */
+        int how[WEFT_DEV_NREGIONS];   /* p2p mem_alloc's; -1: plain malloc / host_alloc */
         int dev;
     } rank[];
 };
@@ -72,6 +75,9 @@ struct weft_cuda_comm {
     int nthreads;
     size_t slot_bytes;
     char *fifo;        /* this rank's FIFO memory (device), owned by the clique once joined */
+    char *hfifo;       /* its FIFOs in pinned host memory (peers that cannot reach the device) */
+    int fifo_how[WEFT_DEV_NREGIONS]; /* how they were made (struct weft_cuda_clique) */
+    void *p2p;         /* the p2p transport's state: peers' FIFO memory mapped here */
     struct weft_cuda_clique *clique; /* NULL until joined */
     struct weft_dev_comm *dstate; /* device */
     struct weft_step *steps;      /* device */
@@ -162,13 +168,35 @@ ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev)
     return ncclSuccess;
 }
 
-/* What every rank tells the others about its device state. */
+/* What every rank tells the others about its device (first exchange), and its FIFO memory (the
+ * second). Within one job only (the bootstrap all-gather). */
+struct weft_cuda_reach {
+    int32_t dev;
+    int32_t pad;
+    uint64_t access; /* bit d: this rank's device can map memory of device d (peer access) */
+};
+
 struct weft_cuda_peer {
-    uint64_t fifo;   /* device address of its FIFO memory */
-    uint64_t clique; /* rank 0: the address of the communicator's struct weft_cuda_clique */
+    uint64_t fifo;   /* address of its device FIFO memory (in its process) */
+    uint64_t hfifo;  /* address of its host FIFO memory, 0 for none */
+    uint64_t clique; /* the lowest rank of each process: its struct weft_cuda_clique */
     int32_t dev;
     int32_t pad;
 };
+
+/* Frees one FIFO region made as `how` (see struct weft_cuda_clique). */
+static void weft_cuda_fifo_free(void *mem, int how, int region)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    if (mem == NULL)
+        return;
+    if (how >= 0)
+        weft_dev_transport_p2p.mem_free(mem, how);
+    else if (region == WEFT_DEV_REGION_HOST)
+        ops->host_free(mem);
+    else
+        ops->free(mem);
+}
 
 static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
 {
@@ -194,26 +222,30 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
         ops->free(cc->steps);
     if (cc->dstate != NULL)
         ops->free(cc->dstate);
+    if (cc->p2p != NULL)
+        weft_dev_transport_p2p.close(comm, cc->p2p);
     if (cc->clique != NULL) {
-        /* Our kernels are done (stream synchronised above); the last rank frees every FIFO. */
+        /* Our kernels are done (stream synchronised above); the last rank of this process frees
+         * every FIFO of the process's ranks. */
         struct weft_cuda_clique *q = cc->clique;
         if (__atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) == 0) {
             for (int r = 0; r < q->nranks; r++) {
-                if (q->rank[r].fifo == NULL)
+                if (q->rank[r].mem[0] == NULL && q->rank[r].mem[1] == NULL)
                     continue;
                 ops->set_device(q->rank[r].dev);
-                ops->free(q->rank[r].fifo);
+                for (int g = 0; g < WEFT_DEV_NREGIONS; g++)
+                    weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g);
             }
             free(q);
         }
-    } else if (cc->fifo != NULL) {
-        ops->free(cc->fifo);
+    } else {
+        weft_cuda_fifo_free(cc->fifo, cc->fifo_how[0], WEFT_DEV_REGION_DEVICE);
+        weft_cuda_fifo_free(cc->hfifo, cc->fifo_how[1], WEFT_DEV_REGION_HOST);
     }
     if (cc->pinned != NULL)
         ops->host_free(cc->pinned);
     if (prev >= 0)
         ops->set_device(prev);
-    (void)comm;
     free(cc);
 }
 
@@ -226,33 +258,62 @@ static void *weft_cuda_dev_view(void *host)
     return attr.dev_ptr;
 }
 
+static int weft_cuda_same_process(const struct ncclComm *comm, int a, int b)
+{
+    const struct weft_peer_info *pa = &comm->peer_info[a], *pb = &comm->peer_info[b];
+    return pa->pid == pb->pid && pa->pid_ns == pb->pid_ns && pa->host_hash == pb->host_hash;
+}
+
+/* Whether the FIFOs between ranks a and b live in pinned host memory: their devices differ and
+ * one cannot map the other's memory. From exchanged values, so both ends agree. */
+static int weft_cuda_host_fifo(const struct weft_cuda_reach *reach, int a, int b)
+{
+    int da = reach[a].dev, db = reach[b].dev;
+    if (da == db)
+        return 0;
+    int ab = db < 64 && (reach[a].access >> db & 1), ba = da < 64 && (reach[b].access >> da & 1);
+    return !(ab && ba);
+}
+
 ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     int nranks = comm->nranks, me = comm->rank, prev = -1;
     ncclResult_t res = ncclSuccess;
-    /* Every rank decides alike, from the exchanged peer info. */
-    int all_dev = 1, one_process = 1;
+    /* Every rank decides alike, from the exchanged peer info: a device on every rank, and every
+     * pair either in one process (raw pointers) or reachable through the p2p transport. */
+    int all_dev = 1, one_process = 1, reachable = 1;
     for (int p = 0; p < nranks; p++) {
         all_dev &= comm->peer_info[p].cuda_dev >= 0;
-        one_process &= comm->peer_info[p].pid == comm->peer_info[me].pid &&
-                       comm->peer_info[p].host_hash == comm->peer_info[me].host_hash;
+        one_process &= weft_cuda_same_process(comm, p, me);
     }
-    comm->cuda_multiproc = all_dev && !one_process;
-    if (!all_dev || !one_process) {
+    for (int a = 0; a < nranks && all_dev; a++)
+        for (int b = a + 1; b < nranks; b++)
+            reachable &= weft_cuda_same_process(comm, a, b) ||
+                         weft_dev_transport_p2p.can_connect(comm, a, b);
+    comm->cuda_multiproc = all_dev && !reachable;
+    if (!all_dev || !reachable) {
         if (comm->cuda_bound)
             WEFT_INFO(WEFT_LOG_INIT, "rank %d: no CUDA executor (%s)", me,
-                      !all_dev ? "a rank has no device" : "ranks in several processes");
+                      !all_dev ? "a rank has no device" : "ranks on several hosts");
         return ncclSuccess;
     }
     struct weft_cuda_comm *cc = calloc(1, sizeof(*cc));
     struct weft_cuda_peer *peers = calloc((size_t)nranks, sizeof(*peers));
+    struct weft_cuda_reach *reach = calloc((size_t)nranks, sizeof(*reach));
+    uint8_t *remote = calloc((size_t)nranks, 1);
+    uint8_t *want = calloc((size_t)nranks * WEFT_DEV_NREGIONS, 1);
+    void **mapped = calloc((size_t)nranks * WEFT_DEV_NREGIONS, sizeof(void *));
     struct weft_dev_conn *conns = NULL;
-    if (cc == NULL || peers == NULL) {
+    if (cc == NULL || peers == NULL || reach == NULL || remote == NULL || want == NULL ||
+        mapped == NULL) {
         WEFT_WARN("rank %d: out of memory for the CUDA executor", me);
         res = ncclSystemError;
+        free(cc);
+        cc = NULL;
         goto err;
     }
+    cc->fifo_how[0] = cc->fifo_how[1] = -1;
     ops->get_device(&prev);
     cc->dev = comm->cuda_dev;
     WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, err);
@@ -269,13 +330,52 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     int nconn = cc->nch + 1;
     size_t fifo_bytes = weft_dev_fifo_bytes(nranks, nconn, cc->slot_bytes);
 
+    /* 1: which devices reach which, so every rank places every connection's FIFOs alike. */
+    reach[me].dev = cc->dev;
+    for (int d = 0, n = weft_cuda_device_count(); d < n && d < 64; d++) {
+        int can = d == cc->dev;
+        if (!can && ops->can_access_peer(&can, cc->dev, d) != 0)
+            can = 0;
+        reach[me].access |= (uint64_t)(can != 0) << d;
+    }
+    WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, reach, sizeof(*reach)), res, err);
+    int need_host = 0, leader = me, nlocal = 0;
+    for (int p = 0; p < nranks; p++) {
+        need_host |= weft_cuda_host_fifo(reach, me, p);
+        remote[p] = !weft_cuda_same_process(comm, me, p);
+        if (remote[p])
+            want[p * WEFT_DEV_NREGIONS + weft_cuda_host_fifo(reach, me, p)] = 1;
+        else {
+            nlocal++;
+            leader = p < leader ? p : leader;
+        }
+    }
+
     WEFT_CUDA_CALL_GOTO(ops->stream_create(&cc->stream), "cudaStreamCreate", me, res, err);
     WEFT_CUDA_CALL_GOTO(ops->event_create(&cc->ev_in), "cudaEventCreate", me, res, err);
     WEFT_CUDA_CALL_GOTO(ops->event_create(&cc->ev_out), "cudaEventCreate", me, res, err);
-    WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->fifo, fifo_bytes), "cudaMalloc (FIFOs)", me,
+    /* FIFO memory other processes map comes from the p2p transport. */
+    if (one_process) {
+        WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->fifo, fifo_bytes), "cudaMalloc (FIFOs)", me,
+                            res, err);
+        if (need_host)
+            WEFT_CUDA_CALL_GOTO(ops->host_alloc((void **)&cc->hfifo, fifo_bytes),
+                                "cudaHostAlloc (FIFOs)", me, res, err);
+    } else {
+        WEFT_CHECK_GOTO(weft_dev_transport_p2p.mem_alloc(comm, fifo_bytes, WEFT_DEV_REGION_DEVICE,
+                                                         (void **)&cc->fifo, &cc->fifo_how[0]),
                         res, err);
+        if (need_host)
+            WEFT_CHECK_GOTO(weft_dev_transport_p2p.mem_alloc(comm, fifo_bytes,
+                                                             WEFT_DEV_REGION_HOST,
+                                                             (void **)&cc->hfifo,
+                                                             &cc->fifo_how[1]),
+                            res, err);
+    }
     WEFT_CUDA_CALL_GOTO(ops->memset_async(cc->fifo, 0, fifo_bytes, cc->stream), "cudaMemsetAsync",
                         me, res, err);
+    if (cc->hfifo != NULL)
+        memset(cc->hfifo, 0, fifo_bytes);
     int nwin = 1 + 2 * nranks;
     size_t step_bytes = (size_t)cc->nch * (size_t)nwin * WEFT_DEV_WINDOW * sizeof(struct weft_step);
     WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->steps, step_bytes), "cudaMalloc (steps)", me,
@@ -298,42 +398,45 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     WEFT_CUDA_CALL_GOTO(ops->stream_synchronize(cc->stream), "cudaStreamSynchronize", me, res,
                         err);
 
-    /* Everyone's FIFOs are zeroed before anyone learns where they are. */
+    /* 2: everyone's FIFOs are zeroed before anyone learns where they are. */
     peers[me].fifo = (uint64_t)(uintptr_t)cc->fifo;
+    peers[me].hfifo = (uint64_t)(uintptr_t)cc->hfifo;
     peers[me].dev = cc->dev;
     struct weft_cuda_clique *clique = NULL;
-    if (me == 0) {
+    if (me == leader) {
         clique = calloc(1, sizeof(*clique) + (size_t)nranks * sizeof(clique->rank[0]));
         if (clique == NULL) {
             WEFT_WARN("rank %d: out of memory for the CUDA executor", me);
             res = ncclSystemError;
             goto err;
         }
-        clique->refs = nranks;
+        clique->refs = nlocal;
         clique->nranks = nranks;
         peers[me].clique = (uint64_t)(uintptr_t)clique;
     }
-    /* Nothing may fail between here and joining the clique: every rank must join it. */
+    /* Nothing may fail between here and joining the clique: every local rank must join it. */
     res = weft_bootstrap_allgather(comm->bootstrap, peers, sizeof(*peers));
     if (res != ncclSuccess) {
         free(clique);
         goto err;
     }
-    cc->clique = (struct weft_cuda_clique *)(uintptr_t)peers[0].clique;
-    cc->clique->rank[me].fifo = cc->fifo;
+    cc->clique = (struct weft_cuda_clique *)(uintptr_t)peers[leader].clique;
+    cc->clique->rank[me].mem[0] = cc->fifo;
+    cc->clique->rank[me].mem[1] = cc->hfifo;
+    cc->clique->rank[me].how[0] = cc->fifo_how[0];
+    cc->clique->rank[me].how[1] = cc->fifo_how[1];
     cc->clique->rank[me].dev = cc->dev;
+
+    /* 3: the other processes' FIFO memory, mapped here (collective when any pair needs it). */
+    if (!one_process) {
+        void *mine[WEFT_DEV_NREGIONS] = {cc->fifo, cc->hfifo};
+        WEFT_CHECK_GOTO(weft_dev_transport_p2p.setup(comm, mine, cc->fifo_how, fifo_bytes, want,
+                                                     mapped, &cc->p2p),
+                        res, err);
+    }
     for (int p = 0; p < nranks; p++) {
-        if (peers[p].dev == cc->dev)
+        if (remote[p] || peers[p].dev == cc->dev || weft_cuda_host_fifo(reach, me, p))
             continue;
-        int can = 0;
-        WEFT_CUDA_CALL_GOTO(ops->can_access_peer(&can, cc->dev, peers[p].dev),
-                            "cudaDeviceCanAccessPeer", me, res, err);
-        if (!can) {
-            WEFT_WARN("rank %d: device %d cannot access device %d of peer %d (no peer access)",
-                      me, cc->dev, peers[p].dev, p);
-            res = ncclSystemError;
-            goto err;
-        }
         /* 704: already enabled (by another rank of this process on our device). */
         int err = ops->enable_peer_access(peers[p].dev);
         if (err != 0 && err != 704) {
@@ -348,10 +451,24 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         res = ncclSystemError;
         goto err;
     }
-    for (int c = 0; c < nconn; c++) {
-        for (int p = 0; p < nranks; p++) {
+    int nhost = 0;
+    for (int p = 0; p < nranks; p++) {
+        /* Per peer: device memory, or host memory mapped for both devices; raw pointers within
+         * the process, the p2p transport's mappings across processes. */
+        int host = weft_cuda_host_fifo(reach, me, p);
+        char *mine = host ? weft_cuda_dev_view(cc->hfifo) : cc->fifo;
+        char *theirs = remote[p] ? mapped[p * WEFT_DEV_NREGIONS + host]
+                                 : (char *)(uintptr_t)(host ? peers[p].hfifo : peers[p].fifo);
+        if (host)
+            theirs = weft_cuda_dev_view(theirs);
+        nhost += host;
+        if (theirs == NULL) {
+            WEFT_WARN("rank %d: no FIFO memory of peer %d mapped", me, p);
+            res = ncclInternalError;
+            goto err;
+        }
+        for (int c = 0; c < nconn; c++) {
             struct weft_dev_conn *k = &conns[(size_t)c * nranks + p];
-            char *mine = cc->fifo, *theirs = (char *)(uintptr_t)peers[p].fifo;
             size_t to_them = weft_dev_recv_off(c, me, nranks, cc->slot_bytes);
             size_t from_them = weft_dev_recv_off(c, p, nranks, cc->slot_bytes);
             k->send_rc = (struct weft_dev_recv_ctrl *)(theirs + to_them);
@@ -364,7 +481,9 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
             k->recv_sc = (struct weft_dev_send_ctrl *)(theirs + weft_dev_head_off(
                                                                     c, me, nranks, nconn,
                                                                     cc->slot_bytes));
-            k->scope = peers[p].dev == cc->dev ? WEFT_DEV_SCOPE_GPU : WEFT_DEV_SCOPE_SYS;
+            /* .gpu scope only between kernels of this process on one device. */
+            k->scope = !remote[p] && !host && peers[p].dev == cc->dev ? WEFT_DEV_SCOPE_GPU
+                                                                       : WEFT_DEV_SCOPE_SYS;
         }
     }
     size_t conn_bytes = (size_t)nconn * nranks * sizeof(*conns);
@@ -398,18 +517,27 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     cc->kernel.emu_fn = weft_coll_kernel_emu;
     free(conns);
     free(peers);
+    free(reach);
+    free(remote);
+    free(want);
+    free(mapped);
     if (prev >= 0)
         ops->set_device(prev);
     /* Published last, with release: ncclCommGetAsyncError of a non-blocking init reads it (in
      * weft_cuda_comm_check) while this runs on the communicator's stream. */
     __atomic_store_n(&comm->cuda, cc, __ATOMIC_RELEASE);
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA executor on device %d (%s): %d channels x %d "
-              "threads, %zu-byte slots, %zu bytes of FIFOs", me, cc->dev, ops->name, cc->nch,
-              cc->nthreads, cc->slot_bytes, fifo_bytes);
+              "threads, %zu-byte slots, %zu bytes of FIFOs, %d peers in other processes (p2p), "
+              "%d peers through host memory", me, cc->dev, ops->name, cc->nch, cc->nthreads,
+              cc->slot_bytes, fifo_bytes, nranks - nlocal, nhost);
     return ncclSuccess;
 err:
     free(conns);
     free(peers);
+    free(reach);
+    free(remote);
+    free(want);
+    free(mapped);
     if (cc != NULL)
         weft_cuda_release(comm, cc);
     if (prev >= 0)
@@ -603,7 +731,7 @@ static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct wef
     if (comm->cuda == NULL) {
         if (comm->cuda_multiproc) {
             WEFT_WARN("%s: rank %d: %s %p is CUDA memory; device buffers on a communicator whose "
-                      "ranks are in several processes are not supported yet", api, comm->rank,
+                      "ranks are on several hosts are not supported yet", api, comm->rank,
                       names[d], bufs[d]);
             return ncclInvalidUsage;
         }
