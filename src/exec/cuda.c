@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "algo/sched.h"
@@ -88,6 +89,8 @@ struct weft_cuda_comm {
     weft_cuda_stream_t stream;
     weft_cuda_event_t ev_in, ev_out;
     int reported; /* the stuck record was turned into an error */
+    int dead_peer; /* a peer found gone while the kernels ran (their abort word set), or -1 */
+    uint64_t alive_check_ns; /* when peers' liveness may be checked next */
     /* Copies of in-place all-to-all inputs (the pairwise exchange would overwrite blocks before
      * sending them). Grown, never shrunk; replaced buffers stay allocated until the communicator
      * goes, since a captured graph may still copy into them. */
@@ -314,6 +317,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         goto err;
     }
     cc->fifo_how[0] = cc->fifo_how[1] = -1;
+    cc->dead_peer = -1;
     ops->get_device(&prev);
     cc->dev = comm->cuda_dev;
     WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, err);
@@ -599,12 +603,56 @@ static const char *weft_cuda_api_name(int coll)
     return coll >= 0 && coll < WEFT_COLL_COUNT ? names[coll] : "an operation";
 }
 
+#define WEFT_CUDA_ALIVE_PERIOD_NS 100000000ull /* peers' liveness, at most every 100 ms */
+
+static uint64_t weft_cuda_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A peer whose process is gone, or -1 (one system call or two per peer on this host). */
+static int weft_cuda_find_dead(const struct ncclComm *comm)
+{
+    for (int p = 0; p < comm->nranks; p++)
+        if (!weft_comm_peer_alive(comm, p))
+            return p;
+    return -1;
+}
+
+/*
+ * While the kernels run, a peer process that died (SIGKILL, crash) is found here rather than at
+ * the kernels' deadline: then the abort word makes them leave, and the error names the dead peer.
+ * Rate-limited, and only while the internal stream is busy.
+ */
+static void weft_cuda_watch_peers(struct ncclComm *comm, struct weft_cuda_comm *cc)
+{
+    if (__atomic_load_n(&cc->dead_peer, __ATOMIC_ACQUIRE) >= 0)
+        return;
+    uint64_t now = weft_cuda_now_ns(), due = __atomic_load_n(&cc->alive_check_ns, __ATOMIC_RELAXED);
+    if (now < due || !__atomic_compare_exchange_n(&cc->alive_check_ns, &due,
+                                                  now + WEFT_CUDA_ALIVE_PERIOD_NS, 0,
+                                                  __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return;
+    if (weft_cuda()->stream_query(cc->stream) != WEFT_CUDA_ERR_NOT_READY)
+        return;
+    int dead = weft_cuda_find_dead(comm);
+    if (dead < 0)
+        return;
+    int none = -1;
+    if (__atomic_compare_exchange_n(&cc->dead_peer, &none, dead, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        __atomic_store_n(cc->abort_host, 1, __ATOMIC_RELEASE);
+}
+
 ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
 {
     /* Acquire: may run while a non-blocking init is still setting up (see weft_cuda_comm_setup). */
     struct weft_cuda_comm *cc = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
     if (cc == NULL)
         return ncclSuccess;
+    weft_cuda_watch_peers(comm, cc);
     const struct weft_dev_stuck *st = NULL;
     uint32_t state = WEFT_DEV_OK;
     /* The block that gave up for its own reason, rather than one that followed it. */
@@ -625,6 +673,18 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     const char *api = weft_cuda_api_name(st->coll);
     const char *host = st->peer >= 0 && st->peer < comm->nranks
                            ? comm->peer_info[st->peer].hostname : "?";
+    int dead = __atomic_load_n(&cc->dead_peer, __ATOMIC_ACQUIRE);
+    if (dead < 0 && state == WEFT_DEV_TIMEOUT)
+        dead = weft_cuda_find_dead(comm);
+    if (dead >= 0 && (state == WEFT_DEV_TIMEOUT || state == WEFT_DEV_ABORTED)) {
+        WEFT_WARN("rank %d: peer %d (host %s, pid %d) died while this rank's kernel waited for "
+                  "%s from peer %d in %s (operation %llu, channel %d, step %llu)", comm->rank,
+                  dead, comm->peer_info[dead].hostname, (int)comm->peer_info[dead].pid,
+                  st->send ? "buffer space" : "data", st->peer, api,
+                  (unsigned long long)st->seq, st->channel, (unsigned long long)st->step);
+        weft_comm_set_error(comm, ncclRemoteError);
+        return ncclRemoteError;
+    }
     switch (state) {
     case WEFT_DEV_TIMEOUT:
         WEFT_WARN("rank %d: device kernel made no progress for %lld s waiting for %s from peer "

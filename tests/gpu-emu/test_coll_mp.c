@@ -1,0 +1,366 @@
+/*
+ * The CUDA executor with ranks as processes (run under weftrun, WEFT_CUDA=emu:D): one rank per
+ * process on device local_rank % D, device buffers, every collective through the p2p transport
+ * (cuMem descriptors by default, legacy IPC handles with NCCL_CUMEM_ENABLE=0, host-memory FIFOs
+ * with WEFT_EMU_PEER=0). Each rank checks its own output element by element (bitwise) against
+ * the plain-loop reference of tests/common/coll_ref.h (every rank can compute every rank's input).
+ *
+ * Usage: weftrun -n N test_coll_mp CASE [-q]
+ *   sweep  every collective x types x ops x counts x in/out-of-place (-q: fewer types and counts)
+ *   kill   the last rank dies by SIGKILL while its kernel runs an all-reduce; every survivor,
+ *          polling ncclCommGetAsyncError, gets an error naming it within WEFT_TIMEOUT seconds
+ *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
+ *          in cudaStreamSynchronize instead, and the kernel's deadline ends the wait (the error
+ *          still names the dead rank)
+ * Exit 0 pass, 1 fail (each rank for itself; weftrun reports the first failure).
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/coll_ref.h"
+#include "../common/elem.h"
+#include "cuda/cuda_ops.h"
+#include "nccl.h"
+#include "redop.h"
+#include "weft.h"
+
+#define MAX_FAIL_PRINT 20
+
+enum {
+    C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_ALLTOALL, C_GATHER,
+    C_SCATTER, C_SENDRECV, C_P2PALL, NCOLLS
+};
+static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter",
+                                         "allgather", "broadcast", "alltoall",
+                                         "gather",    "scatter", "sendrecv",
+                                         "p2p-all"};
+
+static int g_me, g_n, g_quick, g_sync;
+static int g_passed, g_failed, g_printed;
+static const struct weft_cuda_ops *cu;
+static ncclComm_t g_comm;
+static cudaStream_t g_stream;
+static char *g_dsend, *g_drecv, *g_dscalar, *g_hsend, *g_hrecv;
+static size_t g_bytes;
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        int e_ = (call);                                                                           \
+        if (e_ != 0) {                                                                             \
+            fprintf(stderr, "rank %d: %s:%d: %s failed: %s\n", g_me, __FILE__, __LINE__, #call,   \
+                    cu->error_string(e_));                                                         \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static int check(ncclResult_t res, const char *what)
+{
+    if (res != ncclSuccess) {
+        fprintf(stderr, "rank %d: FAIL %s: %s (%s)\n", g_me, what, ncclGetErrorString(res),
+                ncclGetLastError(g_comm));
+        return 0;
+    }
+    return 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bufs_ensure(size_t bytes)
+{
+    if (g_bytes >= bytes)
+        return;
+    if (g_dsend != NULL) {
+        CU(cu->free(g_dsend));
+        CU(cu->free(g_drecv));
+    }
+    free(g_hsend);
+    free(g_hrecv);
+    CU(cu->malloc((void **)&g_dsend, bytes));
+    CU(cu->malloc((void **)&g_drecv, bytes));
+    g_hsend = malloc(bytes);
+    g_hrecv = malloc(bytes);
+    if (g_hsend == NULL || g_hrecv == NULL) {
+        fprintf(stderr, "rank %d: out of memory\n", g_me);
+        exit(1);
+    }
+    g_bytes = bytes;
+}
+
+static void fail(const char *what, int coll, int t, int op, size_t count, int inplace, size_t i,
+                 double got, double want)
+{
+    g_failed++;
+    if (g_printed++ < MAX_FAIL_PRINT)
+        fprintf(stderr,
+                "rank %d: FAIL %s %s type %d op %s count %zu %s index %zu: got %.17g want %.17g\n",
+                g_me, what, coll_names[coll], t, op_name(op), count,
+                inplace ? "in-place" : "out-of-place", i, got, want);
+}
+
+static double contrib(int coll, int t, int op, int r, size_t i)
+{
+    return input_value(t, coll <= C_REDUCESCATTER ? op : OP_SUM, r, i, g_n);
+}
+
+static ncclRedOp_t make_op(int t, int op)
+{
+    if (op != OP_PREMUL)
+        return builtin_op(op);
+    unsigned char scalar[8];
+    ncclRedOp_t o = ncclSum;
+    store(t, scalar, 0, premul_scalar(g_me));
+    void *where = scalar;
+    ncclScalarResidence_t res = ncclScalarHostImmediate;
+    if (t % 2 == 1) { /* odd types: the scalar in device memory, read by the kernel */
+        if (g_dscalar == NULL)
+            CU(cu->malloc((void **)&g_dscalar, 8));
+        CU(cu->memcpy_async(g_dscalar, scalar, 8, NULL));
+        CU(cu->stream_synchronize(NULL));
+        where = g_dscalar;
+        res = ncclScalarDevice;
+    }
+    check(ncclRedOpCreatePreMulSum(&o, where, (ncclDataType_t)t, res, g_comm),
+          "ncclRedOpCreatePreMulSum");
+    return o;
+}
+
+static void run_one(int coll, int t, int op, size_t count, int inplace, int root)
+{
+    int n = g_n, r = g_me;
+    size_t es = weft_dtype_size(t);
+    size_t in_elems = count, out_elems = count;
+    int a2a = coll == C_ALLTOALL || coll == C_P2PALL;
+    if (coll == C_ALLGATHER || a2a || coll == C_GATHER)
+        out_elems = count * n;
+    if (coll == C_REDUCESCATTER || a2a || coll == C_SCATTER)
+        in_elems = count * n;
+    size_t big = (in_elems > out_elems ? in_elems : out_elems) + 1;
+    bufs_ensure(big * es);
+    memset(g_hrecv, 0x5a, big * es);
+    char *hin = g_hsend, *din = g_dsend, *dout = g_drecv;
+    int ip = inplace && (coll != C_GATHER && coll != C_SCATTER ? 1 : r == root);
+    if (ip) {
+        hin = g_hrecv;
+        din = g_drecv;
+        if (coll == C_ALLGATHER || coll == C_GATHER) {
+            hin = g_hrecv + (size_t)r * count * es;
+            din = g_drecv + (size_t)r * count * es;
+        }
+        if (coll == C_REDUCESCATTER || coll == C_SCATTER)
+            dout = g_drecv + (size_t)r * count * es;
+    }
+    for (size_t i = 0; i < in_elems; i++)
+        store(t, hin, i, contrib(coll, t, op, r, i));
+    CU(cu->memcpy_async(g_drecv, g_hrecv, big * es, NULL));
+    if (!ip)
+        CU(cu->memcpy_async(g_dsend, g_hsend, in_elems * es + 1, NULL));
+    CU(cu->stream_synchronize(NULL));
+    ncclRedOp_t rop = coll <= C_REDUCESCATTER ? make_op(t, op) : ncclSum;
+    ncclComm_t c = g_comm;
+    cudaStream_t s = g_stream;
+    ncclResult_t res = ncclSuccess;
+    switch (coll) {
+    case C_ALLREDUCE: res = ncclAllReduce(din, dout, count, t, rop, c, s); break;
+    case C_REDUCE: res = ncclReduce(din, dout, count, t, rop, root, c, s); break;
+    case C_REDUCESCATTER: res = ncclReduceScatter(din, dout, count, t, rop, c, s); break;
+    case C_ALLGATHER: res = ncclAllGather(din, dout, count, t, c, s); break;
+    case C_BROADCAST: res = ncclBroadcast(din, dout, count, t, root, c, s); break;
+    case C_ALLTOALL: res = ncclAlltoAll(din, dout, count, t, c, s); break;
+    case C_GATHER: res = ncclGather(din, dout, count, t, root, c, s); break;
+    case C_SCATTER: res = ncclScatter(din, dout, count, t, root, c, s); break;
+    case C_SENDRECV:
+        res = ncclGroupStart();
+        if (res == ncclSuccess)
+            res = ncclSend(din, count, t, (r + 1) % n, c, s);
+        if (res == ncclSuccess)
+            res = ncclRecv(dout, count, t, (r + n - 1) % n, c, s);
+        if (res == ncclSuccess)
+            res = ncclGroupEnd();
+        break;
+    default: /* every pair, this rank included, both ways, in one group */
+        res = ncclGroupStart();
+        for (int j = 0; j < n && res == ncclSuccess; j++) {
+            int peer = (r + j) % n;
+            res = ncclSend(din + (size_t)peer * count * es, count, t, peer, c, s);
+            if (res == ncclSuccess)
+                res = ncclRecv(dout + (size_t)peer * count * es, count, t, peer, c, s);
+        }
+        if (res == ncclSuccess)
+            res = ncclGroupEnd();
+        break;
+    }
+    int ok = check(res, coll_names[coll]);
+    CU(cu->stream_synchronize(s));
+    if (coll <= C_REDUCESCATTER && op == OP_PREMUL)
+        ncclRedOpDestroy(rop, g_comm);
+    ncclResult_t async = ncclSuccess;
+    ok &= check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError") &&
+          check(async, "the kernel");
+    if (!ok) {
+        fail("call", coll, t, op, count, inplace, 0, 0, 0);
+        exit(1); /* the ranks are out of step now */
+    }
+    CU(cu->memcpy_async(g_hrecv, g_drecv, big * es, NULL));
+    CU(cu->stream_synchronize(NULL));
+    const char *out = g_hrecv + (size_t)(dout - g_drecv);
+    size_t nout = out_elems;
+    if (coll == C_REDUCESCATTER || coll == C_SCATTER || coll == C_SENDRECV)
+        nout = count;
+    if ((coll == C_REDUCE || coll == C_GATHER) && r != root)
+        return;
+    for (size_t i = 0; i < nout; i++) {
+        double want;
+        switch (coll) {
+        case C_ALLREDUCE:
+        case C_REDUCE: want = expected_reduce(t, op, i, n); break;
+        case C_REDUCESCATTER: want = expected_reduce(t, op, (size_t)r * count + i, n); break;
+        case C_ALLGATHER:
+        case C_GATHER: want = contrib(coll, t, op, (int)(i / count), i % count); break;
+        case C_BROADCAST: want = contrib(coll, t, op, root, i); break;
+        case C_ALLTOALL:
+        case C_P2PALL:
+            want = contrib(coll, t, op, (int)(i / count), (size_t)r * count + i % count);
+            break;
+        case C_SCATTER: want = contrib(coll, t, op, root, (size_t)r * count + i); break;
+        default: want = contrib(coll, t, op, (r + n - 1) % n, i); break;
+        }
+        unsigned char wbits[8];
+        store(t, wbits, 0, round_to(t, want));
+        if (memcmp(out + i * es, wbits, es) != 0) {
+            fail("data", coll, t, op, count, inplace, i, load(t, out, i), want);
+            return;
+        }
+    }
+    size_t end = (size_t)(out - g_hrecv) + nout * es;
+    if (!inplace && (unsigned char)g_hrecv[end] != 0x5a) {
+        fail("overrun", coll, t, op, count, inplace, nout, g_hrecv[end], 0x5a);
+        return;
+    }
+    g_passed++;
+}
+
+static int case_sweep(void)
+{
+    static const size_t counts[] = {0, 1, 7, 1023, 65536 + 3};
+    static const int few_types[] = {ncclFloat32, ncclInt8, ncclBfloat16};
+    int ncounts = g_quick ? 4 : 5;
+    for (int coll = 0; coll < NCOLLS; coll++) {
+        int reducing = coll <= C_REDUCESCATTER;
+        int all_types = coll == C_ALLREDUCE && !g_quick;
+        int ntypes = all_types ? 12 : g_quick ? 2 : 3;
+        for (int ti = 0; ti < ntypes; ti++) {
+            int t = all_types ? ti : few_types[ti];
+            int nops = !reducing ? 1 : coll == C_ALLREDUCE ? NOPS : 2;
+            for (int oi = 0; oi < nops; oi++) {
+                int op = !reducing ? -1 : coll == C_ALLREDUCE ? oi : oi == 0 ? OP_SUM : OP_MAX;
+                for (int ci = 0; ci < ncounts; ci++) {
+                    int big = counts[ci] > 60000;
+                    if (big && coll == C_ALLREDUCE && ti % 4 != 0 && oi != 0)
+                        continue;
+                    for (int inplace = 0; inplace < 2; inplace++) {
+                        if (inplace && coll >= C_SENDRECV)
+                            continue;
+                        size_t count = counts[ci];
+                        if (big && (coll == C_ALLGATHER || coll == C_REDUCESCATTER ||
+                                    coll == C_ALLTOALL || coll == C_GATHER ||
+                                    coll == C_SCATTER || coll == C_P2PALL))
+                            count = count / (size_t)g_n + 1;
+                        run_one(coll, t, op, count, inplace, (ci + ti) % g_n);
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static int case_kill(void)
+{
+    int victim = g_n - 1;
+    size_t count = 1 << 20;
+    run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1023, 0, 0); /* everyone is up and connected */
+    bufs_ensure(count * sizeof(float));
+    if (!check(ncclAllReduce(g_dsend, g_drecv, count, ncclFloat32, ncclSum, g_comm, g_stream),
+               "ncclAllReduce"))
+        return 1;
+    if (g_me == victim) {
+        usleep(20000); /* its kernel is running */
+        raise(SIGKILL);
+    }
+    const char *to = getenv("WEFT_TIMEOUT");
+    double limit = to != NULL ? atof(to) : 300, t0 = now_s();
+    ncclResult_t async = ncclSuccess;
+    if (g_sync) {
+        /* Blocked in the stream: the kernel gives up at its deadline, then the error is read. */
+        cu->stream_synchronize(g_stream);
+        limit += 10; /* the kernel's deadline is WEFT_TIMEOUT itself: allow for its polling */
+    }
+    while (now_s() - t0 < limit + 30) {
+        if (!check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError"))
+            return 1;
+        if (async != ncclSuccess && async != ncclInProgress)
+            break;
+        usleep(10000);
+    }
+    double took = now_s() - t0;
+    const char *msg = ncclGetLastError(g_comm);
+    char want[32];
+    snprintf(want, sizeof(want), "peer %d ", victim);
+    int ok = async == ncclRemoteError && strstr(msg, want) != NULL && strstr(msg, "died") != NULL &&
+             took < limit;
+    fprintf(stderr, "rank %d: kill: %s after %.1f s (deadline %.0f s): %s: %s\n", g_me,
+            ok ? "ok" : "FAIL", took, limit, ncclGetErrorString(async), msg);
+    ncclCommAbort(g_comm);
+    g_comm = NULL;
+    _exit(ok ? 0 : 1); /* the dead peer's memory stays mapped: nothing else to tidy */
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | kill [-s]\n", argv[0]);
+        return 2;
+    }
+    g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
+    g_sync = argc > 2 && strcmp(argv[2], "-s") == 0;
+    cu = weft_cuda();
+    if (strcmp(cu->name, "emu") != 0) {
+        fprintf(stderr, "backend %s, not emu (set WEFT_CUDA=emu:D)\n", cu->name);
+        return 1;
+    }
+    int local = 0, ndev = 0;
+    ncclUniqueId id;
+    if (!check(weftLaunchInfo(&g_me, &g_n, &local, &id), "weftLaunchInfo"))
+        return 1;
+    CU(cu->get_device_count(&ndev));
+    CU(cu->set_device(local % ndev));
+    CU(cu->stream_create((weft_cuda_stream_t *)&g_stream));
+    if (!check(ncclCommInitRank(&g_comm, g_n, id, g_me), "ncclCommInitRank"))
+        return 1;
+    double t0 = now_s();
+    int rc = strcmp(argv[1], "kill") == 0 ? case_kill() : case_sweep();
+    if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
+        rc = 1;
+    CU(cu->stream_destroy(g_stream));
+    if (g_dsend != NULL) {
+        CU(cu->free(g_dsend));
+        CU(cu->free(g_drecv));
+    }
+    if (g_dscalar != NULL)
+        CU(cu->free(g_dscalar));
+    free(g_hsend);
+    free(g_hrecv);
+    fprintf(stderr, "rank %d of %d (device %d of %d): %s: %d passed, %d failed in %.2f s\n", g_me,
+            g_n, local % ndev, ndev, argv[1], g_passed, g_failed, now_s() - t0);
+    return rc != 0 || g_failed != 0 || g_passed == 0;
+}
