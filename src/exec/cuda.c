@@ -612,13 +612,22 @@ static uint64_t weft_cuda_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A peer whose process is gone, or -1 (one system call or two per peer on this host). */
+/* A peer whose process is gone, or -1 (one system call or two per peer on this host): one that
+ * died without leaving the communicator first, rather than one that left after its own error. */
 static int weft_cuda_find_dead(const struct ncclComm *comm)
 {
-    for (int p = 0; p < comm->nranks; p++)
-        if (!weft_comm_peer_alive(comm, p))
+    int left = -1;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (weft_comm_peer_alive(comm, p))
+            continue;
+        int departed = comm->peer_departed != NULL && comm->peer_departed[p] != NULL &&
+                       __atomic_load_n(comm->peer_departed[p], __ATOMIC_ACQUIRE);
+        if (!departed)
             return p;
-    return -1;
+        if (left < 0)
+            left = p;
+    }
+    return left;
 }
 
 /*

@@ -7,7 +7,7 @@
  *
  * Usage: weftrun -n N test_coll_mp CASE [-q]
  *   sweep  every collective x types x ops x counts x in/out-of-place (-q: fewer types and counts)
- *   kill   the last rank dies by SIGKILL while its kernel runs an all-reduce; every survivor,
+ *   kill   the last rank dies by SIGKILL as its kernel starts an all-reduce; every survivor,
  *          polling ncclCommGetAsyncError, gets an error naming it within WEFT_TIMEOUT seconds
  *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
  *          in cudaStreamSynchronize instead, and the kernel's deadline ends the wait (the error
@@ -293,10 +293,13 @@ static int case_kill(void)
     if (!check(ncclAllReduce(g_dsend, g_drecv, count, ncclFloat32, ncclSum, g_comm, g_stream),
                "ncclAllReduce"))
         return 1;
-    if (g_me == victim) {
-        usleep(20000); /* its kernel is running */
+    /* The victim dies right after its launch, its kernel queued or running; the survivors' next
+     * all-reduce cannot finish, whatever became of the first. */
+    if (g_me == victim)
         raise(SIGKILL);
-    }
+    if (!check(ncclAllReduce(g_dsend, g_drecv, count, ncclFloat32, ncclSum, g_comm, g_stream),
+               "ncclAllReduce"))
+        return 1;
     const char *to = getenv("WEFT_TIMEOUT");
     double limit = to != NULL ? atof(to) : 300, t0 = now_s();
     ncclResult_t async = ncclSuccess;
