@@ -5,13 +5,18 @@
  *   - one device allocation on the communicator's device holding the receive blocks of every
  *     connection into this rank (tail, slot sizes, WEFT_STEPS slots; dev_fifo.h) and the head
  *     words of its connections out, for channels 0 .. nch-1 (collectives) and nch (p2p), for
- *     every peer including itself (loopback); the ranks exchange the base addresses through the
- *     bootstrap all-gather (raw pointers: all ranks are threads of one process);
+ *     every peer including itself (loopback); and the same layout in pinned host memory mapped
+ *     for the devices when some peer's device and this rank's cannot reach each other (peer
+ *     access, from masks all ranks exchange first): that connection's FIFOs live there on both
+ *     ends. Ranks that are threads of this process use each other's base addresses (exchanged
+ *     through the bootstrap all-gather) as they are; ranks in other processes of the host map
+ *     them through the p2p transport (transports/p2p: cuMem descriptors or legacy IPC handles);
  *   - struct weft_dev_comm in device memory: the connection table with both ends' step counters
  *     (advanced by the kernel), the step windows, the ring order;
  *   - pinned host memory for the abort word and the stuck record;
  *   - an internal stream and two events.
- * Scope: WEFT_SCOPE_GPU for peers on this device, WEFT_SCOPE_SYS for peers on another one.
+ * Scope: WEFT_SCOPE_GPU for peers of this process on this device, WEFT_SCOPE_SYS for the others
+ * (other devices, host-memory FIFOs, other processes).
  *
  * A submission's device tasks launch in three passes over their communicators so that ranks
  * sharing one user stream cannot deadlock: every user stream records ev_in and every internal

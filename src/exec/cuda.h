@@ -4,8 +4,9 @@
  * stream with events. Every CUDA call goes through weft_cuda() (src/cuda/cuda_ops.h), so the same
  * code drives a real GPU and the emulated one.
  *
- * Scope of this version: ranks are threads of one process (any number per device, one or several
- * devices); a communicator whose ranks live in several processes keeps the host path for host
+ * Scope of this version: ranks on one host, as threads of one process or as processes (any number
+ * per device, one or several devices; processes share FIFO memory through the p2p transport,
+ * transports/p2p); a communicator whose ranks are on several hosts keeps the host path for host
  * buffers and refuses device buffers (ncclInvalidUsage).
  *
  * Threads: the hooks below are called by the thread that owns the communicator (init, submit,
@@ -33,7 +34,7 @@ int weft_cuda_is_device_ptr(const void *p);
 ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev);
 
 /* Collective, after the peer exchange: device FIFOs, state, stream and events, where every rank
- * has a device and all ranks are threads of this process; nothing otherwise. */
+ * has a device and all ranks are on this host; nothing otherwise. */
 ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm);
 
 /* Sets the abort word a waiting kernel polls (it leaves within a millisecond or so). */
@@ -50,7 +51,7 @@ ncclResult_t weft_cuda_comm_free(struct ncclComm *comm);
  * of the buffers the operation uses on this rank (send_needed, recv_needed). Host buffers: the
  * host path. Device, managed or pinned buffers: the CUDA executor. ncclInvalidArgument naming
  * the buffer when the communicator has no device, the buffer is on another device, or host and
- * device buffers are mixed; ncclInvalidUsage where the communicator spans processes.
+ * device buffers are mixed; ncclInvalidUsage where the communicator spans hosts.
  */
 ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, int send_needed,
                                 int recv_needed);
@@ -59,7 +60,9 @@ ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, i
 ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks);
 
 /* Turns a kernel's stuck record into the communicator's error (logged once); ncclSuccess if the
- * kernels are fine. Called where the async error is read and before every launch. */
+ * kernels are fine. Called where the async error is read and before every launch; while the
+ * kernels run it also looks (every 100 ms at most) for a peer process that died, and then stops
+ * them (the abort word) so the error names the dead peer before the kernels' deadline. */
 ncclResult_t weft_cuda_comm_check(struct ncclComm *comm);
 
 #endif
