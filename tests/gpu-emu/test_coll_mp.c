@@ -7,6 +7,7 @@
  *
  * Usage: weftrun -n N test_coll_mp CASE [-q]
  *   sweep  every collective x types x ops x counts x in/out-of-place (-q: fewer types and counts)
+ *   split  ncclCommSplit into even and odd ranks, a sweep (-q) on each half, then the parent
  *   kill   the last rank dies by SIGKILL as its kernel starts an all-reduce; every survivor,
  *          polling ncclCommGetAsyncError, gets an error naming it within WEFT_TIMEOUT seconds
  *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
@@ -328,10 +329,33 @@ static int case_kill(void)
     _exit(ok ? 0 : 1); /* the dead peer's memory stays mapped: nothing else to tidy */
 }
 
+/* ncclCommSplit into even and odd ranks: a quick sweep on each half (its own p2p mappings), then
+ * one all-reduce on the parent again. */
+static int case_split(void)
+{
+    ncclComm_t parent = g_comm, child = NULL;
+    int me = g_me, n = g_n;
+    if (!check(ncclCommSplit(parent, me % 2, me, &child, NULL), "ncclCommSplit"))
+        return 1;
+    if (!check(ncclCommUserRank(child, &g_me), "ncclCommUserRank") ||
+        !check(ncclCommCount(child, &g_n), "ncclCommCount"))
+        return 1;
+    g_comm = child;
+    g_quick = 1;
+    case_sweep();
+    if (!check(ncclCommDestroy(child), "ncclCommDestroy (child)"))
+        return 1;
+    g_comm = parent;
+    g_me = me;
+    g_n = n;
+    run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 65536 + 3, 0, 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | kill [-s]\n", argv[0]);
+        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | kill [-s]\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
@@ -351,7 +375,9 @@ int main(int argc, char **argv)
     if (!check(ncclCommInitRank(&g_comm, g_n, id, g_me), "ncclCommInitRank"))
         return 1;
     double t0 = now_s();
-    int rc = strcmp(argv[1], "kill") == 0 ? case_kill() : case_sweep();
+    int rc = strcmp(argv[1], "kill") == 0    ? case_kill()
+             : strcmp(argv[1], "split") == 0 ? case_split()
+                                             : case_sweep();
     if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
         rc = 1;
     CU(cu->stream_destroy(g_stream));
