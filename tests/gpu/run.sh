@@ -71,6 +71,8 @@ multirank_cases=(
     "emu=graph-replay|20|\$B/tests/gpu-emu/test_coll graph -n 2 -d 1"
     "emu=multicomm|20|\$B/tests/gpu-emu/test_coll multicomm -n 3 -d 1"
     "emu=initrank-threads|20|\$B/tests/gpu-emu/test_coll initrank -n 4 -d 1"
+    "emu=procs-2-cumem|30|\$B/tools/weftrun -n 2 --timeout 28 \$B/tests/gpu-emu/test_coll_mp sweep -q"
+    "emu=procs-2-legacy|30|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 2 --timeout 28 \$B/tests/gpu-emu/test_coll_mp sweep -q"
 )
 perf_cases=(
     "copy-rate|15|\$B/tests/gpu/copy_rate"
