@@ -94,6 +94,13 @@ ncclResult_t weft_bootstrap_close(struct weft_bootstrap *bs);
 /* The id's 64-bit magic (for naming shared-memory segments etc.); 0 for an invalid id. */
 uint64_t weft_bootstrap_magic(const ncclUniqueId *id);
 
+/*
+ * The communicator's 32-byte secret from its unique id (all zero when it has none: NCCL_COMM_ID
+ * without WEFT_SECRET). Other connections of the communicator (the socket transport) prove they
+ * know it the same way (core/auth.h). Valid until weft_bootstrap_close().
+ */
+const uint8_t *weft_bootstrap_key(const struct weft_bootstrap *bs);
+
 /* Number of root threads still running in this process (for tests and leak checks). */
 int weft_bootstrap_roots_active(void);
 
