@@ -35,7 +35,7 @@ struct weft_bs_pending {
     int fd;
     uint64_t since;
     size_t got;
-    struct weft_bs_nonces nonces;
+    struct weft_auth_nonces nonces;
     unsigned char msg[sizeof(struct weft_bs_connect)];
 };
 
@@ -295,7 +295,7 @@ static ncclResult_t weft_bs_send_fd(struct weft_bootstrap *bs, int peer, uint64_
         struct weft_bs_challenge ch;
         struct weft_bs_connect con;
         struct weft_bs_accept acc;
-        struct weft_bs_nonces nonces;
+        struct weft_auth_nonces nonces;
         const char *why;
         int fd;
         snprintf(what, sizeof(what), "bootstrap rank %d: connection to rank %d", bs->rank, peer);
@@ -468,7 +468,7 @@ static ncclResult_t weft_bs_rendezvous(struct weft_bootstrap *bs, const union we
     struct weft_bs_challenge ch;
     struct weft_bs_hello hello;
     struct weft_bs_hdr raw, h;
-    struct weft_bs_nonces nonces;
+    struct weft_auth_nonces nonces;
     uint8_t mac[WEFT_AUTH_MAC_BYTES];
     char *payload = NULL;
     const char *why;

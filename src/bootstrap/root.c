@@ -32,7 +32,7 @@ struct weft_bs_root_conn {
     int fd;
     size_t got;
     uint64_t since;
-    struct weft_bs_nonces nonces;
+    struct weft_auth_nonces nonces;
     unsigned char msg[sizeof(struct weft_bs_hello)];
 };
 
@@ -49,13 +49,13 @@ struct weft_bs_root {
     int nranks, first_rank, max_nranks; /* nranks from the first hello; 0 before */
     int arrived, answered, failed, finished;
     int *rank_fd;
-    struct weft_bs_nonces *rank_nonces;
+    struct weft_auth_nonces *rank_nonces;
     union weft_sockaddr *addrs;
     char err[WEFT_BS_ERR_LEN];
 };
 
 /* Sends header, payload and their MAC; a rank that is gone cannot be told (logged by the helper). */
-static void weft_bs_root_send(struct weft_bs_root *r, int fd, const struct weft_bs_nonces *n,
+static void weft_bs_root_send(struct weft_bs_root *r, int fd, const struct weft_auth_nonces *n,
                               const struct weft_bs_hdr *hdr, const void *payload)
 {
     uint8_t mac[WEFT_AUTH_MAC_BYTES];
@@ -67,7 +67,7 @@ static void weft_bs_root_send(struct weft_bs_root *r, int fd, const struct weft_
         (void)weft_socket_send_all(fd, mac, sizeof(mac), r->deadline, NULL, "bootstrap root reply");
 }
 
-static void weft_bs_root_reply_err(struct weft_bs_root *r, int *fd, const struct weft_bs_nonces *n,
+static void weft_bs_root_reply_err(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
                                    int rank, ncclResult_t code)
 {
     struct weft_bs_hdr hdr;
@@ -78,7 +78,7 @@ static void weft_bs_root_reply_err(struct weft_bs_root *r, int *fd, const struct
 }
 
 /* After a failure: tells the rank on fd why, and stops once everyone expected has been told. */
-static void weft_bs_root_refuse(struct weft_bs_root *r, int *fd, const struct weft_bs_nonces *n,
+static void weft_bs_root_refuse(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
                                 int rank)
 {
     if (fd != NULL && *fd >= 0)
@@ -87,10 +87,10 @@ static void weft_bs_root_refuse(struct weft_bs_root *r, int *fd, const struct we
         r->finished = 1;
 }
 
-static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, const struct weft_bs_nonces *n,
+static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
                               int rank, ncclResult_t code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
-static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, const struct weft_bs_nonces *n,
+static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
                               int rank, ncclResult_t code, const char *fmt, ...)
 {
     if (!r->failed) {
@@ -131,7 +131,7 @@ static void weft_bs_root_hello(struct weft_bs_root *r, int fd, struct weft_bs_ro
         close(fd);
         return;
     }
-    const struct weft_bs_nonces *n = &c->nonces;
+    const struct weft_auth_nonces *n = &c->nonces;
     int rank = m->hdr.rank, nranks = m->nranks;
     if (nranks < 1 || nranks > WEFT_BS_MAX_RANKS || rank < 0 || rank >= nranks) {
         weft_bs_root_fail(r, &fd, n, rank, ncclInvalidUsage, "rank %d sent invalid nranks %d",

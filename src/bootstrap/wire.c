@@ -46,7 +46,7 @@ static const char *weft_bs_hs_check(const void *bytes, size_t len, size_t want, 
 }
 
 const char *weft_bs_challenge_parse(const void *bytes, size_t len, uint64_t magic,
-                                    struct weft_bs_nonces *nonces)
+                                    struct weft_auth_nonces *nonces)
 {
     struct weft_bs_challenge c;
     const char *why = weft_bs_hs_check(bytes, len, sizeof(c), WEFT_BS_CHALLENGE, magic, &c.hdr);
@@ -58,7 +58,7 @@ const char *weft_bs_challenge_parse(const void *bytes, size_t len, uint64_t magi
 }
 
 const char *weft_bs_hello_parse(const void *bytes, size_t len, uint64_t magic, const uint8_t *key,
-                                struct weft_bs_nonces *nonces, struct weft_bs_hello *msg_p)
+                                struct weft_auth_nonces *nonces, struct weft_bs_hello *msg_p)
 {
     struct weft_bs_hello m;
     uint8_t mac[WEFT_AUTH_MAC_BYTES];
@@ -76,7 +76,7 @@ const char *weft_bs_hello_parse(const void *bytes, size_t len, uint64_t magic, c
 }
 
 const char *weft_bs_connect_parse(const void *bytes, size_t len, uint64_t magic, int nranks,
-                                  const uint8_t *key, struct weft_bs_nonces *nonces, int *rank_p)
+                                  const uint8_t *key, struct weft_auth_nonces *nonces, int *rank_p)
 {
     struct weft_bs_connect m;
     uint8_t mac[WEFT_AUTH_MAC_BYTES];
@@ -96,7 +96,7 @@ const char *weft_bs_connect_parse(const void *bytes, size_t len, uint64_t magic,
 }
 
 const char *weft_bs_accept_parse(const void *bytes, size_t len, uint64_t magic, int rank,
-                                 const uint8_t *key, const struct weft_bs_nonces *nonces)
+                                 const uint8_t *key, const struct weft_auth_nonces *nonces)
 {
     struct weft_bs_accept m;
     uint8_t mac[WEFT_AUTH_MAC_BYTES];
@@ -152,7 +152,7 @@ const char *weft_bs_data_hdr_parse(const void *bytes, size_t len, uint64_t magic
     return NULL;
 }
 
-void weft_bs_reply_mac(const uint8_t *key, const struct weft_bs_nonces *nonces,
+void weft_bs_reply_mac(const uint8_t *key, const struct weft_auth_nonces *nonces,
                        const struct weft_bs_hdr *hdr, const void *payload,
                        uint8_t mac[WEFT_AUTH_MAC_BYTES])
 {

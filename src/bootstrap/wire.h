@@ -115,11 +115,6 @@ struct weft_bs_accept {
     uint8_t mac[WEFT_AUTH_MAC_BYTES];
 };
 
-/* The two nonces of one connection's handshake. */
-struct weft_bs_nonces {
-    uint8_t server[WEFT_AUTH_NONCE_BYTES];
-    uint8_t client[WEFT_AUTH_NONCE_BYTES];
-};
 
 static inline void weft_bs_hdr_fill(struct weft_bs_hdr *hdr, uint32_t type, uint64_t magic,
                                     int rank, int tag, uint64_t size)
@@ -139,17 +134,17 @@ static inline void weft_bs_hdr_fill(struct weft_bs_hdr *hdr, uint32_t type, uint
 const char *weft_bs_id_parse(const void *bytes, size_t len, struct weft_bs_id *v);
 /* A CHALLENGE for this magic: the server's nonce into nonces->server. */
 const char *weft_bs_challenge_parse(const void *bytes, size_t len, uint64_t magic,
-                                    struct weft_bs_nonces *nonces);
+                                    struct weft_auth_nonces *nonces);
 /* A HELLO at the root: checks version, type, size, magic and the MAC (with nonces->server);
  * writes the message and nonces->client. Ranks and nranks are left to the root. */
 const char *weft_bs_hello_parse(const void *bytes, size_t len, uint64_t magic, const uint8_t *key,
-                                struct weft_bs_nonces *nonces, struct weft_bs_hello *msg_p);
+                                struct weft_auth_nonces *nonces, struct weft_bs_hello *msg_p);
 /* A CONNECT at a rank of nranks: the connecting rank into *rank_p, nonces->client filled. */
 const char *weft_bs_connect_parse(const void *bytes, size_t len, uint64_t magic, int nranks,
-                                  const uint8_t *key, struct weft_bs_nonces *nonces, int *rank_p);
+                                  const uint8_t *key, struct weft_auth_nonces *nonces, int *rank_p);
 /* An ACCEPT for the CONNECT `rank` sent with these nonces. */
 const char *weft_bs_accept_parse(const void *bytes, size_t len, uint64_t magic, int rank,
-                                 const uint8_t *key, const struct weft_bs_nonces *nonces);
+                                 const uint8_t *key, const struct weft_auth_nonces *nonces);
 /* The header of a root reply to `rank` of nranks (its payload size is then hdr->size). */
 const char *weft_bs_reply_hdr_parse(const void *bytes, size_t len, uint64_t magic, int rank,
                                     int nranks, struct weft_bs_hdr *hdr_p);
@@ -157,7 +152,7 @@ const char *weft_bs_reply_hdr_parse(const void *bytes, size_t len, uint64_t magi
 const char *weft_bs_data_hdr_parse(const void *bytes, size_t len, uint64_t magic, int peer,
                                    struct weft_bs_hdr *hdr_p);
 /* The MAC of a root reply (header then payload). */
-void weft_bs_reply_mac(const uint8_t *key, const struct weft_bs_nonces *nonces,
+void weft_bs_reply_mac(const uint8_t *key, const struct weft_auth_nonces *nonces,
                        const struct weft_bs_hdr *hdr, const void *payload,
                        uint8_t mac[WEFT_AUTH_MAC_BYTES]);
 

@@ -26,6 +26,12 @@
 #define WEFT_AUTH_MAC_BYTES 32
 #define WEFT_AUTH_NONCE_BYTES 16
 
+/* The two nonces of one connection's handshake. */
+struct weft_auth_nonces {
+    uint8_t server[WEFT_AUTH_NONCE_BYTES];
+    uint8_t client[WEFT_AUTH_NONCE_BYTES];
+};
+
 struct weft_sha256 {
     uint32_t h[8];
     uint64_t bytes;
