@@ -194,7 +194,7 @@ static ncclResult_t weft_bs_accept_new(struct weft_bootstrap *bs)
         weft_bs_hdr_fill(&ch.hdr, WEFT_BS_CHALLENGE, bs->magic, bs->rank, 0, sizeof(ch.nonce));
         memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
         /* A fresh socket has room for it; a peer already gone is just dropped. */
-        if (weft_socket_send_some(fd, &ch, sizeof(ch), &done, "bootstrap challenge") !=
+        if (weft_socket_send_some(fd, &ch, sizeof(ch), &done, NULL) !=
                 ncclSuccess ||
             done != sizeof(ch)) {
             close(fd);
@@ -211,7 +211,7 @@ static void weft_bs_pending_read(struct weft_bootstrap *bs, int i)
     struct weft_bs_accept acc;
     size_t done = 0;
     int rank;
-    if (weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got, "bootstrap handshake") !=
+    if (weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got, NULL) !=
         ncclSuccess) {
         weft_bs_pending_drop(bs, i, "closed during the handshake");
         return;
@@ -230,7 +230,7 @@ static void weft_bs_pending_read(struct weft_bootstrap *bs, int i)
     weft_bs_hdr_fill(&acc.hdr, WEFT_BS_ACCEPT, bs->magic, rank, 0, sizeof(acc.mac));
     weft_auth_mac(bs->key, "bs-accept", c->nonces.server, c->nonces.client, &acc.hdr,
                   sizeof(acc.hdr), acc.mac);
-    if (weft_socket_send_some(c->fd, &acc, sizeof(acc), &done, "bootstrap accept") !=
+    if (weft_socket_send_some(c->fd, &acc, sizeof(acc), &done, NULL) !=
             ncclSuccess ||
         done != sizeof(acc)) {
         weft_bs_pending_drop(bs, i, "closed during the handshake");

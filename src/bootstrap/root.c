@@ -202,7 +202,7 @@ static void weft_bs_root_read(struct weft_bs_root *r, int i)
 {
     struct weft_bs_root_conn *c = &r->conns[i];
     ncclResult_t res = weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got,
-                                             "bootstrap root: hello from a rank");
+                                             NULL);
     if (res == ncclSuccess && c->got < sizeof(c->msg))
         return;
     struct weft_bs_root_conn done = *c;
@@ -237,7 +237,7 @@ static int weft_bs_root_challenge(struct weft_bs_root *r, int fd, struct weft_bs
     if (weft_auth_random(c->nonces.server, sizeof(c->nonces.server)) != ncclSuccess)
         return 0;
     memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
-    return weft_socket_send_some(fd, &ch, sizeof(ch), &done, "bootstrap root: challenge") ==
+    return weft_socket_send_some(fd, &ch, sizeof(ch), &done, NULL) ==
                ncclSuccess &&
            done == sizeof(ch);
 }

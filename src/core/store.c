@@ -402,7 +402,7 @@ static int store_challenge(struct store_conn *c)
         return 0;
     store_hdr(buf, WEFT_STORE_CHALLENGE, WEFT_AUTH_NONCE_BYTES);
     memcpy(buf + WEFT_STORE_HDR_BYTES, c->nonces.server, WEFT_AUTH_NONCE_BYTES);
-    return weft_socket_send_some(c->fd, buf, sizeof(buf), &done, "launch store: challenge") ==
+    return weft_socket_send_some(c->fd, buf, sizeof(buf), &done, NULL) ==
                ncclSuccess &&
            done == sizeof(buf);
 }
@@ -448,7 +448,7 @@ static int store_answer(struct store_server *sv, struct store_conn *c)
         len += WEFT_AUTH_MAC_BYTES;
     }
     /* At most a few hundred bytes on a socket that has sent only the challenge: fits. */
-    if (weft_socket_send_some(c->fd, out, len, &done, "launch store: reply") != ncclSuccess ||
+    if (weft_socket_send_some(c->fd, out, len, &done, NULL) != ncclSuccess ||
         done != len)
         return -1;
     return reason == 0 ? (int)m.first : -1;
@@ -467,7 +467,7 @@ static int store_read(struct store_server *sv, struct store_conn *c, int *closed
             return -1; /* cannot happen: checked when the header arrived */
         want += plen;
     }
-    if (weft_socket_recv_some(c->fd, c->buf, want, &c->got, "launch store: hello from a rank") !=
+    if (weft_socket_recv_some(c->fd, c->buf, want, &c->got, NULL) !=
         ncclSuccess) {
         *closed = 1;
         return -1;

@@ -948,7 +948,7 @@ static int sock_challenge(struct weft_sock_state *st, struct weft_sock_pending *
     if (weft_auth_random(c->nonces.server, sizeof(c->nonces.server)) != ncclSuccess)
         return 0;
     memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
-    return weft_socket_send_some(c->fd, &ch, sizeof(ch), &done, "socket challenge") ==
+    return weft_socket_send_some(c->fd, &ch, sizeof(ch), &done, NULL) ==
                ncclSuccess &&
            done == sizeof(ch);
 }
@@ -966,7 +966,7 @@ static ncclResult_t sock_pending_read(struct weft_sock_state *st, struct weft_so
     const char *why;
     size_t done = 0;
     *admitted = *drop = 0;
-    if (weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got, "socket handshake") !=
+    if (weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got, NULL) !=
         ncclSuccess) {
         *drop = 1;
         return ncclSuccess;
@@ -1006,7 +1006,7 @@ static ncclResult_t sock_pending_read(struct weft_sock_state *st, struct weft_so
     acc.type = WEFT_SOCK_ACCEPT;
     weft_auth_mac(weft_bootstrap_key(st->comm->bootstrap), "sock-accept", c->nonces.server,
                   c->nonces.client, &h, sizeof(h), acc.mac);
-    if (weft_socket_send_some(c->fd, &acc, sizeof(acc), &done, "socket accept") != ncclSuccess ||
+    if (weft_socket_send_some(c->fd, &acc, sizeof(acc), &done, NULL) != ncclSuccess ||
         done != sizeof(acc)) {
         *drop = 1;
         return ncclSuccess;
