@@ -591,7 +591,8 @@ ncclResult_t weft_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
 
     WEFT_CHECK_GOTO(weft_bs_alloc_peers(bs), res, err_close);
     if ((v.flags & WEFT_BS_ID_ROOT_IN_RANK0) && rank == 0)
-        WEFT_CHECK_GOTO(weft_bs_root_start(&v.root, v.magic, v.secret, bs->timeout_s), res, err_close);
+        WEFT_CHECK_GOTO(weft_bs_root_start(&v.root, v.magic, v.secret, bs->timeout_s), res,
+                        err_close);
     WEFT_CHECK_GOTO(weft_socket_find_interface(ifname, sizeof(ifname), &me), res, err_close);
     WEFT_CHECK_GOTO(weft_socket_listen(&me, &bs->listen_fd), res, err_close);
     WEFT_CHECK_GOTO(weft_bs_rendezvous(bs, &v.root, &me, deadline), res, err_close);

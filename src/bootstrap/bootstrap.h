@@ -28,8 +28,9 @@
  *   - Everything read from the wire is checked (wire.c's pure parsers): version, magic (two jobs
  *     never mix), type, lengths (before any allocation), rank numbers, MACs. Messages that arrive
  *     before they are asked for are kept up to WEFT_BS_MAX_UNEXPECTED (count and bytes) per rank;
- *     more is an error naming the peer. A rank whose nranks differs from another's, or a rank number used
- *     twice, makes the root fail the rendezvous on every rank with a message naming the rank.
+ *     more is an error naming the peer. A rank whose nranks differs from another's, or a rank
+ *     number used twice, makes the root fail the rendezvous on every rank with a message naming
+ *     the rank.
  *   - Ranks may be threads of one process or separate processes; any number of communicators
  *     may bootstrap concurrently (no global state besides the cached interface choice).
  *

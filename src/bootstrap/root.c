@@ -54,7 +54,7 @@ struct weft_bs_root {
     char err[WEFT_BS_ERR_LEN];
 };
 
-/* Sends header, payload and their MAC; a rank that is gone cannot be told (logged by the helper). */
+/* Sends header, payload and their MAC; a rank that is gone cannot be told (logged). */
 static void weft_bs_root_send(struct weft_bs_root *r, int fd, const struct weft_auth_nonces *n,
                               const struct weft_bs_hdr *hdr, const void *payload)
 {
@@ -67,8 +67,8 @@ static void weft_bs_root_send(struct weft_bs_root *r, int fd, const struct weft_
         (void)weft_socket_send_all(fd, mac, sizeof(mac), r->deadline, NULL, "bootstrap root reply");
 }
 
-static void weft_bs_root_reply_err(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
-                                   int rank, ncclResult_t code)
+static void weft_bs_root_reply_err(struct weft_bs_root *r, int *fd,
+                                   const struct weft_auth_nonces *n, int rank, ncclResult_t code)
 {
     struct weft_bs_hdr hdr;
     weft_bs_hdr_fill(&hdr, WEFT_BS_REPLY_ERR, r->magic, rank, code, strlen(r->err) + 1);

@@ -128,7 +128,7 @@ static inline void weft_bs_hdr_fill(struct weft_bs_hdr *hdr, uint32_t type, uint
     hdr->size = size;
 }
 
-/* ---- parsers (wire.c): pure functions of the bytes received; NULL on success, else why not ---- */
+/* ---- parsers (wire.c): pure functions of the bytes received; NULL on success, else why ---- */
 
 /* The 128 id bytes (len must be NCCL_UNIQUE_ID_BYTES) into *v. */
 const char *weft_bs_id_parse(const void *bytes, size_t len, struct weft_bs_id *v);
@@ -158,8 +158,8 @@ void weft_bs_reply_mac(const uint8_t *key, const struct weft_auth_nonces *nonces
 
 /*
  * Listens on *addr (port 0: one is picked and written back) and starts a detached root thread
- * serving one communicator whose ranks hold `magic` and prove they know `key`, for at most timeout_s seconds (<= 0: no
- * limit). Does not block. Defined in root.c.
+ * serving one communicator whose ranks hold `magic` and prove they know `key`, for at most
+ * timeout_s seconds (<= 0: no limit). Does not block. Defined in root.c.
  */
 ncclResult_t weft_bs_root_start(union weft_sockaddr *addr, uint64_t magic,
                                 const uint8_t key[WEFT_AUTH_KEY_BYTES], int64_t timeout_s);

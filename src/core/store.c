@@ -177,7 +177,8 @@ const char *weft_store_msg_parse(const unsigned char *msg, size_t len, struct we
      * for the rest exactly. */
     klen = store_get32(p + 12);
     if (klen > WEFT_STORE_KEY_MAX ||
-        klen + 16 + WEFT_AUTH_MAC_BYTES + (m->type == WEFT_STORE_HELLO ? WEFT_AUTH_NONCE_BYTES : 0) !=
+        klen + 16 + WEFT_AUTH_MAC_BYTES +
+                (m->type == WEFT_STORE_HELLO ? WEFT_AUTH_NONCE_BYTES : 0) !=
             plen)
         return "key length does not match the message length";
     m->first = store_get32(p);
@@ -454,7 +455,7 @@ static int store_answer(struct store_server *sv, struct store_conn *c)
     return reason == 0 ? (int)m.first : -1;
 }
 
-/* Reads what client i sent; returns the rank served, -1 for none; sets *closed when done with it. */
+/* Reads what client c sent; returns the rank served or -1; sets *closed when done with it. */
 static int store_read(struct store_server *sv, struct store_conn *c, int *closed)
 {
     uint16_t type;
@@ -505,8 +506,8 @@ static ncclResult_t store_serve(const struct weft_store_addr *addr, const char *
         return ncclSystemError;
     }
     WEFT_CHECK_GOTO(store_listen(addr, deadline, &lfd), res, err_free);
-    WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_BOOTSTRAP, "launch store: rank 0 serving %d ranks at %s (%s)",
-              nranks - 1, addr->desc,
+    WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_BOOTSTRAP,
+              "launch store: rank 0 serving %d ranks at %s (%s)", nranks - 1, addr->desc,
               have ? "clients prove they know WEFT_SECRET"
                    : "no WEFT_SECRET: any process that reaches it gets the id");
     while (missing > 0) {

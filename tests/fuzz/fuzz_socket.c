@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int nthreads = 1 + data[0] / 4 % 4;
         if (weft_sock_frame_parse(p, len, 6, nthreads, data[0] / 16 % nthreads, &f, why,
                                   sizeof(why)) == NULL &&
-            f.type != WEFT_SOCK_BYE && (f.channel >= 6 || f.channel % nthreads != data[0] / 16 % nthreads))
+            f.type != WEFT_SOCK_BYE &&
+            (f.channel >= 6 || f.channel % nthreads != data[0] / 16 % nthreads))
             __builtin_trap();
         break;
     }

@@ -108,7 +108,8 @@ static void rogue_wrong_mac(int fd)
         } else { /* a rank's listener: claim to be rank 0 */
             struct weft_bs_connect c;
             fill_random(&c, sizeof(c));
-            weft_bs_hdr_fill(&c.hdr, WEFT_BS_CONNECT, ch.hdr.magic, 0, 0, sizeof(c) - sizeof(c.hdr));
+            weft_bs_hdr_fill(&c.hdr, WEFT_BS_CONNECT, ch.hdr.magic, 0, 0,
+                             sizeof(c) - sizeof(c.hdr));
             memcpy(out, &c, sizeof(c));
             len = sizeof(c);
         }
