@@ -380,6 +380,12 @@ static int store_thief(int port, const char *secret)
         fprintf(stderr, "thief (secret %s) got an id from the store\n", secret ? secret : "none");
         return 1;
     }
+    /* It reached the store and was turned away unanswered (not merely refused a connection). */
+    if (strstr(ncclGetLastError(NULL), "closed before the id came") == NULL) {
+        fprintf(stderr, "thief (secret %s) never reached the store: %s\n",
+                secret ? secret : "none", ncclGetLastError(NULL));
+        return 1;
+    }
     return 0;
 }
 
