@@ -13,6 +13,8 @@ static void print_param(const struct weft_param *p, void *arg)
 {
     (void)arg;
     const char *set = weft_param_lookup(p->env);
+    if (set != NULL && strcmp(p->env, "WEFT_SECRET") == 0 && set[0] != '/')
+        set = "(hidden)"; /* a secret is never printed; a file name is */
     if (p->is_string)
         printf("%-28s default %-10s%s%s\n    %s\n", p->env,
                p->default_str != NULL ? p->default_str : "(unset)", set ? " set to " : "",

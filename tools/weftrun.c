@@ -50,6 +50,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,6 +97,7 @@ struct weftrun {
     char **argv;      /* program and its arguments */
     const char *path; /* resolved program */
     char id_hex[WEFT_HEXID_LEN + 1];
+    char secret_hex[65]; /* WEFT_SECRET for the job's ranks; "" when the user set one */
     sigset_t old_mask;
     int sigfd;
     int devnull;
@@ -338,14 +340,14 @@ static int is_our_var(const char *entry)
 }
 
 /* The parent's environment without stale WEFT_* launch variables, plus this rank's. */
-static char **make_env(const struct weftrun *w, int rank, char vars[6][WEFT_HEXID_LEN + 32])
+static char **make_env(const struct weftrun *w, int rank, char vars[7][WEFT_HEXID_LEN + 32])
 {
     size_t n = 0, k = 0;
     char **envp;
 
     while (environ[n] != NULL)
         n++;
-    envp = malloc((n + 7) * sizeof(*envp));
+    envp = malloc((n + 8) * sizeof(*envp));
     if (envp == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++)
@@ -359,6 +361,10 @@ static char **make_env(const struct weftrun *w, int rank, char vars[6][WEFT_HEXI
     snprintf(vars[5], sizeof(vars[5]), "WEFT_RESTART=%d", w->attempt);
     for (int i = 0; i < 6; i++)
         envp[k++] = vars[i];
+    if (w->secret_hex[0] != '\0') {
+        snprintf(vars[6], sizeof(vars[6]), "WEFT_SECRET=%s", w->secret_hex);
+        envp[k++] = vars[6];
+    }
     envp[k] = NULL;
     return envp;
 }
@@ -624,7 +630,7 @@ static int spawn_ranks(struct weftrun *w)
     for (int r = 0; r < w->nranks; r++) {
         struct rank_proc *rp = &w->ranks[r];
         int outp[2][2] = {{-1, -1}, {-1, -1}}, errp[2], child_fds[2], err = 0;
-        char vars[6][WEFT_HEXID_LEN + 32];
+        char vars[7][WEFT_HEXID_LEN + 32];
         char **envp;
         pid_t pid;
         ssize_t k;
@@ -902,6 +908,18 @@ int main(int argc, char **argv)
             return 1;
         }
         weft_hexid_encode(&id, w.id_hex);
+        /* A job secret of its own (unless the user gave one), so that communicators the ranks
+         * make from NCCL_COMM_ID or the launch store are authenticated too (core/auth.h). */
+        w.secret_hex[0] = '\0';
+        if (getenv("WEFT_SECRET") == NULL) {
+            unsigned char raw[32];
+            if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+                msg("getrandom failed: %s", strerror(errno));
+                return 1;
+            }
+            for (int i = 0; i < 32; i++)
+                snprintf(w.secret_hex + 2 * i, 3, "%02x", raw[i]);
+        }
         start_attempt(&w);
 
         fflush(stdout);

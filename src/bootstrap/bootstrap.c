@@ -3,10 +3,10 @@
  * messages and the collectives built on them. The id layout and wire format are in wire.h; the
  * root thread is in root.c.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -30,10 +30,20 @@ struct weft_bs_msg {
     char data[];
 };
 
+/* An accepted connection whose CONNECT has not been checked yet. */
+struct weft_bs_pending {
+    int fd;
+    uint64_t since;
+    size_t got;
+    struct weft_auth_nonces nonces;
+    unsigned char msg[sizeof(struct weft_bs_connect)];
+};
+
 struct weft_bootstrap {
     int rank;
     int nranks;
     uint64_t magic;
+    uint8_t key[WEFT_AUTH_KEY_BYTES];
     int64_t timeout_s;
     volatile uint32_t *abort_flag;
     int listen_fd;
@@ -42,6 +52,10 @@ struct weft_bootstrap {
     int *recv_fd;                   /* per peer: connection it made (we read), -1 until accepted */
     struct weft_bs_msg *unexpected; /* FIFO, oldest first */
     struct weft_bs_msg **unexpected_tail;
+    size_t unexpected_count, unexpected_bytes;
+    struct weft_bs_pending *pending; /* accepted, handshake not done; served by every wait */
+    int npending, pending_cap;
+    struct pollfd *pfds; /* 3 + pending_cap */
     int32_t coll_seq;
 };
 
@@ -61,12 +75,12 @@ struct weft_bs_out {
 
 static int weft_bs_id_decode(const ncclUniqueId *id, struct weft_bs_id *v)
 {
-    memcpy(v, id->internal, sizeof(*v));
-    for (size_t i = sizeof(*v); i < NCCL_UNIQUE_ID_BYTES; i++)
-        if (id->internal[i] != 0)
-            return 0;
-    return v->tag == WEFT_BS_ID_TAG && (v->flags & ~WEFT_BS_ID_ROOT_IN_RANK0) == 0 &&
-           v->magic != 0 && weft_socket_addr_valid(&v->root);
+    return weft_bs_id_parse(id->internal, NCCL_UNIQUE_ID_BYTES, v) == NULL;
+}
+
+const uint8_t *weft_bootstrap_key(const struct weft_bootstrap *bs)
+{
+    return bs->key;
 }
 
 uint64_t weft_bootstrap_magic(const ncclUniqueId *id)
@@ -96,17 +110,24 @@ ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id)
     v.tag = WEFT_BS_ID_TAG;
     const char *env = weft_param_CommId();
     if (env != NULL && *env != '\0') {
+        int have;
         WEFT_CHECK(weft_socket_addr_parse(env, &v.root));
         v.flags = WEFT_BS_ID_ROOT_IN_RANK0;
         v.magic = weft_bs_hash(env);
-        WEFT_INFO(WEFT_LOG_BOOTSTRAP, "unique id from NCCL_COMM_ID %s: rank 0 will run the root",
-                  weft_socket_addr_str(&v.root, str, sizeof(str)));
+        /* Every process computes the same id: the only secret there can be is the job's. */
+        WEFT_CHECK(weft_auth_job_secret(env, v.secret, &have));
+        WEFT_INFO(WEFT_LOG_BOOTSTRAP,
+                  "unique id from NCCL_COMM_ID %s: rank 0 will run the root; %s",
+                  weft_socket_addr_str(&v.root, str, sizeof(str)),
+                  have ? "ranks prove they know WEFT_SECRET"
+                       : "no WEFT_SECRET: anyone who reaches the port can join");
     } else {
         do {
-            WEFT_SYSCHECK(getrandom(&v.magic, sizeof(v.magic), 0), "getrandom");
+            WEFT_CHECK(weft_auth_random(&v.magic, sizeof(v.magic)));
         } while (v.magic == 0);
+        WEFT_CHECK(weft_auth_random(v.secret, sizeof(v.secret)));
         WEFT_CHECK(weft_socket_find_interface(ifname, sizeof(ifname), &v.root));
-        WEFT_CHECK(weft_bs_root_start(&v.root, v.magic, weft_param_BootstrapTimeout()));
+        WEFT_CHECK(weft_bs_root_start(&v.root, v.magic, v.secret, weft_param_BootstrapTimeout()));
     }
     memset(id, 0, sizeof(*id));
     memcpy(id->internal, &v, sizeof(v));
@@ -130,16 +151,126 @@ static ncclResult_t weft_bs_out_progress(struct weft_bs_out *o)
     return ncclSuccess;
 }
 
-/* One poll for fd's events, writing `out` (may be NULL) whenever its socket has room. */
+/* ---- admission: every wait also serves the listening socket and unfinished handshakes ---- */
+
+static void weft_bs_pending_drop(struct weft_bootstrap *bs, int i, const char *why)
+{
+    WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap rank %d: dropped an incoming connection: %s",
+              bs->rank, why);
+    close(bs->pending[i].fd);
+    bs->pending[i] = bs->pending[--bs->npending];
+}
+
+/* Accepts what is pending on the listening socket and sends each a CHALLENGE at once. */
+static ncclResult_t weft_bs_accept_new(struct weft_bootstrap *bs)
+{
+    for (;;) {
+        int fd;
+        WEFT_CHECK(weft_socket_accept(bs->listen_fd, &fd));
+        if (fd < 0)
+            return ncclSuccess;
+        if (bs->npending == bs->pending_cap) {
+            int cap = bs->pending_cap ? 2 * bs->pending_cap : 16;
+            struct weft_bs_pending *p = realloc(bs->pending, cap * sizeof(*p));
+            if (p != NULL)
+                bs->pending = p;
+            struct pollfd *pfds = realloc(bs->pfds, (cap + 3) * sizeof(*pfds));
+            if (pfds != NULL)
+                bs->pfds = pfds;
+            if (p == NULL || pfds == NULL) {
+                close(fd);
+                WEFT_WARN("bootstrap rank %d: out of memory for %d incoming connections",
+                          bs->rank, cap);
+                return ncclSystemError;
+            }
+            bs->pending_cap = cap;
+        }
+        struct weft_bs_pending *c = &bs->pending[bs->npending];
+        struct weft_bs_challenge ch;
+        size_t done = 0;
+        *c = (struct weft_bs_pending){.fd = fd, .since = weft_socket_now_ns()};
+        WEFT_CHECK(weft_auth_random(c->nonces.server, sizeof(c->nonces.server)));
+        memset(&ch, 0, sizeof(ch));
+        weft_bs_hdr_fill(&ch.hdr, WEFT_BS_CHALLENGE, bs->magic, bs->rank, 0, sizeof(ch.nonce));
+        memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
+        /* A fresh socket has room for it; a peer already gone is just dropped. */
+        if (weft_socket_send_some(fd, &ch, sizeof(ch), &done, NULL) !=
+                ncclSuccess ||
+            done != sizeof(ch)) {
+            close(fd);
+            continue;
+        }
+        bs->npending++;
+    }
+}
+
+/* Reads what pending connection i sent; admits it under its rank once its CONNECT checks out. */
+static void weft_bs_pending_read(struct weft_bootstrap *bs, int i)
+{
+    struct weft_bs_pending *c = &bs->pending[i];
+    struct weft_bs_accept acc;
+    size_t done = 0;
+    int rank;
+    if (weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got, NULL) !=
+        ncclSuccess) {
+        weft_bs_pending_drop(bs, i, "closed during the handshake");
+        return;
+    }
+    if (c->got < sizeof(c->msg))
+        return;
+    const char *why = weft_bs_connect_parse(c->msg, sizeof(c->msg), bs->magic, bs->nranks,
+                                            bs->key, &c->nonces, &rank);
+    if (why == NULL && bs->recv_fd[rank] >= 0)
+        why = "that rank is already connected";
+    if (why != NULL) {
+        weft_bs_pending_drop(bs, i, why);
+        return;
+    }
+    memset(&acc, 0, sizeof(acc));
+    weft_bs_hdr_fill(&acc.hdr, WEFT_BS_ACCEPT, bs->magic, rank, 0, sizeof(acc.mac));
+    weft_auth_mac(bs->key, "bs-accept", c->nonces.server, c->nonces.client, &acc.hdr,
+                  sizeof(acc.hdr), acc.mac);
+    if (weft_socket_send_some(c->fd, &acc, sizeof(acc), &done, NULL) !=
+            ncclSuccess ||
+        done != sizeof(acc)) {
+        weft_bs_pending_drop(bs, i, "closed during the handshake");
+        return;
+    }
+    bs->recv_fd[rank] = c->fd;
+    bs->pending[i] = bs->pending[--bs->npending];
+}
+
+/*
+ * One poll for fd's events, writing `out` (may be NULL) whenever its socket has room, and serving
+ * the listening socket and the handshakes of incoming connections meanwhile, so that no stray,
+ * silent or hostile connection ever holds a wait up, and two ranks connecting to each other at
+ * once each answer the other's handshake.
+ */
 static ncclResult_t weft_bs_wait(struct weft_bootstrap *bs, int fd, short events,
                                  struct weft_bs_out *out, uint64_t deadline, const char *what)
 {
-    struct pollfd pfd[2] = {{.fd = fd, .events = events}, {.fd = -1}};
+    uint64_t now = weft_socket_now_ns();
+    for (int i = bs->npending - 1; i >= 0; i--)
+        if (now - bs->pending[i].since >= WEFT_BS_ADMIT_MS * 1000000ull)
+            weft_bs_pending_drop(bs, i, "no handshake within WEFT_BS_ADMIT_MS");
+    int n = bs->npending;
+    struct pollfd *pfd = bs->pfds;
+    pfd[0] = (struct pollfd){.fd = fd, .events = events};
+    pfd[1] = (struct pollfd){.fd = -1};
+    pfd[2] = (struct pollfd){.fd = bs->listen_fd, .events = POLLIN};
     if (out != NULL && weft_bs_out_pending(out))
         pfd[1] = (struct pollfd){.fd = out->fd, .events = POLLOUT};
-    WEFT_CHECK(weft_socket_poll(pfd, 2, deadline, bs->abort_flag, what));
+    for (int i = 0; i < n; i++)
+        pfd[3 + i] = (struct pollfd){.fd = bs->pending[i].fd, .events = POLLIN};
+    WEFT_CHECK(weft_socket_poll(pfd, 3 + n, deadline, bs->abort_flag, what));
     if (pfd[1].revents != 0)
         WEFT_CHECK(weft_bs_out_progress(out));
+    /* Backwards: a finished entry is replaced by the last one, already looked at. */
+    for (int i = n - 1; i >= 0; i--)
+        if (pfd[3 + i].revents != 0)
+            weft_bs_pending_read(bs, i);
+    if (pfd[2].revents != 0)
+        WEFT_CHECK(weft_bs_accept_new(bs));
     return ncclSuccess;
 }
 
@@ -159,52 +290,45 @@ static ncclResult_t weft_bs_send_fd(struct weft_bootstrap *bs, int peer, uint64_
                                     int *fd_p)
 {
     if (bs->send_fd[peer] < 0) {
-        ncclResult_t res;
+        ncclResult_t res = ncclSuccess;
         char what[96];
-        struct weft_bs_hdr hdr;
+        struct weft_bs_challenge ch;
+        struct weft_bs_connect con;
+        struct weft_bs_accept acc;
+        struct weft_auth_nonces nonces;
+        const char *why;
         int fd;
         snprintf(what, sizeof(what), "bootstrap rank %d: connection to rank %d", bs->rank, peer);
         WEFT_CHECK(weft_socket_connect(&bs->addrs[peer], deadline, bs->abort_flag, what, &fd));
-        weft_bs_hdr_fill(&hdr, WEFT_BS_CONNECT, bs->magic, bs->rank, 0, 0);
-        res = weft_socket_send_all(fd, &hdr, sizeof(hdr), deadline, bs->abort_flag, what);
-        if (res != ncclSuccess) {
-            close(fd);
-            return res;
-        }
+        /* Challenge-response (wire.h); the reads serve our own listener meanwhile. */
+        WEFT_CHECK_GOTO(weft_bs_read(bs, fd, &ch, sizeof(ch), NULL, deadline, what), res, err);
+        why = weft_bs_challenge_parse(&ch, sizeof(ch), bs->magic, &nonces);
+        if (why != NULL)
+            goto err_why;
+        memset(&con, 0, sizeof(con));
+        weft_bs_hdr_fill(&con.hdr, WEFT_BS_CONNECT, bs->magic, bs->rank, 0,
+                         sizeof(con) - sizeof(con.hdr));
+        WEFT_CHECK_GOTO(weft_auth_random(nonces.client, sizeof(nonces.client)), res, err);
+        memcpy(con.nonce, nonces.client, sizeof(con.nonce));
+        weft_auth_mac(bs->key, "bs-connect", nonces.server, nonces.client, &con,
+                      offsetof(struct weft_bs_connect, mac), con.mac);
+        WEFT_CHECK_GOTO(weft_socket_send_all(fd, &con, sizeof(con), deadline, bs->abort_flag, what),
+                        res, err);
+        WEFT_CHECK_GOTO(weft_bs_read(bs, fd, &acc, sizeof(acc), NULL, deadline, what), res, err);
+        why = weft_bs_accept_parse(&acc, sizeof(acc), bs->magic, bs->rank, bs->key, &nonces);
+        if (why != NULL)
+            goto err_why;
         bs->send_fd[peer] = fd;
+        goto done;
+    err_why:
+        WEFT_WARN("%s: handshake failed: %s", what, why);
+        res = ncclSystemError;
+    err:
+        close(fd);
+        return res;
     }
+done:
     *fd_p = bs->send_fd[peer];
-    return ncclSuccess;
-}
-
-/* Reads an accepted connection's CONNECT header and files it under its rank; strays are closed. */
-static ncclResult_t weft_bs_admit(struct weft_bootstrap *bs, int fd, struct weft_bs_out *out,
-                                  uint64_t deadline)
-{
-    struct weft_bs_hdr h;
-    char what[96];
-    snprintf(what, sizeof(what), "bootstrap rank %d: header of an incoming connection", bs->rank);
-    ncclResult_t res = weft_bs_read(bs, fd, &h, sizeof(h), out, deadline, what);
-    if (res != ncclSuccess) {
-        close(fd);
-        return res == ncclRemoteError ? ncclSuccess : res; /* the client went away: ignore it */
-    }
-    const char *why = NULL;
-    if (h.version != WEFT_BS_VERSION || h.type != WEFT_BS_CONNECT || h.size != 0)
-        why = "not a bootstrap connection of this version";
-    else if (h.magic != bs->magic)
-        why = "it belongs to another communicator or job";
-    else if (h.rank < 0 || h.rank >= bs->nranks)
-        why = "invalid rank";
-    else if (bs->recv_fd[h.rank] >= 0)
-        why = "that rank is already connected";
-    if (why != NULL) {
-        WEFT_WARN("bootstrap rank %d: rejected a connection claiming rank %d: %s", bs->rank, h.rank,
-                  why);
-        close(fd);
-        return ncclSuccess;
-    }
-    bs->recv_fd[h.rank] = fd;
     return ncclSuccess;
 }
 
@@ -214,13 +338,8 @@ static ncclResult_t weft_bs_recv_fd(struct weft_bootstrap *bs, int peer, struct 
     char what[128];
     snprintf(what, sizeof(what), "bootstrap rank %d: connection from rank %d (timeout %lld s)",
              bs->rank, peer, (long long)bs->timeout_s);
-    while (bs->recv_fd[peer] < 0) {
-        int fd;
-        WEFT_CHECK(weft_bs_wait(bs, bs->listen_fd, POLLIN, out, deadline, what));
-        WEFT_CHECK(weft_socket_accept(bs->listen_fd, &fd));
-        if (fd >= 0)
-            WEFT_CHECK(weft_bs_admit(bs, fd, out, deadline));
-    }
+    while (bs->recv_fd[peer] < 0)
+        WEFT_CHECK(weft_bs_wait(bs, -1, 0, out, deadline, what));
     *fd_p = bs->recv_fd[peer];
     return ncclSuccess;
 }
@@ -277,6 +396,8 @@ static ncclResult_t weft_bs_recv_msg(struct weft_bootstrap *bs, int peer, uint32
             continue;
         WEFT_CHECK(weft_bs_check_size(what, m->size, size));
         memcpy(data, m->data, size);
+        bs->unexpected_count--;
+        bs->unexpected_bytes -= m->size;
         *pp = m->next;
         if (bs->unexpected_tail == &m->next)
             bs->unexpected_tail = pp;
@@ -286,18 +407,26 @@ static ncclResult_t weft_bs_recv_msg(struct weft_bootstrap *bs, int peer, uint32
     int fd;
     WEFT_CHECK(weft_bs_recv_fd(bs, peer, out, deadline, &fd));
     for (;;) {
-        struct weft_bs_hdr h;
-        WEFT_CHECK(weft_bs_read(bs, fd, &h, sizeof(h), out, deadline, what));
-        if (h.version != WEFT_BS_VERSION || h.magic != bs->magic || h.rank != peer ||
-            (h.type != WEFT_BS_DATA_USER && h.type != WEFT_BS_DATA_COLL) ||
-            h.size > WEFT_BS_MAX_MSG) {
-            WEFT_WARN("%s: malformed header (version 0x%x type %u rank %d size %llu)", what,
-                      h.version, h.type, h.rank, (unsigned long long)h.size);
+        struct weft_bs_hdr raw, h;
+        WEFT_CHECK(weft_bs_read(bs, fd, &raw, sizeof(raw), out, deadline, what));
+        const char *why = weft_bs_data_hdr_parse(&raw, sizeof(raw), bs->magic, peer, &h);
+        if (why != NULL) {
+            WEFT_WARN("%s: malformed header (version 0x%x type %u rank %d size %llu): %s", what,
+                      raw.version, raw.type, raw.rank, (unsigned long long)raw.size, why);
             return ncclSystemError;
         }
         if (h.type == type && h.tag == tag) {
             WEFT_CHECK(weft_bs_check_size(what, h.size, size));
             return weft_bs_read(bs, fd, data, size, out, deadline, what);
+        }
+        /* Kept until asked for: bounded in count and bytes, checked before allocating. */
+        if (bs->unexpected_count >= WEFT_BS_MAX_UNEXPECTED ||
+            h.size > WEFT_BS_MAX_UNEXPECTED_BYTES - bs->unexpected_bytes) {
+            WEFT_WARN("%s: rank %d sent more messages nobody asked for than a rank keeps (%zu "
+                      "messages, %zu bytes kept; at most %d, %llu bytes)",
+                      what, peer, bs->unexpected_count, bs->unexpected_bytes,
+                      WEFT_BS_MAX_UNEXPECTED, WEFT_BS_MAX_UNEXPECTED_BYTES);
+            return ncclInvalidUsage;
         }
         struct weft_bs_msg *m = malloc(sizeof(*m) + h.size);
         if (m == NULL) {
@@ -313,6 +442,8 @@ static ncclResult_t weft_bs_recv_msg(struct weft_bootstrap *bs, int peer, uint32
         }
         *bs->unexpected_tail = m;
         bs->unexpected_tail = &m->next;
+        bs->unexpected_count++;
+        bs->unexpected_bytes += h.size;
     }
 }
 
@@ -334,8 +465,13 @@ static ncclResult_t weft_bs_rendezvous(struct weft_bootstrap *bs, const union we
 {
     ncclResult_t res = ncclSuccess;
     char what[192], str[WEFT_SOCKADDR_STRLEN];
+    struct weft_bs_challenge ch;
     struct weft_bs_hello hello;
-    struct weft_bs_hdr h;
+    struct weft_bs_hdr raw, h;
+    struct weft_auth_nonces nonces;
+    uint8_t mac[WEFT_AUTH_MAC_BYTES];
+    char *payload = NULL;
+    const char *why;
     int fd = -1;
     weft_socket_addr_str(root, str, sizeof(str));
     snprintf(what, sizeof(what), "bootstrap rank %d (stale unique id, or its root exited?)",
@@ -344,55 +480,75 @@ static ncclResult_t weft_bs_rendezvous(struct weft_bootstrap *bs, const union we
 
     snprintf(what, sizeof(what), "bootstrap rank %d: all %d ranks at the root %s (timeout %lld s)",
              bs->rank, bs->nranks, str, (long long)bs->timeout_s);
+    /* The root's challenge, our authenticated hello, its authenticated reply (wire.h). */
+    WEFT_CHECK_GOTO(weft_socket_recv_all(fd, &ch, sizeof(ch), deadline, bs->abort_flag, what), res,
+                    out);
+    why = weft_bs_challenge_parse(&ch, sizeof(ch), bs->magic, &nonces);
+    if (why != NULL)
+        goto out_why;
     memset(&hello, 0, sizeof(hello));
     weft_bs_hdr_fill(&hello.hdr, WEFT_BS_HELLO, bs->magic, bs->rank, 0,
                      sizeof(hello) - sizeof(hello.hdr));
     hello.nranks = bs->nranks;
     hello.addr = *me;
+    WEFT_CHECK_GOTO(weft_auth_random(nonces.client, sizeof(nonces.client)), res, out);
+    memcpy(hello.nonce, nonces.client, sizeof(hello.nonce));
+    weft_auth_mac(bs->key, "bs-hello", nonces.server, nonces.client, &hello,
+                  offsetof(struct weft_bs_hello, mac), hello.mac);
     WEFT_CHECK_GOTO(weft_socket_send_all(fd, &hello, sizeof(hello), deadline, bs->abort_flag, what),
                     res, out);
-    WEFT_CHECK_GOTO(weft_socket_recv_all(fd, &h, sizeof(h), deadline, bs->abort_flag, what), res,
-                    out);
-    size_t table = (size_t)bs->nranks * sizeof(union weft_sockaddr);
-    if (h.version == WEFT_BS_VERSION && h.magic == bs->magic && h.rank == bs->rank &&
-        h.type == WEFT_BS_REPLY_ERR && h.size > 0 && h.size <= WEFT_BS_ERR_LEN) {
-        char text[WEFT_BS_ERR_LEN];
-        WEFT_CHECK_GOTO(weft_socket_recv_all(fd, text, h.size, deadline, bs->abort_flag, what), res,
-                        out);
-        text[h.size - 1] = '\0';
-        WEFT_WARN("bootstrap rank %d: the root %s failed the rendezvous: %s", bs->rank, str, text);
+    WEFT_CHECK_GOTO(weft_socket_recv_all(fd, &raw, sizeof(raw), deadline, bs->abort_flag, what),
+                    res, out);
+    why = weft_bs_reply_hdr_parse(&raw, sizeof(raw), bs->magic, bs->rank, bs->nranks, &h);
+    if (why != NULL)
+        goto out_why;
+    /* Bounded by the parser: WEFT_BS_ERR_LEN, or nranks addresses. */
+    payload = malloc(h.size + WEFT_AUTH_MAC_BYTES);
+    if (payload == NULL) {
+        WEFT_WARN("out of memory allocating %llu bytes", (unsigned long long)h.size);
+        res = ncclSystemError;
+        goto out;
+    }
+    WEFT_CHECK_GOTO(weft_socket_recv_all(fd, payload, h.size + WEFT_AUTH_MAC_BYTES, deadline,
+                                         bs->abort_flag, what),
+                    res, out);
+    weft_bs_reply_mac(bs->key, &nonces, &h, payload, mac);
+    if (!weft_auth_equal(mac, payload + h.size, sizeof(mac))) {
+        why = "the reply failed authentication (not our root, or another secret)";
+        goto out_why;
+    }
+    if (h.type == WEFT_BS_REPLY_ERR) {
+        payload[h.size - 1] = '\0';
+        WEFT_WARN("bootstrap rank %d: the root %s failed the rendezvous: %s", bs->rank, str,
+                  payload);
         res = h.tag == ncclInvalidUsage ? ncclInvalidUsage : ncclSystemError;
         goto out;
     }
-    if (h.version != WEFT_BS_VERSION || h.magic != bs->magic || h.rank != bs->rank ||
-        h.type != WEFT_BS_REPLY_OK || h.size != table) {
-        WEFT_WARN("bootstrap rank %d: malformed reply from the root %s", bs->rank, str);
-        res = ncclSystemError;
-        goto out;
-    }
-    bs->addrs = malloc(table);
-    if (bs->addrs == NULL) {
-        WEFT_WARN("out of memory allocating %zu bytes", table);
-        res = ncclSystemError;
-        goto out;
-    }
-    WEFT_CHECK_GOTO(weft_socket_recv_all(fd, bs->addrs, table, deadline, bs->abort_flag, what), res,
-                    out);
     for (int i = 0; i < bs->nranks; i++) {
-        if (!weft_socket_addr_valid(&bs->addrs[i])) {
+        union weft_sockaddr a;
+        memcpy(&a, payload + i * sizeof(a), sizeof(a));
+        if (!weft_socket_addr_valid(&a)) {
             WEFT_WARN("bootstrap rank %d: the root %s sent an invalid address for rank %d",
                       bs->rank, str, i);
             res = ncclSystemError;
             goto out;
         }
     }
+    bs->addrs = (union weft_sockaddr *)payload; /* the table, with the MAC unused at its end */
+    payload = NULL;
+    goto out;
+out_why:
+    WEFT_WARN("bootstrap rank %d: rendezvous with the root %s failed: %s", bs->rank, str, why);
+    res = ncclSystemError;
 out:
+    free(payload);
     weft_socket_close(&fd);
     return res;
 }
 
 static ncclResult_t weft_bs_alloc_peers(struct weft_bootstrap *bs)
 {
+    WEFT_CALLOC(bs->pfds, 3);
     WEFT_CALLOC(bs->send_fd, bs->nranks);
     for (int i = 0; i < bs->nranks; i++)
         bs->send_fd[i] = -1;
@@ -426,6 +582,7 @@ ncclResult_t weft_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     bs->rank = rank;
     bs->nranks = nranks;
     bs->magic = v.magic;
+    memcpy(bs->key, v.secret, sizeof(bs->key));
     bs->abort_flag = abort_flag;
     bs->timeout_s = weft_param_BootstrapTimeout();
     bs->listen_fd = -1;
@@ -434,7 +591,8 @@ ncclResult_t weft_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
 
     WEFT_CHECK_GOTO(weft_bs_alloc_peers(bs), res, err_close);
     if ((v.flags & WEFT_BS_ID_ROOT_IN_RANK0) && rank == 0)
-        WEFT_CHECK_GOTO(weft_bs_root_start(&v.root, v.magic, bs->timeout_s), res, err_close);
+        WEFT_CHECK_GOTO(weft_bs_root_start(&v.root, v.magic, v.secret, bs->timeout_s), res,
+                        err_close);
     WEFT_CHECK_GOTO(weft_socket_find_interface(ifname, sizeof(ifname), &me), res, err_close);
     WEFT_CHECK_GOTO(weft_socket_listen(&me, &bs->listen_fd), res, err_close);
     WEFT_CHECK_GOTO(weft_bs_rendezvous(bs, &v.root, &me, deadline), res, err_close);
@@ -470,7 +628,12 @@ ncclResult_t weft_bootstrap_close(struct weft_bootstrap *bs)
         weft_socket_close(&bs->send_fd[i]);
     for (int i = 0; i < bs->nranks && bs->recv_fd != NULL; i++)
         weft_socket_close(&bs->recv_fd[i]);
+    for (int i = 0; i < bs->npending; i++)
+        close(bs->pending[i].fd);
     weft_socket_close(&bs->listen_fd);
+    free(bs->pending);
+    free(bs->pfds);
+    memset(bs->key, 0, sizeof(bs->key));
     free(bs->send_fd);
     free(bs->recv_fd);
     free(bs->addrs);

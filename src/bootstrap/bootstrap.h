@@ -2,7 +2,8 @@
  * Bootstrap: the out-of-band TCP network every communicator starts with.
  *
  * weft_bootstrap_get_unique_id() makes the 128-byte ncclUniqueId the user hands to every rank. It
- * holds a random 64-bit magic and the address of a "root": a detached thread listening on a TCP
+ * holds a random 64-bit magic, a random 32-byte secret and the address of a "root": a detached
+ * thread listening on a TCP
  * port, which serves the rendezvous of exactly one communicator and then exits. Each rank's
  * weft_bootstrap_init() opens its own listening socket, sends (rank, nranks, listen address) to
  * the root, and gets back every rank's address once all nranks ranks have arrived. It then
@@ -11,16 +12,25 @@
  *
  * With NCCL_COMM_ID=<host:port> (or [ipv6]:port) set, the id encodes that address and a magic
  * derived from it, so every process may compute the id itself; no thread is started then, and
- * rank 0 runs the root inside weft_bootstrap_init() instead.
+ * rank 0 runs the root inside weft_bootstrap_init() instead. Its secret is then derived from
+ * WEFT_SECRET, or all zero without it (nothing is authenticated then, as with NCCL).
+ *
+ * Authentication: every connection (rank to root, rank to rank) starts with a challenge-response
+ * on the secret, both ways (wire.h); a rank is admitted only after it. Every wait also serves the
+ * listening socket and the unfinished handshakes, so stray, silent (WEFT_BS_ADMIT_MS), garbage or
+ * unauthenticated connections are dropped without holding anything up or changing anything.
  *
  * Guarantees:
  *   - Every wait polls with short timeouts, checks *abort_flag (when not NULL) and ends at a
  *     deadline of WEFT_BOOTSTRAP_TIMEOUT seconds (default 120; <= 0 means no deadline) counted
  *     from the start of each call. Connections refused for WEFT_SOCKET_CONNECT_TIMEOUT seconds
  *     (default 20) fail: a stale id (root gone) is an error within that time, never a hang.
- *   - Everything read from the wire is checked: version, magic (two jobs never mix), type,
- *     lengths, rank numbers. A rank whose nranks differs from another's, or a rank number used
- *     twice, makes the root fail the rendezvous on every rank with a message naming the rank.
+ *   - Everything read from the wire is checked (wire.c's pure parsers): version, magic (two jobs
+ *     never mix), type, lengths (before any allocation), rank numbers, MACs. Messages that arrive
+ *     before they are asked for are kept up to WEFT_BS_MAX_UNEXPECTED (count and bytes) per rank;
+ *     more is an error naming the peer. A rank whose nranks differs from another's, or a rank
+ *     number used twice, makes the root fail the rendezvous on every rank with a message naming
+ *     the rank.
  *   - Ranks may be threads of one process or separate processes; any number of communicators
  *     may bootstrap concurrently (no global state besides the cached interface choice).
  *
@@ -93,6 +103,13 @@ ncclResult_t weft_bootstrap_close(struct weft_bootstrap *bs);
 
 /* The id's 64-bit magic (for naming shared-memory segments etc.); 0 for an invalid id. */
 uint64_t weft_bootstrap_magic(const ncclUniqueId *id);
+
+/*
+ * The communicator's 32-byte secret from its unique id (all zero when it has none: NCCL_COMM_ID
+ * without WEFT_SECRET). Other connections of the communicator (the socket transport) prove they
+ * know it the same way (core/auth.h). Valid until weft_bootstrap_close().
+ */
+const uint8_t *weft_bootstrap_key(const struct weft_bootstrap *bs);
 
 /* Number of root threads still running in this process (for tests and leak checks). */
 int weft_bootstrap_roots_active(void);

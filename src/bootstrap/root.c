@@ -4,6 +4,10 @@
  * time. Once all nranks ranks said hello it sends each the table of listen addresses and exits. On
  * a mismatch (nranks, duplicate rank) or at its deadline it sends each rank the reason instead, and
  * keeps answering late ranks until as many as the largest nranks seen have been told.
+ *
+ * Every connection gets a CHALLENGE at once and counts as a rank only once its HELLO carries the
+ * right MAC (wire.h). Anything else (EOF, garbage, another job's magic, a wrong MAC, silence for
+ * WEFT_BS_ADMIT_MS) is closed and changes nothing: it is neither told anything nor counted.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -27,12 +31,15 @@ int weft_bootstrap_roots_active(void)
 struct weft_bs_root_conn {
     int fd;
     size_t got;
-    struct weft_bs_hello msg;
+    uint64_t since;
+    struct weft_auth_nonces nonces;
+    unsigned char msg[sizeof(struct weft_bs_hello)];
 };
 
 struct weft_bs_root {
     int listen_fd;
     uint64_t magic;
+    uint8_t key[WEFT_AUTH_KEY_BYTES];
     int64_t timeout_s;
     uint64_t deadline;
     char name[WEFT_SOCKADDR_STRLEN];
@@ -42,36 +49,49 @@ struct weft_bs_root {
     int nranks, first_rank, max_nranks; /* nranks from the first hello; 0 before */
     int arrived, answered, failed, finished;
     int *rank_fd;
+    struct weft_auth_nonces *rank_nonces;
     union weft_sockaddr *addrs;
     char err[WEFT_BS_ERR_LEN];
 };
 
-static void weft_bs_root_reply_err(struct weft_bs_root *r, int *fd, int rank, ncclResult_t code)
+/* Sends header, payload and their MAC; a rank that is gone cannot be told (logged). */
+static void weft_bs_root_send(struct weft_bs_root *r, int fd, const struct weft_auth_nonces *n,
+                              const struct weft_bs_hdr *hdr, const void *payload)
+{
+    uint8_t mac[WEFT_AUTH_MAC_BYTES];
+    weft_bs_reply_mac(r->key, n, hdr, payload, mac);
+    if (weft_socket_send_all(fd, hdr, sizeof(*hdr), r->deadline, NULL, "bootstrap root reply") ==
+            ncclSuccess &&
+        weft_socket_send_all(fd, payload, hdr->size, r->deadline, NULL, "bootstrap root reply") ==
+            ncclSuccess)
+        (void)weft_socket_send_all(fd, mac, sizeof(mac), r->deadline, NULL, "bootstrap root reply");
+}
+
+static void weft_bs_root_reply_err(struct weft_bs_root *r, int *fd,
+                                   const struct weft_auth_nonces *n, int rank, ncclResult_t code)
 {
     struct weft_bs_hdr hdr;
-    size_t len = strlen(r->err) + 1;
-    weft_bs_hdr_fill(&hdr, WEFT_BS_REPLY_ERR, r->magic, rank, code, len);
-    /* A rank that is gone cannot be told; the helpers have logged it. */
-    if (weft_socket_send_all(*fd, &hdr, sizeof(hdr), r->deadline, NULL, "bootstrap root reply") ==
-        ncclSuccess)
-        (void)weft_socket_send_all(*fd, r->err, len, r->deadline, NULL, "bootstrap root reply");
+    weft_bs_hdr_fill(&hdr, WEFT_BS_REPLY_ERR, r->magic, rank, code, strlen(r->err) + 1);
+    weft_bs_root_send(r, *fd, n, &hdr, r->err);
     weft_socket_close(fd);
     r->answered++;
 }
 
 /* After a failure: tells the rank on fd why, and stops once everyone expected has been told. */
-static void weft_bs_root_refuse(struct weft_bs_root *r, int *fd, int rank)
+static void weft_bs_root_refuse(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
+                                int rank)
 {
     if (fd != NULL && *fd >= 0)
-        weft_bs_root_reply_err(r, fd, rank, r->failed);
+        weft_bs_root_reply_err(r, fd, n, rank, r->failed);
     if (r->answered >= r->max_nranks)
         r->finished = 1;
 }
 
-static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, int rank, ncclResult_t code,
-                              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, int rank, ncclResult_t code,
-                              const char *fmt, ...)
+static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
+                              int rank, ncclResult_t code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, const struct weft_auth_nonces *n,
+                              int rank, ncclResult_t code, const char *fmt, ...)
 {
     if (!r->failed) {
         va_list ap;
@@ -82,9 +102,9 @@ static void weft_bs_root_fail(struct weft_bs_root *r, int *fd, int rank, ncclRes
         r->failed = code;
         for (int i = 0; i < r->nranks; i++)
             if (r->rank_fd[i] >= 0)
-                weft_bs_root_reply_err(r, &r->rank_fd[i], i, code);
+                weft_bs_root_reply_err(r, &r->rank_fd[i], &r->rank_nonces[i], i, code);
     }
-    weft_bs_root_refuse(r, fd, rank);
+    weft_bs_root_refuse(r, fd, n, rank);
 }
 
 static void weft_bs_root_succeed(struct weft_bs_root *r)
@@ -95,47 +115,38 @@ static void weft_bs_root_succeed(struct weft_bs_root *r)
     WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap root %s: all %d ranks arrived", r->name, r->nranks);
     for (int i = 0; i < r->nranks; i++) {
         weft_bs_hdr_fill(&hdr, WEFT_BS_REPLY_OK, r->magic, i, 0, len);
-        if (weft_socket_send_all(r->rank_fd[i], &hdr, sizeof(hdr), r->deadline, NULL,
-                                 "bootstrap root reply") == ncclSuccess)
-            (void)weft_socket_send_all(r->rank_fd[i], r->addrs, len, r->deadline, NULL,
-                                       "bootstrap root reply");
+        weft_bs_root_send(r, r->rank_fd[i], &r->rank_nonces[i], &hdr, r->addrs);
         weft_socket_close(&r->rank_fd[i]);
     }
     r->finished = 1;
 }
 
-static void weft_bs_root_hello(struct weft_bs_root *r, int fd, const struct weft_bs_hello *m)
+static void weft_bs_root_hello(struct weft_bs_root *r, int fd, struct weft_bs_root_conn *c)
 {
-    const struct weft_bs_hdr *h = &m->hdr;
-    int rank = h->rank, nranks = m->nranks;
-    if (h->version != WEFT_BS_VERSION || h->type != WEFT_BS_HELLO ||
-        h->size != sizeof(*m) - sizeof(*h)) {
-        WEFT_INFO(WEFT_LOG_BOOTSTRAP,
-                  "bootstrap root %s: dropped a connection that is not a "
-                  "bootstrap hello of this version",
-                  r->name);
+    struct weft_bs_hello msg, *m = &msg;
+    const char *why = weft_bs_hello_parse(c->msg, sizeof(c->msg), r->magic, r->key, &c->nonces, m);
+    if (why != NULL) {
+        /* Nothing was admitted: a stray, another job, or someone without the secret. */
+        WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap root %s: dropped a connection: %s", r->name, why);
         close(fd);
         return;
     }
-    if (h->magic != r->magic) {
-        WEFT_WARN("bootstrap root %s: rejected rank %d holding another unique id (stale id or "
-                  "another job)",
-                  r->name, rank);
-        close(fd);
-        return;
-    }
+    const struct weft_auth_nonces *n = &c->nonces;
+    int rank = m->hdr.rank, nranks = m->nranks;
     if (nranks < 1 || nranks > WEFT_BS_MAX_RANKS || rank < 0 || rank >= nranks) {
-        weft_bs_root_fail(r, &fd, rank, ncclInvalidUsage, "rank %d sent invalid nranks %d", rank,
-                          nranks);
+        weft_bs_root_fail(r, &fd, n, rank, ncclInvalidUsage, "rank %d sent invalid nranks %d",
+                          rank, nranks);
         return;
     }
     if (nranks > r->max_nranks)
         r->max_nranks = nranks;
     if (r->nranks == 0) {
         r->rank_fd = malloc(nranks * sizeof(int));
+        r->rank_nonces = calloc(nranks, sizeof(*r->rank_nonces));
         r->addrs = calloc(nranks, sizeof(union weft_sockaddr));
-        if (r->rank_fd == NULL || r->addrs == NULL) {
-            weft_bs_root_fail(r, &fd, rank, ncclSystemError, "out of memory for %d ranks", nranks);
+        if (r->rank_fd == NULL || r->addrs == NULL || r->rank_nonces == NULL) {
+            weft_bs_root_fail(r, &fd, n, rank, ncclSystemError, "out of memory for %d ranks",
+                              nranks);
             return;
         }
         for (int i = 0; i < nranks; i++)
@@ -144,19 +155,21 @@ static void weft_bs_root_hello(struct weft_bs_root *r, int fd, const struct weft
         r->first_rank = rank;
     }
     if (r->failed)
-        weft_bs_root_refuse(r, &fd, rank);
+        weft_bs_root_refuse(r, &fd, n, rank);
     else if (nranks != r->nranks)
-        weft_bs_root_fail(r, &fd, rank, ncclInvalidUsage,
+        weft_bs_root_fail(r, &fd, n, rank, ncclInvalidUsage,
                           "rank %d was started with nranks %d but rank %d with nranks %d", rank,
                           nranks, r->first_rank, r->nranks);
     else if (r->rank_fd[rank] >= 0)
-        weft_bs_root_fail(r, &fd, rank, ncclInvalidUsage,
+        weft_bs_root_fail(r, &fd, n, rank, ncclInvalidUsage,
                           "rank %d joined twice (two processes were given rank %d of %d)", rank,
                           rank, nranks);
     else if (!weft_socket_addr_valid(&m->addr))
-        weft_bs_root_fail(r, &fd, rank, ncclInvalidUsage, "rank %d sent an invalid address", rank);
+        weft_bs_root_fail(r, &fd, n, rank, ncclInvalidUsage, "rank %d sent an invalid address",
+                          rank);
     else {
         r->rank_fd[rank] = fd;
+        r->rank_nonces[rank] = *n;
         r->addrs[rank] = m->addr;
         if (++r->arrived == r->nranks)
             weft_bs_root_succeed(r);
@@ -176,7 +189,7 @@ static void weft_bs_root_timeout(struct weft_bs_root *r)
     for (int i = 0; i < r->nranks && n + 16 < sizeof(missing); i++)
         if (r->rank_fd[i] < 0)
             n += snprintf(missing + n, sizeof(missing) - n, "%s%d", n ? " " : "", i);
-    weft_bs_root_fail(r, NULL, -1, ncclSystemError,
+    weft_bs_root_fail(r, NULL, NULL, -1, ncclSystemError,
                       "timed out after %lld s (WEFT_BOOTSTRAP_TIMEOUT): %d of %d ranks arrived; "
                       "missing: %s%s",
                       (long long)r->timeout_s, r->arrived, r->nranks, missing,
@@ -188,8 +201,8 @@ static void weft_bs_root_timeout(struct weft_bs_root *r)
 static void weft_bs_root_read(struct weft_bs_root *r, int i)
 {
     struct weft_bs_root_conn *c = &r->conns[i];
-    ncclResult_t res = weft_socket_recv_some(c->fd, &c->msg, sizeof(c->msg), &c->got,
-                                             "bootstrap root: hello from a rank");
+    ncclResult_t res = weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got,
+                                             NULL);
     if (res == ncclSuccess && c->got < sizeof(c->msg))
         return;
     struct weft_bs_root_conn done = *c;
@@ -197,7 +210,36 @@ static void weft_bs_root_read(struct weft_bs_root *r, int i)
     if (res != ncclSuccess)
         close(done.fd);
     else
-        weft_bs_root_hello(r, done.fd, &done.msg);
+        weft_bs_root_hello(r, done.fd, &done);
+}
+
+/* Connections that did not complete their hello within WEFT_BS_ADMIT_MS are dropped. */
+static void weft_bs_root_expire(struct weft_bs_root *r)
+{
+    uint64_t now = weft_socket_now_ns();
+    for (int i = r->nconns - 1; i >= 0; i--) {
+        if (now - r->conns[i].since < WEFT_BS_ADMIT_MS * 1000000ull)
+            continue;
+        WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap root %s: dropped a connection silent for %d ms",
+                  r->name, WEFT_BS_ADMIT_MS);
+        close(r->conns[i].fd);
+        r->conns[i] = r->conns[--r->nconns];
+    }
+}
+
+/* The challenge goes out at once; a fresh socket always has room for it. */
+static int weft_bs_root_challenge(struct weft_bs_root *r, int fd, struct weft_bs_root_conn *c)
+{
+    struct weft_bs_challenge ch;
+    size_t done = 0;
+    memset(&ch, 0, sizeof(ch));
+    weft_bs_hdr_fill(&ch.hdr, WEFT_BS_CHALLENGE, r->magic, -1, 0, sizeof(ch.nonce));
+    if (weft_auth_random(c->nonces.server, sizeof(c->nonces.server)) != ncclSuccess)
+        return 0;
+    memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
+    return weft_socket_send_some(fd, &ch, sizeof(ch), &done, NULL) ==
+               ncclSuccess &&
+           done == sizeof(ch);
 }
 
 static void weft_bs_root_accept(struct weft_bs_root *r)
@@ -220,7 +262,13 @@ static void weft_bs_root_accept(struct weft_bs_root *r)
             }
             r->cap = cap;
         }
-        r->conns[r->nconns++] = (struct weft_bs_root_conn){.fd = fd};
+        struct weft_bs_root_conn *c = &r->conns[r->nconns];
+        *c = (struct weft_bs_root_conn){.fd = fd, .since = weft_socket_now_ns()};
+        if (!weft_bs_root_challenge(r, fd, c)) {
+            close(fd);
+            continue;
+        }
+        r->nconns++;
     }
 }
 
@@ -232,6 +280,7 @@ static void *weft_bs_root_main(void *arg)
             weft_bs_root_timeout(r);
             break;
         }
+        weft_bs_root_expire(r);
         int n = r->nconns;
         r->pfds[0] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
         for (int i = 0; i < n; i++)
@@ -253,13 +302,15 @@ static void *weft_bs_root_main(void *arg)
     free(r->conns);
     free(r->pfds);
     free(r->rank_fd);
+    free(r->rank_nonces);
     free(r->addrs);
     free(r);
     __atomic_sub_fetch(&weft_bs_roots_running, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
-ncclResult_t weft_bs_root_start(union weft_sockaddr *addr, uint64_t magic, int64_t timeout_s)
+ncclResult_t weft_bs_root_start(union weft_sockaddr *addr, uint64_t magic,
+                                const uint8_t key[WEFT_AUTH_KEY_BYTES], int64_t timeout_s)
 {
     ncclResult_t res = ncclSuccess;
     struct weft_bs_root *r;
@@ -268,6 +319,7 @@ ncclResult_t weft_bs_root_start(union weft_sockaddr *addr, uint64_t magic, int64
     WEFT_CALLOC(r, 1);
     r->listen_fd = -1;
     r->magic = magic;
+    memcpy(r->key, key, sizeof(r->key));
     r->timeout_s = timeout_s;
     r->deadline = weft_socket_deadline(r->timeout_s);
     r->pfds = malloc(sizeof(*r->pfds)); /* grows with conns; slot 0 is the listening socket */

@@ -373,7 +373,8 @@ ncclResult_t weft_socket_send_some(int fd, const void *buf, size_t len, size_t *
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
             return ncclSuccess;
         } else if (errno != EINTR) {
-            WEFT_WARN("%s: send failed: %s", what, strerror(errno));
+            if (what != NULL) /* NULL: quiet (socket.h) */
+                WEFT_WARN("%s: send failed: %s", what, strerror(errno));
             return errno == EPIPE || errno == ECONNRESET ? ncclRemoteError : ncclSystemError;
         }
     }
@@ -387,12 +388,15 @@ ncclResult_t weft_socket_recv_some(int fd, void *buf, size_t len, size_t *done, 
         if (n > 0) {
             *done += (size_t)n;
         } else if (n == 0) {
-            WEFT_WARN("%s: connection closed by the peer after %zu of %zu bytes", what, *done, len);
+            if (what != NULL)
+                WEFT_WARN("%s: connection closed by the peer after %zu of %zu bytes", what, *done,
+                          len);
             return ncclRemoteError;
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
             return ncclSuccess;
         } else if (errno != EINTR) {
-            WEFT_WARN("%s: recv failed: %s", what, strerror(errno));
+            if (what != NULL) /* NULL: quiet (socket.h) */
+                WEFT_WARN("%s: recv failed: %s", what, strerror(errno));
             return errno == ECONNRESET ? ncclRemoteError : ncclSystemError;
         }
     }

@@ -88,7 +88,8 @@ ncclResult_t weft_socket_accept(int listen_fd, int *fd_p);
 
 /*
  * Non-blocking transfers: move what the kernel accepts now, advancing *done towards len.
- * recv reports a peer that closed before len bytes as ncclRemoteError.
+ * recv reports a peer that closed before len bytes as ncclRemoteError. what NULL: errors are
+ * returned but not logged (handshakes of connections not admitted yet: strays are no error).
  */
 ncclResult_t weft_socket_send_some(int fd, const void *buf, size_t len, size_t *done,
                                    const char *what);

@@ -152,8 +152,26 @@ static int fake_rank(const struct wire_case *c, ncclUniqueId id)
             weft_socket_accept(lfd, &fd) != ncclSuccess)
             return 1;
     }
+    /* The acceptor's side of the handshake (socket/socket.h), with the id's secret. */
+    struct weft_sock_challenge ch = {.version = WEFT_SOCK_VERSION, .type = WEFT_SOCK_CHALLENGE,
+                                     .comm_hash = weft_bootstrap_magic(&id)};
+    struct weft_auth_nonces nonces;
+    struct weft_sock_hello_auth m;
     struct weft_sock_hello h;
-    if (weft_socket_recv_all(fd, &h, sizeof(h), weft_socket_deadline(10), NULL, "hello") !=
+    struct weft_sock_accept acc = {.version = WEFT_SOCK_VERSION, .type = WEFT_SOCK_ACCEPT};
+    weft_auth_random(ch.nonce, sizeof(ch.nonce));
+    memcpy(nonces.server, ch.nonce, sizeof(ch.nonce));
+    if (weft_socket_send_all(fd, &ch, sizeof(ch), weft_socket_deadline(10), NULL, "challenge") !=
+            ncclSuccess ||
+        weft_socket_recv_all(fd, &m, sizeof(m), weft_socket_deadline(10), NULL, "hello") !=
+            ncclSuccess ||
+        weft_sock_hello_parse(&m, sizeof(m), weft_bootstrap_key(bs), &nonces, &h) != NULL) {
+        fprintf(stderr, "fake: no authenticated hello\n");
+        return 1;
+    }
+    weft_auth_mac(weft_bootstrap_key(bs), "sock-accept", nonces.server, nonces.client, &h,
+                  sizeof(h), acc.mac);
+    if (weft_socket_send_all(fd, &acc, sizeof(acc), weft_socket_deadline(10), NULL, "accept") !=
             ncclSuccess ||
         h.version != WEFT_SOCK_VERSION || h.type != WEFT_SOCK_HELLO || h.rank != 0 || h.peer != 1 ||
         h.nchannels != 2 || h.slot_bytes != SLOT_BYTES) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/wire.h"
 #include "bootstrap/socket.h"
 #include "core/log.h"
 
@@ -366,6 +367,40 @@ static void case_size_mismatch(void)
     weft_bootstrap_close(bs);
 }
 
+/* Rank 1 sends more early messages than a rank keeps: rank 0's receive fails naming the bound,
+ * instead of queueing without limit. */
+static void *flood_thread(void *p)
+{
+    struct rank_arg *a = p;
+    struct weft_bootstrap *bs;
+    if (weft_bootstrap_init(&a->id, 1, 2, NULL, &bs) != ncclSuccess)
+        return NULL;
+    for (int i = 0; i <= WEFT_BS_MAX_UNEXPECTED; i++)
+        if (weft_bootstrap_send(bs, 0, 1, NULL, 0) != ncclSuccess)
+            break;
+    weft_bootstrap_close(bs); /* what was sent is still delivered */
+    return NULL;
+}
+
+static void case_unexpected_bound(void)
+{
+    ncclUniqueId id;
+    struct rank_arg a = {.rank = 1, .nranks = 2};
+    pthread_t t;
+    struct weft_bootstrap *bs;
+    char buf[4];
+    EXPECT(weft_bootstrap_get_unique_id(&id) == ncclSuccess, "%s", weft_log_last_error());
+    a.id = id;
+    pthread_create(&t, NULL, flood_thread, &a);
+    EXPECT(weft_bootstrap_init(&id, 0, 2, NULL, &bs) == ncclSuccess, "%s", weft_log_last_error());
+    EXPECT(weft_bootstrap_recv(bs, 1, 2, buf, sizeof(buf)) == ncclInvalidUsage,
+           "receive past the bound of early messages");
+    EXPECT(strstr(weft_log_last_error(), "nobody asked for") != NULL, "%s",
+           weft_log_last_error());
+    weft_bootstrap_close(bs);
+    pthread_join(t, NULL);
+}
+
 /* ---- knobs: NCCL_COMM_ID, interfaces, abort ---------------------------------------------------
  */
 
@@ -452,6 +487,7 @@ static const struct test_case cases[] = {
     {"mismatched_nranks", case_mismatched_nranks, "1"},
     {"duplicate_rank", case_duplicate_rank, "5"},
     {"size_mismatch", case_size_mismatch, "5"},
+    {"unexpected_bound", case_unexpected_bound, "5"},
     {"comm_id", case_comm_id, "10"},
     {"ipv6_lo", case_ipv6_lo, "10"},
     {"bad_ifname", case_bad_ifname, "10"},

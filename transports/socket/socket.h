@@ -4,10 +4,16 @@
  * runs on one architecture, as with NCCL.
  *
  * Setup (collective, through the bootstrap): every rank all-gathers a struct weft_sock_info.
- * A rank then connects nthreads * nsocks times to every higher-ranked socket peer's address and
- * sends struct weft_sock_hello first on each connection; the acceptor checks every field (comm
- * hash, both ranks, connection number, thread and socket counts, channels, slot size) and refuses
- * the connection, failing init, on any difference.
+ * A rank then connects nthreads * nsocks times to every higher-ranked socket peer's address. On
+ * each connection (wire version 3; version 2 had no handshake):
+ *   acceptor -> connector  struct weft_sock_challenge: a 16-byte nonce Ns
+ *   connector -> acceptor  struct weft_sock_hello_auth: the hello, a nonce Nc and
+ *                          HMAC(secret, "sock-hello", Ns, Nc, hello), secret = the unique id's
+ *   acceptor -> connector  struct weft_sock_accept: HMAC(secret, "sock-accept", Ns, Nc, hello)
+ * The acceptor polls its listener and every unfinished handshake at once: a connection that
+ * closes, sends garbage or a wrong MAC, or says nothing for WEFT_SOCK_ADMIT_MS is dropped and
+ * changes nothing. An authenticated hello is then checked field by field (comm hash, both ranks,
+ * connection number, thread and socket counts, channels, slot size); any difference fails init.
  *
  * Then frames flow both ways, each a struct weft_sock_frame header. `channel` is a FIFO channel:
  * below nchannels a channel's slot FIFO, from nchannels (when the hellos say ll_fifos) its LL FIFO.
@@ -26,8 +32,9 @@
 #include <stdint.h>
 
 #include "bootstrap/socket.h"
+#include "core/auth.h"
 
-#define WEFT_SOCK_VERSION 0x024b5357u /* "WSK" + wire version 2 (LL FIFO channels) */
+#define WEFT_SOCK_VERSION 0x034b5357u /* "WSK" + wire version 3 (handshake with MACs) */
 #define WEFT_SOCK_INFO_VERSION 1u
 
 enum weft_sock_type {
@@ -35,7 +42,11 @@ enum weft_sock_type {
     WEFT_SOCK_DATA,
     WEFT_SOCK_CREDIT,
     WEFT_SOCK_BYE,
+    WEFT_SOCK_CHALLENGE,
+    WEFT_SOCK_ACCEPT,
 };
+
+#define WEFT_SOCK_ADMIT_MS 5000
 
 struct weft_sock_frame {
     uint32_t version; /* WEFT_SOCK_VERSION */
@@ -69,6 +80,53 @@ struct weft_sock_hello {
     uint32_t ll_fifos;  /* 1: FIFO channels nchannels .. 2 nchannels - 1 are the LL FIFOs */
     uint64_t slot_bytes;
 };
+
+struct weft_sock_challenge {
+    uint32_t version; /* WEFT_SOCK_VERSION */
+    uint32_t type;    /* WEFT_SOCK_CHALLENGE */
+    uint64_t comm_hash;
+    uint8_t nonce[WEFT_AUTH_NONCE_BYTES];
+};
+
+struct weft_sock_hello_auth {
+    struct weft_sock_hello hello;
+    uint8_t nonce[WEFT_AUTH_NONCE_BYTES];
+    uint8_t mac[WEFT_AUTH_MAC_BYTES];
+};
+
+struct weft_sock_accept {
+    uint32_t version; /* WEFT_SOCK_VERSION */
+    uint32_t type;    /* WEFT_SOCK_ACCEPT */
+    uint8_t mac[WEFT_AUTH_MAC_BYTES];
+};
+
+/*
+ * Pure parsers (socket/wire.c; no I/O, fuzzed by tests/fuzz). NULL on success, else why not.
+ * challenge: the acceptor's nonce into nonces->server. hello_auth: version, type and MAC checked
+ * (nonces->server known), the hello and nonces->client written; its fields are the caller's to
+ * compare. accept: the MAC over the hello we sent. frame: the checks that need no connection
+ * state (version, check word, type, channel range and owner thread, credits carry no bytes);
+ * writes why (a message) and returns it, or NULL.
+ */
+const char *weft_sock_challenge_parse(const void *bytes, size_t len, uint64_t comm_hash,
+                                      struct weft_auth_nonces *nonces);
+const char *weft_sock_hello_parse(const void *bytes, size_t len, const uint8_t *key,
+                                  struct weft_auth_nonces *nonces, struct weft_sock_hello *h_p);
+const char *weft_sock_accept_parse(const void *bytes, size_t len, const uint8_t *key,
+                                   const struct weft_auth_nonces *nonces,
+                                   const struct weft_sock_hello *h);
+const char *weft_sock_frame_parse(const void *bytes, size_t len, int nfifo, int nthreads,
+                                  int thread, struct weft_sock_frame *f_p, char *why,
+                                  size_t why_len);
+
+/*
+ * The connecting side of the handshake on a connected socket: reads the challenge, sends h with
+ * its MAC, checks the acceptor's. Blocks until deadline (abort_flag may be NULL). Errors are
+ * logged, naming `what`.
+ */
+ncclResult_t weft_sock_handshake(int fd, const uint8_t *key, const struct weft_sock_hello *h,
+                                 uint64_t deadline, volatile uint32_t *abort_flag,
+                                 const char *what);
 
 /* What every rank all-gathers at setup (listening 0: the rank has no socket peer). */
 struct weft_sock_info {
