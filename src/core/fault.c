@@ -13,7 +13,7 @@
 #include "core/log.h"
 #include "core/param.h"
 
-WEFT_PARAM_STR(Fault, "WEFT_FAULT", "",
+WEFT_PARAM_STR(Fault, "WEFT_FAULT", NULL,
                "faults to inject, for tests: SPEC[,SPEC...], SPEC one of kill:op=N, alloc:op=N, "
                "stall:sec=S, drop, corrupt (each with optional :rank=R; the last three with "
                ":peer=P:frame=K, socket data frames), devalloc:n=N, launch:n=N (emulated GPU); "
