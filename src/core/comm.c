@@ -645,6 +645,7 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
     WEFT_CHECK(weft_comm_connect(comm));
     WEFT_CHECK(weft_cuda_comm_setup(comm));
     WEFT_CHECK(weft_bootstrap_barrier(comm->bootstrap));
+    __atomic_store_n(&comm->ready, 1, __ATOMIC_RELEASE);
     WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
               comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
     return ncclSuccess;

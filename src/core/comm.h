@@ -150,6 +150,8 @@ struct ncclComm {
     pthread_cond_t ticket_cond;
     uint64_t issued;
     uint64_t completed;
+    int ready;          /* weft_comm_setup finished (release); work on a communicator whose
+                         * non-blocking init failed is refused, not run on missing connections */
     int ticket_running; /* the holder of ticket `completed` is running (its own deadlines bound
                          * it); while not, waiters count WEFT_TIMEOUT against it */
     struct weft_stream *async_stream; /* non-blocking communicators run all their work here */

@@ -31,6 +31,15 @@ static ncclResult_t weft_batch_run(struct weft_batch *b)
         __atomic_fetch_add(&b->parts[i].comm->busy, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < b->nparts; i++)
         WEFT_CHECK_IGNORE(weft_comm_ticket_wait(b->parts[i].comm, b->parts[i].ticket), res);
+    for (int i = 0; i < b->nparts && res == ncclSuccess; i++) {
+        struct ncclComm *comm = b->parts[i].comm;
+        if (!__atomic_load_n(&comm->ready, __ATOMIC_ACQUIRE)) {
+            WEFT_WARN("rank %d: %s on a communicator whose initialization failed (error %d)",
+                      comm->rank, b->tasks[0].api,
+                      (int)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE));
+            res = ncclInvalidUsage;
+        }
+    }
     if (res == ncclSuccess)
         res = weft_exec_tasks(b->tasks, b->ntasks);
     return res;

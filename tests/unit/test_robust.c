@@ -10,6 +10,8 @@
  *                and fails when jobs are pending while none runs
  *   keepalive    connected sockets (both ends) carry keepalive and TCP_USER_TIMEOUT from
  *                WEFT_SOCKET_KEEPALIVE (15 s by default)
+ *   init-failed  (WEFT_BOOTSTRAP_TIMEOUT=2) work queued on a non-blocking communicator whose init
+ *                fails is refused with an error, not run
  * Usage: test_robust CASE
  */
 #include <pthread.h>
@@ -21,6 +23,7 @@
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 
+#include "nccl.h"
 #include "bootstrap/socket.h"
 #include "core/comm.h"
 #include "core/fault.h"
@@ -276,6 +279,33 @@ static void case_keepalive(void)
     weft_socket_close(&lfd);
 }
 
+/* A non-blocking init that fails (its peer never comes): work queued on it is refused with an
+ * error, never run on connections that do not exist (it crashed on a NULL peer table). */
+static void case_init_failed(void)
+{
+    ncclUniqueId id;
+    EXPECT(ncclGetUniqueId(&id) == ncclSuccess, "unique id");
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t comm = NULL;
+    ncclResult_t res = ncclCommInitRankConfig(&comm, 2, id, 0, &cfg);
+    EXPECT(res == ncclInProgress || res == ncclSuccess, "init %d", res);
+    if (comm == NULL)
+        return;
+    int v = 1;
+    res = ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, NULL);
+    EXPECT(res == ncclInProgress || res == ncclSuccess, "queued all-reduce %d", res);
+    ncclResult_t state = ncclInProgress;
+    double t0 = now_s();
+    while (state == ncclInProgress && now_s() - t0 < 20) {
+        ncclCommGetAsyncError(comm, &state);
+        usleep(10000);
+    }
+    EXPECT(state != ncclSuccess && state != ncclInProgress, "async state %d", state);
+    EXPECT(v == 1, "the all-reduce ran: %d", v);
+    ncclCommAbort(comm);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -289,8 +319,10 @@ int main(int argc, char **argv)
         case_stream();
     else if (strcmp(c, "keepalive") == 0)
         case_keepalive();
+    else if (strcmp(c, "init-failed") == 0)
+        case_init_failed();
     else {
-        fprintf(stderr, "usage: test_robust fault-parse|arena|ticket|stream|keepalive\n");
+        fprintf(stderr, "usage: test_robust fault-parse|arena|ticket|stream|keepalive|init-failed\n");
         return 2;
     }
     printf("%s: %d passed, %d failed\n", c, npass, nfail);
