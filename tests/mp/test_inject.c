@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/time_scale.h"
 
 #define NOPS 6
 #define COUNT 65536
@@ -183,7 +184,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < e->nranks; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
-            alarm(40); /* a hang fails the case (SIGALRM) */
+            alarm(weft_test_scaled(40)); /* a hang fails the case (SIGALRM) */
             _exit(rank_main(e, r, id));
         }
     }
