@@ -452,7 +452,7 @@ ncclResult_t weft_socket_poll(struct pollfd *fds, nfds_t nfds, uint64_t deadline
                               volatile uint32_t *abort_flag, const char *what)
 {
     for (;;) {
-        if (abort_flag != NULL && *abort_flag != 0) {
+        if (abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE) != 0) {
             WEFT_INFO(WEFT_LOG_BOOTSTRAP | WEFT_LOG_NET, "aborted while waiting for %s", what);
             return ncclSystemError;
         }
@@ -483,7 +483,7 @@ ncclResult_t weft_socket_sleep(int ms, uint64_t deadline, volatile uint32_t *abo
     if (deadline != 0 && deadline < end)
         end = deadline;
     for (;;) {
-        if (abort_flag != NULL && *abort_flag != 0) {
+        if (abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE) != 0) {
             WEFT_INFO(WEFT_LOG_BOOTSTRAP | WEFT_LOG_NET, "aborted while waiting for %s", what);
             return ncclSystemError;
         }
