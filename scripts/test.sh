@@ -8,3 +8,6 @@ meson compile -C build
 meson test -C build --print-errorlogs --num-processes 2
 # ThreadSanitizer over the emulated GPU with ranks as threads (a reduced pass; scripts/tsan.sh).
 bash scripts/tsan.sh
+# AddressSanitizer + UBSan over unit, sim and the small mp cases (a reduced pass; the full ones:
+# scripts/sanitize.sh asan|tsan, README "Tests").
+bash scripts/sanitize.sh asan --reduced

@@ -26,6 +26,11 @@ WEFT_PARAM_STR(
 WEFT_PARAM(SocketConnectTimeout, "WEFT_SOCKET_CONNECT_TIMEOUT", 20,
            "seconds to keep retrying a refused or unreachable TCP connection before giving up");
 
+WEFT_PARAM(SocketKeepalive, "WEFT_SOCKET_KEEPALIVE", 15,
+           "seconds a TCP peer may leave sent data unacknowledged, or an idle connection's "
+           "keepalive probes unanswered, before the connection fails (a host that died "
+           "silently); 0: the kernel's defaults (minutes to hours)");
+
 #define WEFT_SOCKET_SLICE_MS 100
 
 uint64_t weft_socket_now_ns(void)
@@ -242,11 +247,29 @@ void weft_socket_close(int *fd)
     *fd = -1;
 }
 
+/*
+ * Options of every connected socket. TCP_NODELAY: small frames go at once. Keepalive probes and
+ * TCP_USER_TIMEOUT: a peer host that dies or drops off the network without a FIN or RST fails the
+ * connection (ETIMEDOUT) within WEFT_SOCKET_KEEPALIVE seconds, idle or not, instead of waiting
+ * for WEFT_TIMEOUT or, on an idle connection, forever. Best effort: without them a socket is
+ * slower to fail, not wrong.
+ */
 static void weft_socket_nodelay(int fd)
 {
     int one = 1;
-    /* Best effort: a socket without it is slower, not wrong. */
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int64_t t = weft_param_SocketKeepalive();
+    if (t <= 0)
+        return;
+    if (t > 3600)
+        t = 3600;
+    int idle = t >= 4 ? (int)(t / 2) : 1, intvl = t >= 6 ? (int)(t / 6) : 1, cnt = 3;
+    unsigned int user_ms = (unsigned int)t * 1000u;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
 }
 
 ncclResult_t weft_socket_listen(union weft_sockaddr *addr, int *fd_p)
@@ -433,7 +456,7 @@ ncclResult_t weft_socket_poll(struct pollfd *fds, nfds_t nfds, uint64_t deadline
                               volatile uint32_t *abort_flag, const char *what)
 {
     for (;;) {
-        if (abort_flag != NULL && *abort_flag != 0) {
+        if (abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE) != 0) {
             WEFT_INFO(WEFT_LOG_BOOTSTRAP | WEFT_LOG_NET, "aborted while waiting for %s", what);
             return ncclSystemError;
         }
@@ -464,7 +487,7 @@ ncclResult_t weft_socket_sleep(int ms, uint64_t deadline, volatile uint32_t *abo
     if (deadline != 0 && deadline < end)
         end = deadline;
     for (;;) {
-        if (abort_flag != NULL && *abort_flag != 0) {
+        if (abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE) != 0) {
             WEFT_INFO(WEFT_LOG_BOOTSTRAP | WEFT_LOG_NET, "aborted while waiting for %s", what);
             return ncclSystemError;
         }

@@ -4,7 +4,8 @@
  * send/recv, and a poll wrapper that checks an abort flag.
  *
  * Conventions shared by every function here:
- *   - Sockets are created non-blocking and close-on-exec; connected sockets have TCP_NODELAY.
+ *   - Sockets are created non-blocking and close-on-exec; connected sockets have TCP_NODELAY,
+ *     keepalive and TCP_USER_TIMEOUT (WEFT_SOCKET_KEEPALIVE: a silently dead host fails them).
  *     Sends use MSG_NOSIGNAL, so a closed peer is an error return, never SIGPIPE.
  *   - A deadline is an absolute CLOCK_MONOTONIC time in nanoseconds (weft_socket_deadline());
  *     0 means no deadline. Waits poll() in slices of at most 100 ms and check *abort_flag

@@ -15,11 +15,13 @@
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/fault.h"
 #include "core/param.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
 #include "exec/cuda.h"
 #include "exec/stream.h"
+#include "exec/wait.h"
 #include "transport.h"
 
 int weft_host_oversubscribed;
@@ -592,6 +594,7 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
         WEFT_WARN("ncclCommInitRank: comm pointer is NULL");
         return ncclInvalidArgument;
     }
+    WEFT_CHECK(weft_fault_check());
     if (nranks < 1) {
         WEFT_WARN("ncclCommInitRank: nranks %d must be at least 1", nranks);
         return ncclInvalidArgument;
@@ -642,6 +645,7 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
     WEFT_CHECK(weft_comm_connect(comm));
     WEFT_CHECK(weft_cuda_comm_setup(comm));
     WEFT_CHECK(weft_bootstrap_barrier(comm->bootstrap));
+    __atomic_store_n(&comm->ready, 1, __ATOMIC_RELEASE);
     WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
               comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
     return ncclSuccess;
@@ -671,12 +675,28 @@ uint64_t weft_comm_ticket_take(struct ncclComm *comm)
 
 ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket)
 {
+    uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
+    uint64_t seen = UINT64_MAX, idle_since = 0;
     pthread_mutex_lock(&comm->ticket_lock);
     while (comm->completed < ticket) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
             pthread_mutex_unlock(&comm->ticket_lock);
             WEFT_WARN("rank %d: communicator aborted while work waited for its turn", comm->rank);
             return ncclInvalidUsage;
+        }
+        /* Running work has deadlines of its own; the clock runs only while none runs. */
+        uint64_t now = weft_time_ns();
+        if (comm->completed != seen || comm->ticket_running) {
+            seen = comm->completed;
+            idle_since = now;
+        } else if (now - idle_since > timeout_ns) {
+            pthread_mutex_unlock(&comm->ticket_lock);
+            WEFT_WARN("rank %d: work %llu waited %llu s for work %llu of this communicator, "
+                      "which never started (WEFT_TIMEOUT)",
+                      comm->rank, (unsigned long long)ticket,
+                      (unsigned long long)((now - idle_since) / 1000000000ull),
+                      (unsigned long long)seen);
+            return ncclSystemError;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -687,6 +707,7 @@ ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket)
         }
         pthread_cond_timedwait(&comm->ticket_cond, &comm->ticket_lock, &ts);
     }
+    comm->ticket_running = 1;
     pthread_mutex_unlock(&comm->ticket_lock);
     return ncclSuccess;
 }
@@ -695,6 +716,7 @@ void weft_comm_ticket_done(struct ncclComm *comm)
 {
     pthread_mutex_lock(&comm->ticket_lock);
     comm->completed++;
+    comm->ticket_running = 0;
     pthread_cond_broadcast(&comm->ticket_cond);
     pthread_mutex_unlock(&comm->ticket_lock);
 }

@@ -150,6 +150,10 @@ struct ncclComm {
     pthread_cond_t ticket_cond;
     uint64_t issued;
     uint64_t completed;
+    int ready;          /* weft_comm_setup finished (release); work on a communicator whose
+                         * non-blocking init failed is refused, not run on missing connections */
+    int ticket_running; /* the holder of ticket `completed` is running (its own deadlines bound
+                         * it); while not, waiters count WEFT_TIMEOUT against it */
     struct weft_stream *async_stream; /* non-blocking communicators run all their work here */
 
     struct weft_user_op user_ops[WEFT_MAX_USER_OPS];
@@ -187,7 +191,11 @@ int weft_comm_peer_alive(const struct ncclComm *comm, int p);
 
 /* Takes the next ticket (issuing thread only). */
 uint64_t weft_comm_ticket_take(struct ncclComm *comm);
-/* Blocks until every ticket before `ticket` finished; fails if the communicator is aborted. */
+/*
+ * Blocks until every ticket before `ticket` finished, then marks it running. Fails if the
+ * communicator is aborted, or when for WEFT_TIMEOUT seconds no earlier ticket ran or finished
+ * (a leaked ticket, or work stuck before it started), naming both tickets.
+ */
 ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket);
 void weft_comm_ticket_done(struct ncclComm *comm);
 /* The state ncclCommGetAsyncError reports. */

@@ -98,6 +98,7 @@ static ncclResult_t weft_init_nonblocking(struct ncclComm *comm, const ncclUniqu
     a->job.run = weft_init_async_run;
     a->job.finish = weft_init_async_finish;
     weft_comm_ticket_take(comm);
+    comm->ticket_running = 1; /* ticket 0, init, runs at once (the bootstrap deadline bounds it) */
     weft_stream_enqueue(comm->async_stream, &a->job);
     return ncclInProgress;
 }

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/fault.h"
 #include "core/group.h"
 #include "exec/cuda.h"
 #include "exec/stream.h"
@@ -30,6 +31,15 @@ static ncclResult_t weft_batch_run(struct weft_batch *b)
         __atomic_fetch_add(&b->parts[i].comm->busy, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < b->nparts; i++)
         WEFT_CHECK_IGNORE(weft_comm_ticket_wait(b->parts[i].comm, b->parts[i].ticket), res);
+    for (int i = 0; i < b->nparts && res == ncclSuccess; i++) {
+        struct ncclComm *comm = b->parts[i].comm;
+        if (!__atomic_load_n(&comm->ready, __ATOMIC_ACQUIRE)) {
+            WEFT_WARN("rank %d: %s on a communicator whose initialization failed (error %d)",
+                      comm->rank, b->tasks[0].api,
+                      (int)__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE));
+            res = ncclInvalidUsage;
+        }
+    }
     if (res == ncclSuccess)
         res = weft_exec_tasks(b->tasks, b->ntasks);
     return res;
@@ -66,6 +76,11 @@ static struct weft_stream *weft_target(const struct weft_task *first)
     return first->comm->blocking ? NULL : first->comm->async_stream;
 }
 
+/*
+ * Everything that can fail (the arrays, one batch per stream) is allocated before any ticket is
+ * taken: a ticket taken is a turn every later operation of the communicator waits for, so it must
+ * always be passed on (weft_batch_finish).
+ */
 static ncclResult_t weft_submit_host(struct weft_task *tasks, int ntasks)
 {
     ncclResult_t res = ncclSuccess;
@@ -73,18 +88,21 @@ static ncclResult_t weft_submit_host(struct weft_task *tasks, int ntasks)
     enum { SMALL = 16 };
     struct weft_part parts_small[SMALL];
     struct weft_stream *targets_small[SMALL];
+    struct weft_batch *batches_small[SMALL];
     int part_of_small[SMALL];
     int small = ntasks <= SMALL;
     struct weft_part *parts = small ? parts_small : calloc((size_t)ntasks, sizeof(*parts));
     struct weft_stream **targets =
         small ? targets_small : calloc((size_t)ntasks, sizeof(*targets));
+    struct weft_batch **batches =
+        small ? batches_small : calloc((size_t)ntasks, sizeof(*batches));
     int *part_of = small ? part_of_small : calloc((size_t)ntasks, sizeof(int));
-    if (parts == NULL || targets == NULL || part_of == NULL) {
+    if (parts == NULL || targets == NULL || batches == NULL || part_of == NULL) {
         WEFT_WARN("out of memory issuing %d operations", ntasks);
         res = ncclSystemError;
         goto out;
     }
-    /* One part per communicator, in order of first appearance; tickets taken now, in order. */
+    /* One part per communicator, in order of first appearance. */
     int nparts = 0;
     for (int t = 0; t < ntasks; t++) {
         int p = 0;
@@ -92,23 +110,18 @@ static ncclResult_t weft_submit_host(struct weft_task *tasks, int ntasks)
             p++;
         if (p == nparts) {
             parts[p].comm = tasks[t].comm;
-            parts[p].ticket = weft_comm_ticket_take(tasks[t].comm);
             targets[p] = weft_target(&tasks[t]);
+            batches[p] = NULL;
             nparts++;
         }
         part_of[t] = p;
     }
-    int in_progress = 0, has_inline = 0;
-    /* Streams first, so their work overlaps whatever runs inline. */
+    /* One batch per stream, held by the stream's first part. */
     for (int p = 0; p < nparts; p++) {
         struct weft_stream *target = targets[p];
-        if (target == NULL) {
-            has_inline = 1;
-            continue;
-        }
-        int first = 1;
-        for (int q = 0; q < p; q++)
-            first &= targets[q] != target;
+        int first = target != NULL;
+        for (int q = 0; q < p && first; q++)
+            first = targets[q] != target;
         if (!first)
             continue;
         int nt = 0, np = 0;
@@ -116,15 +129,33 @@ static ncclResult_t weft_submit_host(struct weft_task *tasks, int ntasks)
             nt += targets[part_of[t]] == target;
         for (int q = p; q < nparts; q++)
             np += targets[q] == target;
-        struct weft_batch *b = calloc(1, sizeof(*b) + (size_t)nt * sizeof(struct weft_task) +
-                                             (size_t)np * sizeof(struct weft_part));
-        if (b == NULL) {
+        batches[p] = calloc(1, sizeof(struct weft_batch) + (size_t)nt * sizeof(struct weft_task) +
+                                   (size_t)np * sizeof(struct weft_part));
+        if (batches[p] == NULL) {
             WEFT_WARN("out of memory queueing %d operations on a stream", nt);
             res = ncclSystemError;
+            for (int q = 0; q < p; q++)
+                free(batches[q]);
             goto out;
         }
+    }
+    /* Nothing fails from here on: tickets taken now, in order. */
+    for (int p = 0; p < nparts; p++)
+        parts[p].ticket = weft_comm_ticket_take(parts[p].comm);
+    int in_progress = 0, has_inline = 0;
+    /* Streams first, so their work overlaps whatever runs inline. */
+    for (int p = 0; p < nparts; p++) {
+        struct weft_stream *target = targets[p];
+        struct weft_batch *b = batches[p];
+        has_inline |= target == NULL;
+        if (b == NULL)
+            continue;
         b->tasks = (struct weft_task *)(b + 1);
-        b->parts = (struct weft_part *)(b->tasks + nt);
+        for (int t = 0; t < ntasks; t++)
+            if (targets[part_of[t]] == target)
+                b->ntasks++;
+        b->parts = (struct weft_part *)(b->tasks + b->ntasks);
+        b->ntasks = 0;
         for (int t = 0; t < ntasks; t++)
             if (targets[part_of[t]] == target)
                 b->tasks[b->ntasks++] = tasks[t];
@@ -161,6 +192,7 @@ out:
     if (!small) {
         free(parts);
         free(targets);
+        free(batches);
         free(part_of);
     }
     return res;
@@ -172,6 +204,9 @@ out:
  */
 ncclResult_t weft_submit(struct weft_task *tasks, int ntasks)
 {
+    if (WEFT_FAULT_ARMED())
+        for (int t = 0; t < ntasks; t++)
+            weft_fault_op(tasks[t].comm->rank);
     int ndev = 0;
     for (int t = 0; t < ntasks; t++)
         ndev += tasks[t].on_device;

@@ -76,6 +76,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
@@ -89,10 +90,6 @@ WEFT_PARAM(EmuSerialize, "WEFT_EMU_SERIALIZE", 0,
            "order; 0 runs them all at once");
 WEFT_PARAM(EmuSeed, "WEFT_EMU_SEED", 0,
            "emulated GPU: seed of the serialized block order (0: from the clock, logged)");
-WEFT_PARAM(EmuFailMalloc, "WEFT_EMU_FAIL_MALLOC", 0,
-           "emulated GPU: the Nth device malloc of the process fails with 2 (0: none)");
-WEFT_PARAM(EmuFailLaunch, "WEFT_EMU_FAIL_LAUNCH", 0,
-           "emulated GPU: the Nth kernel launch of the process fails with 701 (0: none)");
 WEFT_PARAM(EmuWatchdog, "WEFT_EMU_WATCHDOG", 60,
            "emulated GPU: seconds a host wait lasts before it warns with the streams' state "
            "(0: never)");
@@ -1313,9 +1310,8 @@ static int emu_malloc(void **p_p, size_t bytes)
     if (res != WEFT_CUDA_SUCCESS)
         return res;
     uint64_t n = __atomic_add_fetch(&emu_malloc_count, 1, __ATOMIC_RELAXED);
-    int64_t fail = weft_param_EmuFailMalloc();
-    if (fail > 0 && n == (uint64_t)fail) {
-        WEFT_WARN("emulated cudaMalloc of %zu bytes: call %llu fails (WEFT_EMU_FAIL_MALLOC)",
+    if (WEFT_FAULT_ARMED() && weft_fault_call(WEFT_FAULT_DEVALLOC)) {
+        WEFT_WARN("emulated cudaMalloc of %zu bytes: call %llu fails (WEFT_FAULT devalloc)",
                   bytes, (unsigned long long)n);
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;
     }
@@ -1929,9 +1925,8 @@ static int emu_launch(const struct weft_kernel *k, int grid, int block, size_t s
         return WEFT_CUDA_ERR_INVALID_VALUE;
     }
     uint64_t n = __atomic_add_fetch(&emu_launch_count, 1, __ATOMIC_RELAXED);
-    int64_t fail = weft_param_EmuFailLaunch();
-    if (fail > 0 && n == (uint64_t)fail) {
-        WEFT_WARN("emulated cudaLaunchKernel %s: launch %llu fails (WEFT_EMU_FAIL_LAUNCH)",
+    if (WEFT_FAULT_ARMED() && weft_fault_call(WEFT_FAULT_LAUNCH)) {
+        WEFT_WARN("emulated cudaLaunchKernel %s: launch %llu fails (WEFT_FAULT launch)",
                   k->name, (unsigned long long)n);
         return WEFT_CUDA_ERR_LAUNCH_RESOURCES;
     }

@@ -1,8 +1,9 @@
-/* Grow-only per-thread arenas: one block, or a chain while a call outgrows it. */
+/* Per-thread arenas: one block, or a chain while a call outgrows it; at most 4 MiB kept. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/fault.h"
 #include "exec/arena.h"
 
 struct weft_arena_block {
@@ -55,6 +56,8 @@ static struct weft_arena_block *weft_arena_block_new(size_t cap, struct weft_are
 
 void *weft_arena_alloc(size_t bytes)
 {
+    if (WEFT_FAULT_ARMED() && weft_fault_alloc())
+        return NULL; /* WEFT_FAULT alloc: as if memory ran out */
     bytes = (bytes + 63) & ~(size_t)63;
     struct weft_arena_block *b = weft_arena_head;
     if (b == NULL || b->cap - b->used < bytes) {
@@ -71,21 +74,37 @@ void *weft_arena_alloc(size_t bytes)
     return p;
 }
 
+/*
+ * What a thread keeps between calls. More would stay resident for the thread's life after one
+ * large call (an in-place all-to-all of gigabytes copies its input here); a call that needs more
+ * allocates it again (malloc maps large blocks, so that costs page faults, not a copy).
+ */
+#define WEFT_ARENA_KEEP (4u << 20)
+
 void weft_arena_reset(void)
 {
     struct weft_arena_block *b = weft_arena_head;
     if (b == NULL)
         return;
-    if (b->next != NULL) {
-        /* This call outgrew the arena: keep one block as large as all of them together. */
-        size_t total = 0;
-        for (struct weft_arena_block *it = b; it != NULL; it = it->next)
-            total += it->cap;
-        weft_arena_free_chain(b);
-        weft_arena_head = NULL;
-        pthread_setspecific(weft_arena_key, NULL);
-        weft_arena_head = weft_arena_block_new(total, NULL);
+    if (b->next == NULL && b->cap <= WEFT_ARENA_KEEP) {
+        b->used = 0;
         return;
     }
-    b->used = 0;
+    /* This call outgrew the arena: keep one block as large as all of them together, if small. */
+    size_t total = 0;
+    for (struct weft_arena_block *it = b; it != NULL; it = it->next)
+        total += it->cap;
+    weft_arena_free_chain(b);
+    weft_arena_head = NULL;
+    pthread_setspecific(weft_arena_key, NULL);
+    if (total <= WEFT_ARENA_KEEP)
+        weft_arena_head = weft_arena_block_new(total, NULL);
+}
+
+size_t weft_arena_held(void)
+{
+    size_t total = 0;
+    for (struct weft_arena_block *it = weft_arena_head; it != NULL; it = it->next)
+        total += it->cap;
+    return total;
 }

@@ -1,9 +1,14 @@
 /* Host streams: one worker thread each, a FIFO of jobs, and a registry of live handles. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/check.h"
+#include "core/param.h"
 #include "exec/stream.h"
+#include "exec/wait.h"
+
+WEFT_PARAM_DECL(Timeout); /* exec/host.c */
 
 #define WEFT_STREAM_MAGIC 0x7765667473747265ull /* "weftstre" */
 #define WEFT_MAX_STREAMS 4096
@@ -66,9 +71,11 @@ static void *weft_stream_main(void *arg)
         s->head = job->next;
         if (s->head == NULL)
             s->tail = NULL;
+        s->running = 1;
         pthread_mutex_unlock(&s->lock);
         ncclResult_t res = job->run(job);
         pthread_mutex_lock(&s->lock);
+        s->running = 0;
         if (WEFT_IS_ERROR(res) && s->error == ncclSuccess)
             s->error = res;
         s->completed++;
@@ -121,8 +128,25 @@ ncclResult_t weft_stream_synchronize(struct weft_stream *s)
 {
     pthread_mutex_lock(&s->lock);
     uint64_t target = s->enqueued;
-    while (s->completed < target)
-        pthread_cond_wait(&s->cond, &s->lock);
+    uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
+    uint64_t seen = UINT64_MAX, idle_since = 0;
+    while (s->completed < target) {
+        uint64_t now = weft_time_ns();
+        if (s->completed != seen || s->running) {
+            seen = s->completed;
+            idle_since = now;
+        } else if (now - idle_since > timeout_ns) {
+            pthread_mutex_unlock(&s->lock);
+            WEFT_WARN("host stream %p: %llu jobs pending and none ran for %llu s (WEFT_TIMEOUT)",
+                      (void *)s, (unsigned long long)(target - seen),
+                      (unsigned long long)((now - idle_since) / 1000000000ull));
+            return ncclSystemError;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+    }
     ncclResult_t res = s->error;
     s->error = ncclSuccess;
     pthread_mutex_unlock(&s->lock);

@@ -42,6 +42,7 @@ struct weft_stream {
     uint64_t enqueued;  /* jobs handed to the stream */
     uint64_t completed; /* jobs finished */
     ncclResult_t error; /* first error of any job (sticky until synchronize reports it) */
+    int running;        /* the worker is inside a job's run() */
     int stop;
 };
 
@@ -50,7 +51,11 @@ ncclResult_t weft_stream_create(struct weft_stream **stream_p);
 ncclResult_t weft_stream_destroy(struct weft_stream *stream);
 /* Queues a job; never blocks on the job. */
 void weft_stream_enqueue(struct weft_stream *stream, struct weft_job *job);
-/* Waits until every job queued so far finished; returns (and clears) the first error. */
+/*
+ * Waits until every job queued so far finished; returns (and clears) the first error. A running
+ * job is bounded by its own deadlines; when for WEFT_TIMEOUT seconds jobs were pending and none
+ * ran, it fails (ncclSystemError) instead of waiting on.
+ */
 ncclResult_t weft_stream_synchronize(struct weft_stream *stream);
 /* ncclSuccess when idle, ncclInProgress when work is queued or running, or the error. */
 ncclResult_t weft_stream_query(struct weft_stream *stream);

@@ -845,7 +845,7 @@ static void case_ranks(void)
 
 /* ---- fault injection ------------------------------------------------------------------------- */
 
-static void case_fail_malloc(void) /* WEFT_EMU_FAIL_MALLOC=3 */
+static void case_fail_malloc(void) /* WEFT_FAULT=devalloc:n=3 */
 {
     void *p[4];
     OK(ops->malloc(&p[0], 64));
@@ -857,7 +857,7 @@ static void case_fail_malloc(void) /* WEFT_EMU_FAIL_MALLOC=3 */
     OK(ops->free(p[3]));
 }
 
-static void case_fail_launch(void) /* WEFT_EMU_FAIL_LAUNCH=2 */
+static void case_fail_launch(void) /* WEFT_FAULT=launch:n=2 */
 {
     uint64_t *d, h = 0;
     OK(ops->malloc((void **)&d, 8));

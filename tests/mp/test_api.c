@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/time_scale.h"
 #include "redop.h"
 #include "weft.h"
 
@@ -539,7 +540,7 @@ int main(int argc, char **argv)
         pids[r] = fork();
         if (pids[r] == 0) {
             g_rank = r;
-            alarm((unsigned)timeout);
+            alarm(weft_test_scaled((unsigned)timeout));
             _exit(rank_main(id));
         }
     }
@@ -547,7 +548,7 @@ int main(int argc, char **argv)
     pids[nranks] = fork();
     if (pids[nranks] == 0) {
         g_rank = -1;
-        alarm((unsigned)timeout);
+        alarm(weft_test_scaled((unsigned)timeout));
         test_one_thread_many_comms(nranks);
         _exit(0);
     }

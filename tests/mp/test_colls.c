@@ -20,6 +20,7 @@
 #include "../common/coll_ref.h"
 #include "../common/elem.h"
 #include "nccl.h"
+#include "../common/time_scale.h"
 #include "redop.h"
 
 #define NTYPES 12
@@ -281,7 +282,7 @@ int main(int argc, char **argv)
         pids[r] = fork();
         if (pids[r] == 0) {
             g_rank = r;
-            alarm((unsigned)timeout);
+            alarm(weft_test_scaled((unsigned)timeout));
             _exit(rank_main(id, large));
         }
     }

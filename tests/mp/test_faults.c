@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/time_scale.h"
 
 static double now_s(void)
 {
@@ -144,14 +145,14 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
     } else if (strcmp(c, "mismatch") == 0) {
         /* the victim sends more elements than the others expect */
         size_t count = rank == victim ? 4096 : 4000;
-        alarm(20);
+        alarm(weft_test_scaled(20));
         ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
         EXPECT(res != ncclSuccess, "rank %d: mismatched counts succeeded", rank);
         ncclCommAbort(comm);
     } else if (strcmp(c, "mismatch-ll") == 0) {
         /* the victim's 8 floats fit an LL slot; the others' 1024 do not */
         size_t count = rank == victim ? 8 : 1024;
-        alarm(20);
+        alarm(weft_test_scaled(20));
         double t0 = now_s();
         ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
         double dt = now_s() - t0;
@@ -245,7 +246,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < nranks; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
-            alarm(30);
+            alarm(weft_test_scaled(30));
             _exit(rank_main(c, r, nranks, id));
         }
     }

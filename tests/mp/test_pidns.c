@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/time_scale.h"
 
 static double now_s(void)
 {
@@ -107,7 +108,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < 2; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
-            alarm(40);
+            alarm(weft_test_scaled(40));
             _exit(in_pid_ns(argv[1], r, id, r));
         }
     }

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/time_scale.h"
 
 #define MAX_FAIL_PRINT 20
 #define MAX_RANKS 64
@@ -519,7 +520,7 @@ static int run_phase(int (*fn)(ncclUniqueId), int nranks, int timeout, int victi
         }
         if (pids[r] == 0) {
             g_rank = r;
-            alarm((unsigned)timeout);
+            alarm(weft_test_scaled((unsigned)timeout));
             _exit(fn(id));
         }
     }

@@ -34,14 +34,17 @@
  * reduce's root) must equal, bit for bit, the float sum in rank order.
  *
  * Usage: sim <NAME|NAME-direct|allreduce-tree|alltoall|gather|scatter|sendrecv|big|big-NAME|
- * big-NAME-direct|big-allreduce-tree>,
+ * big-NAME-direct|big-allreduce-tree|huge-NAME...>,
  * NAME one of allreduce, allgather, reducescatter, broadcast, reduce (big: 1 MiB + 3 elements for
- * every collective at a few rank counts).
+ * every collective at a few rank counts; huge-NAME: 2^32 + 7 int8 elements, 2 ranks, 2 channels, on
+ * buffers of aliased windows, run_huge).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "algo/sched.h"
 #include "../common/tree_bytes.h"
@@ -348,7 +351,45 @@ struct sim {
     struct weft_lane *lanes;       /* [nch][nsub][n]: lane (ch * nsub + sub) * n + r */
     char **in_alloc, **out_alloc;  /* per rank; NULL where the buffer is the other one */
     void **in, **out;              /* per rank, as the user passes them */
+    int huge;                      /* buffers are huge_map windows (run_huge) */
 };
+
+/*
+ * Buffers of gigabytes without the memory: `bytes` of address space in which one window of
+ * HUGE_WINDOW bytes (a memfd) is mapped again and again, so element i and i + HUGE_WINDOW share
+ * their byte. The window is 3 MiB, which divides no power of two: an offset cut to 32 bits lands
+ * on another byte of the window.
+ */
+#define HUGE_WINDOW (3u << 20)
+
+static char *huge_map(size_t bytes, unsigned char seed)
+{
+    size_t span = (bytes + HUGE_WINDOW - 1) / HUGE_WINDOW * HUGE_WINDOW;
+    if (span == 0)
+        return NULL;
+    int fd = memfd_create("sim-huge", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, HUGE_WINDOW) != 0)
+        return NULL;
+    char *base = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    for (size_t off = 0; base != MAP_FAILED && off < span; off += HUGE_WINDOW)
+        if (mmap(base + off, HUGE_WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                 0) == MAP_FAILED) {
+            munmap(base, span);
+            base = MAP_FAILED;
+        }
+    close(fd);
+    if (base == MAP_FAILED)
+        return NULL;
+    for (size_t i = 0; i < HUGE_WINDOW; i++)
+        base[i] = (char)(unsigned char)(i * 7 + seed);
+    return base;
+}
+
+static void huge_unmap(char *p, size_t bytes)
+{
+    if (p != NULL)
+        munmap(p, (bytes + HUGE_WINDOW - 1) / HUGE_WINDOW * HUGE_WINDOW);
+}
 
 static struct link *sim_link(struct sim *s, int ch, int a, int b)
 {
@@ -538,6 +579,11 @@ static void sim_free(struct sim *s)
     for (int i = 0; i < c->nch * s->nsub * n; i++)
         free(s->steps[i]);
     for (int r = 0; r < n; r++) {
+        if (s->huge) {
+            huge_unmap(s->in_alloc[r], in_elems(c) * s->es);
+            huge_unmap(s->out_alloc[r], out_elems(c) * s->es);
+            continue;
+        }
         free(s->in_alloc[r]);
         free(s->out_alloc[r]);
     }
@@ -579,6 +625,8 @@ static int untouched(const struct cfg *c, const char *name, int r, const void *b
     (void)c;
     return 1;
 }
+
+static void sim_check_bytes(struct sim *s, const char *name);
 
 static void sim_check(struct sim *s, const char *name)
 {
@@ -691,8 +739,15 @@ static void sim_check(struct sim *s, const char *name)
     (void)dt;
     if (!bad)
         npass++;
+    free(vals);
+    sim_check_bytes(s, name);
+}
 
-    /* Bytes: lanes == schedule == formula. */
+/* Bytes: lanes == schedule == formula. */
+static void sim_check_bytes(struct sim *s, const char *name)
+{
+    const struct cfg *c = s->c;
+    int n = c->n;
     for (int r = 0; r < n; r++) {
         uint64_t lane_bytes = 0, sched_bytes = 0;
         for (int li = r; li < c->nch * s->nsub * n; li += n) {
@@ -709,7 +764,6 @@ static void sim_check(struct sim *s, const char *name)
                  (unsigned long long)want);
         }
     }
-    free(vals);
 }
 
 static void run_one(const struct cfg *c)
@@ -757,6 +811,88 @@ static void run_one(const struct cfg *c)
     if (sim_setup(&s, c->dc->kind < 0 ? NULL : &op) == 0 && sim_run(&s, name) == 0)
         sim_check(&s, name);
     sim_free(&s);
+}
+
+/*
+ * Counts past 2^31 elements and byte offsets past 4 GiB through the real step engine, on huge_map
+ * buffers (int8, 1 MiB slots, out of place): every lane completes with the sizes its peer posted
+ * (no deadlock, no size mismatch, no fault outside the buffers), and the bytes sent equal the
+ * formula. The data alias, so values are checked only where they cannot collide: a broadcast's
+ * outputs equal the root's input window byte for byte.
+ */
+static void run_huge(const struct cfg *c)
+{
+    char name[200];
+    snprintf(name, sizeof(name), "huge %s/%s n %d count %llu nch %d root %d",
+             weft_algo_name(c->algo),
+             c->coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(c->coll), c->n,
+             (unsigned long long)c->count, c->nch, c->root);
+    struct sim s;
+    memset(&s, 0, sizeof(s));
+    int n = c->n, nch = c->nch;
+    s.c = c;
+    s.es = 1;
+    s.huge = 1;
+    s.slot_bytes = 1u << 20;
+    s.nsub = cfg_sub(c);
+    if (c->coll >= WEFT_COLL_ALLTOALL || cfg_direct(c) || c->algo >= WEFT_ALGO_TREE)
+        s.chunk = WEFT_CHUNK_SLOTS * weft_slot_payload(s.slot_bytes) / s.es - 1;
+    else
+        s.chunk = 2 * weft_slot_payload(s.slot_bytes) / s.es;
+    s.links = calloc((size_t)nch * n * n, sizeof(*s.links));
+    s.peers = calloc((size_t)nch * n * n, sizeof(*s.peers));
+    s.steps = calloc((size_t)nch * s.nsub * n, sizeof(*s.steps));
+    s.lanes = calloc((size_t)nch * s.nsub * n, sizeof(*s.lanes));
+    s.in_alloc = calloc((size_t)n, sizeof(char *));
+    s.out_alloc = calloc((size_t)n, sizeof(char *));
+    s.in = calloc((size_t)n, sizeof(void *));
+    s.out = calloc((size_t)n, sizeof(void *));
+    int ok = 1;
+    for (int r = 0; r < n; r++) {
+        s.in[r] = s.in_alloc[r] = huge_map(in_elems(c), (unsigned char)(r + 1));
+        s.out[r] = s.out_alloc[r] = huge_map(out_elems(c), 0xa5);
+        ok &= s.in[r] != NULL && s.out[r] != NULL;
+    }
+    struct weft_redop op;
+    memset(&op, 0, sizeof(op));
+    op.dtype = WEFT_UINT8;
+    op.kind = WEFT_RED_MAX;
+    if (!ok)
+        FAIL("%s: cannot map the buffers", name);
+    else if (sim_setup(&s, c->dc->kind < 0 ? NULL : &op) == 0 && sim_run(&s, name) == 0) {
+        sim_check_bytes(&s, name);
+        if (c->coll == WEFT_COLL_BROADCAST) {
+            int bad = 0;
+            const char *want = s.in[c->root];
+            for (int r = 0; r < n && !bad; r++)
+                bad = memcmp(s.out[r], want, HUGE_WINDOW) != 0;
+            if (bad)
+                FAIL("%s: outputs differ from the root's input", name);
+            else
+                npass++;
+        }
+    }
+    sim_free(&s);
+}
+
+static void sweep_huge(int coll, int algo)
+{
+    static const struct dcase huge_red = {"uint8 max", WEFT_UINT8, WEFT_RED_MAX, 0, 0};
+    static const struct dcase huge_copy = {"uint8", WEFT_UINT8, -1, 0, 0};
+    /* past 2^31 elements and 4 GiB of offsets at once (2^31 + 5 alone doubled the time) */
+    static const uint64_t huge_counts[] = {(1ull << 32) + 7};
+    int red = coll == WEFT_COLL_ALLREDUCE || coll == WEFT_COLL_REDUCESCATTER ||
+              coll == WEFT_COLL_REDUCE;
+    unsigned long runs = 0;
+    for (size_t ci = 0; ci < sizeof(huge_counts) / sizeof(*huge_counts); ci++) {
+        int nch = 2;
+        struct cfg c = {coll, algo, 2, 1, nch, 0, huge_counts[ci], red ? &huge_red : &huge_copy,
+                        0, NULL, NULL};
+        run_huge(&c);
+        runs++;
+    }
+    printf("huge %s/%s: %lu runs\n", weft_algo_name(algo),
+           coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll), runs);
 }
 
 /* hosts: 0 rank order; 1 round robin over 2 hosts (3 for odd n), the ring in host order; 2 (HIER)
@@ -871,6 +1007,11 @@ int main(int argc, char **argv)
         if (strcmp(which, "all") == 0 || strcmp(which, "big") == 0 ||
             (strncmp(which, "big-", 4) == 0 && strcmp(which + 4, tn) == 0)) {
             sweep(tests[t].coll, tests[t].algo, 1, tests[t].hosts);
+            ran = 1;
+        }
+        /* huge-NAME: not part of "all" (seconds per collective) */
+        if (tests[t].hosts == 0 && strncmp(which, "huge-", 5) == 0 && strcmp(which + 5, tn) == 0) {
+            sweep_huge(tests[t].coll, tests[t].algo);
             ran = 1;
         }
     }

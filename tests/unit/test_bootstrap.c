@@ -458,7 +458,7 @@ static void case_abort(void)
     double t0 = now_s();
     pthread_create(&t, NULL, rank_thread, &a); /* rank 1 never comes */
     usleep(100000);
-    flag = 1;
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
     EXPECT(a.init_res == ncclSystemError, "init returned %d", a.init_res);
     EXPECT(now_s() - t0 < 0.5, "abort took %.2f s", now_s() - t0);

@@ -28,7 +28,10 @@
  *     per half as the rank's role in that half's tree says (tree_role_counts).
  * Send/recv runs as "sendrecv": every rank r builds the SEND schedule to r+d and the RECV schedule
  * from r-d (d = 0 is a self-send), which together behave like one collective.
- * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|allreduce-tree|alltoall|gather|scatter|sendrecv] with NAME
+ *   - big counts (big, big-NAME): counts 2^31 + 5, 2^32 + 7 and 3 * 2^32 + 1 for 2, 3, 5 ranks and 1-2
+ *     channels: the same checks on the schedules alone (no memory of that size is touched).
+ * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|allreduce-tree|alltoall|gather|scatter|sendrecv|
+ * big|big-NAME...] with NAME
  * one of allreduce, allgather, reducescatter, broadcast, reduce (default: all; NAME: ring and
  * direct, and tree for allreduce).
  */
@@ -1238,6 +1241,34 @@ static void sweep(int coll, int algo)
            skipped);
 }
 
+/*
+ * Counts past 2^31 elements and offsets past 2^32 (byte offsets past 4 GiB for any type): the same
+ * structural checks, bytes formula and coverage as the sweeps, on schedules alone (no buffer is
+ * allocated). Chunks as the executor's for int8 (2 MiB) and larger, so that the lists stay short.
+ */
+static void big(int coll, int algo)
+{
+    static const int ns[] = {2, 3, 5};
+    static const struct {
+        uint64_t count, chunk;
+    } sizes[] = {
+        {(1ull << 31) + 5, 1ull << 21}, /* past INT_MAX elements */
+        {(1ull << 32) + 7, 1ull << 24}, /* past UINT32_MAX elements: offsets past 4 GiB */
+        {(3ull << 32) + 1, UINT64_MAX}, /* one piece: counts past 2^32 in a single step */
+    };
+    unsigned long cfgs = 0;
+    for (size_t ni = 0; ni < sizeof(ns) / sizeof(*ns); ni++)
+        for (size_t si = 0; si < sizeof(sizes) / sizeof(*sizes); si++)
+            for (int nch = 1; nch <= 2; nch++) {
+                struct cfg c = {coll, algo, ns[ni], coll == WEFT_COLL_SEND ? 1 : ns[ni] - 1, nch,
+                                sizes[si].count, sizes[si].chunk};
+                run_cfg(&c);
+                cfgs++;
+            }
+    printf("big %s/%s: %lu configurations\n", weft_algo_name(algo),
+           coll == WEFT_COLL_SEND ? "SendRecv" : weft_coll_name(coll), cfgs);
+}
+
 static void misc(void)
 {
     /* Channel ranges: contiguous, covering, near-equal. */
@@ -1473,6 +1504,21 @@ int main(int argc, char **argv)
     if (which == NULL || strcmp(which, "misc") == 0) {
         misc();
         ran = 1;
+    }
+    /* big[-NAME]: the big counts, for every test whose name NAME selects as above */
+    if (which != NULL && strncmp(which, "big", 3) == 0 && (which[3] == '\0' || which[3] == '-')) {
+        const char *sub = which[3] == '-' ? which + 4 : NULL;
+        size_t sl = sub != NULL ? strlen(sub) : 0;
+        for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
+            const char *tn = tests[t].name;
+            if (sub == NULL || strcmp(sub, tn) == 0 ||
+                (strncmp(sub, tn, sl) == 0 && tn[sl] == '-')) {
+                big(tests[t].coll, tests[t].algo);
+                ran = 1;
+            }
+        }
+        printf("%lu passed, %lu failed\n", npass, nfail);
+        return ran && nfail == 0 ? 0 : 1;
     }
     for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
         const char *tn = tests[t].name;

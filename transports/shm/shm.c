@@ -124,7 +124,11 @@ static ncclResult_t shm_close(struct ncclComm *comm, void *state)
         return ncclSuccess;
     if (st->owns_bell)
         comm->bell = NULL;
-    if (st->segs != NULL && st->segs[comm->rank] != NULL)
+    /* Departed means "its part is done": not after an abort or a failed operation, whose peers
+     * must name this rank when it exits rather than wait for the deadline. */
+    int done = !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) &&
+               __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == ncclSuccess;
+    if (done && st->segs != NULL && st->segs[comm->rank] != NULL)
         __atomic_store_n(&((struct weft_shm_header *)st->segs[comm->rank])->departed, 1,
                          __ATOMIC_RELEASE);
     free(comm->peer_departed);

@@ -64,6 +64,7 @@
 #include "algo/tuner.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/fault.h"
 #include "core/param.h"
 #include "exec/lane.h"
 #include "exec/wait.h"
@@ -406,9 +407,13 @@ static int sock_scan(struct weft_sock_thread *t)
                     uint32_t bytes = h->bytes;
                     if (bytes > weft_slot_payload(ch->send.slot_bytes))
                         bytes = (uint32_t)weft_slot_payload(ch->send.slot_bytes); /* never: lane's */
-                    if (!sock_enqueue(l, WEFT_SOCK_DATA, c, s, (const char *)h + WEFT_SLOT_HEADER,
+                    int fault = WEFT_FAULT_ARMED() ? weft_fault_frame(st->me, p->rank) : 0;
+                    if (fault != WEFT_FAULT_DROP &&
+                        !sock_enqueue(l, WEFT_SOCK_DATA, c, s, (const char *)h + WEFT_SLOT_HEADER,
                                       bytes))
                         break;
+                    if (fault == WEFT_FAULT_CORRUPT) /* one bit of the header: check word fails */
+                        l->txq[(l->txhead + l->txcount - 1) % l->txcap].hdr.step ^= 1ull << 33;
                     l->tx_next[c] = s + (uint64_t)ns;
                     work = 1;
                 }
