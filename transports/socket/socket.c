@@ -276,7 +276,7 @@ static void sock_link_fail_errno(struct weft_sock_link *l, const char *op, int e
 }
 
 static int sock_enqueue(struct weft_sock_link *l, int type, int channel, uint64_t step,
-                        const char *payload, uint32_t len)
+                        const char *payload, uint32_t len, uint32_t sig)
 {
     if (l->txcount == l->txcap)
         return 0; /* cannot happen: the queue holds the most a link can have in flight */
@@ -286,6 +286,8 @@ static int sock_enqueue(struct weft_sock_link *l, int type, int channel, uint64_
     e->hdr.channel = (uint16_t)channel;
     e->hdr.step = step;
     e->hdr.bytes = len;
+    e->hdr.sig = sig;
+    e->hdr.pad = 0;
     e->hdr.check = weft_sock_check(&e->hdr);
     e->payload = payload;
     e->len = len;
@@ -407,7 +409,7 @@ static int sock_scan(struct weft_sock_thread *t)
                     if (bytes > weft_slot_payload(ch->send.slot_bytes))
                         bytes = (uint32_t)weft_slot_payload(ch->send.slot_bytes); /* never: lane's */
                     if (!sock_enqueue(l, WEFT_SOCK_DATA, c, s, (const char *)h + WEFT_SLOT_HEADER,
-                                      bytes))
+                                      bytes, h->sig))
                         break;
                     l->tx_next[c] = s + (uint64_t)ns;
                     work = 1;
@@ -416,7 +418,7 @@ static int sock_scan(struct weft_sock_thread *t)
             struct weft_sock_link *cl = &links[c % ns];
             uint64_t head = __atomic_load_n(&ch->recv_ctrl->head, __ATOMIC_ACQUIRE);
             if (head > ch->credit_sent && !ch->credit_queued && !cl->dead &&
-                sock_enqueue(cl, WEFT_SOCK_CREDIT, c, head, NULL, 0)) {
+                sock_enqueue(cl, WEFT_SOCK_CREDIT, c, head, NULL, 0, 0)) {
                 ch->credit_sent = head;
                 ch->credit_queued = 1;
                 work = 1;
@@ -520,6 +522,7 @@ static void sock_publish(struct weft_sock_link *l)
     const struct weft_sock_chan *ch = &l->peer->chans[f->channel];
     struct weft_slot_header *h = weft_conn_slot(&ch->recv, f->step);
     h->bytes = f->bytes;
+    h->sig = f->sig;
     __atomic_store_n(&h->seq, f->step + 1, __ATOMIC_RELEASE);
     l->rx_expect[f->channel] = f->step + (uint64_t)st->nsocks;
     l->rx_in_payload = 0;
@@ -648,7 +651,7 @@ static int sock_flush_step(struct weft_sock_thread *t)
             continue;
         if (!l->bye_queued && l->txcount == 0) {
             /* every posted slot of this link is queued by the scan that just ran */
-            l->bye_queued = sock_enqueue(l, WEFT_SOCK_BYE, 0, 0, NULL, 0);
+            l->bye_queued = sock_enqueue(l, WEFT_SOCK_BYE, 0, 0, NULL, 0, 0);
             sock_tx(l);
         }
         if (!l->dead && !l->bye_sent)
