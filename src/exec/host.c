@@ -267,7 +267,7 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
                  el->task->api, (unsigned long long)el->seq);
         struct weft_sig_wait w;
         weft_exec_sig_wait(el, block, &w);
-        weft_sig_deadline(comm, &w, idle_ns, msg, sizeof(msg));
+        WEFT_CHECK(weft_sig_deadline(comm, &w, idle_ns, msg, sizeof(msg)));
         WEFT_WARN("%s", msg);
         return ncclRemoteError;
     }

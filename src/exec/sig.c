@@ -135,6 +135,7 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
     r->sig.nfused = n;
     r->sig.hash = h != 0 ? h : 1;
     r->start_ns = weft_time_ns();
+    r->op_seq = comm->op_seq;
     *rec_p = rec;
 }
 
@@ -146,6 +147,30 @@ void weft_sig_end(struct ncclComm *comm, uint64_t rec, int failed)
     r->failed = failed;
     if (!failed && !sig_is_p2p(r->sig.coll))
         s->last_coll = r->sig;
+}
+
+int weft_sig_find(const struct ncclComm *comm, uint32_t hash, uint64_t *rec_p)
+{
+    const struct weft_sig_comm *s = comm->sig;
+    uint64_t first = s->nhist > WEFT_SIG_HISTORY ? s->nhist - WEFT_SIG_HISTORY : 0;
+    for (uint64_t i = s->nhist; i > first; i--)
+        if (s->hist[(i - 1) % WEFT_SIG_HISTORY].sig.hash == hash) {
+            *rec_p = i - 1;
+            return 1;
+        }
+    return 0;
+}
+
+int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec_p)
+{
+    const struct weft_sig_comm *s = comm->sig;
+    uint64_t first = s->nhist > WEFT_SIG_HISTORY ? s->nhist - WEFT_SIG_HISTORY : 0;
+    for (uint64_t i = s->nhist; i > first; i--)
+        if (s->hist[(i - 1) % WEFT_SIG_HISTORY].op_seq == op_seq) {
+            *rec_p = i - 1;
+            return 1;
+        }
+    return 0;
 }
 
 const struct weft_op_sig *weft_sig_of(const struct ncclComm *comm, uint64_t rec)
@@ -504,8 +529,8 @@ ncclResult_t weft_sig_poll(struct ncclComm *comm, const struct weft_sig_wait *w,
     return ncclSuccess;
 }
 
-void weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait *w, uint64_t idle_ns,
-                       char *msg, size_t len)
+ncclResult_t weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait *w,
+                               uint64_t idle_ns, char *msg, size_t len)
 {
     struct weft_sig_comm *s = comm->sig;
     const struct weft_op_sig *mine = weft_sig_of(comm, w->rec);
@@ -514,7 +539,10 @@ void weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait *w, uin
     uint64_t t0 = weft_time_ns();
     char miss[256];
     for (;;) {
-        sig_note_drain(comm, NULL, NULL);
+        int bad = -1;
+        sig_note_drain(comm, weft_sig_enabled() ? mine : NULL, &bad);
+        if (bad >= 0)
+            return weft_sig_mismatch(comm, w->rec, bad, s->notes[bad].cur.hash);
         if (sig_is_p2p(mine->coll) || sig_missing(comm, mine, miss, sizeof(miss)) == 0 ||
             weft_time_ns() - t0 > 500000000ull)
             break;
@@ -523,7 +551,7 @@ void weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait *w, uin
     s->reported = w->rec + 1;
     sig_report_print(comm, w, idle_ns, "deadline");
     if (sig_is_p2p(mine->coll))
-        return;
+        return ncclSuccess;
     int nmiss = sig_missing(comm, mine, miss, sizeof(miss));
     size_t off = strlen(msg);
     if (nmiss > 0 && off < len) {
@@ -532,6 +560,7 @@ void weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait *w, uin
         snprintf(msg + off, len - off, "; rank%s %s did not enter %s", nmiss > 1 ? "s" : "", miss,
                  a);
     }
+    return ncclSuccess;
 }
 
 ncclResult_t weft_sig_request_report(struct ncclComm *comm)

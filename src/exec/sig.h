@@ -64,6 +64,7 @@ struct weft_op_rec {
     struct weft_op_sig sig;
     uint64_t start_ns;
     uint64_t end_ns; /* 0 while it runs */
+    uint64_t op_seq; /* comm->op_seq when it began (the number older messages give) */
     int failed;
 };
 
@@ -111,6 +112,10 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
                     const struct weft_task *merged, uint64_t *rec_p);
 /* Records the end of the operation begun as rec. */
 void weft_sig_end(struct ncclComm *comm, uint64_t rec, int failed);
+/* The most recent recorded operation whose hash is `hash`: 1 and *rec_p, or 0. */
+int weft_sig_find(const struct ncclComm *comm, uint32_t hash, uint64_t *rec_p);
+/* The most recent recorded operation begun when comm->op_seq was op_seq: 1 and *rec_p, or 0. */
+int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec_p);
 /* The signature of a recorded operation. */
 const struct weft_op_sig *weft_sig_of(const struct ncclComm *comm, uint64_t rec);
 
@@ -141,11 +146,14 @@ ncclResult_t weft_sig_poll(struct ncclComm *comm, const struct weft_sig_wait *w,
 ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, uint32_t got);
 
 /*
- * The deadline passed: prints the report (the ranks that never entered the operation included)
- * and appends to msg what it found ("; rank 3 did not enter ncclAllReduce #5").
+ * The deadline passed: tells every rank, gathers their notes (half a second at most), prints the
+ * report (the ranks that never entered the operation included) and appends to msg what it found
+ * ("; rank 3 did not enter ncclAllReduce #5"). Returns ncclInvalidUsage, having logged both calls,
+ * when a note shows the same collective with another signature (a mismatch that moved no data);
+ * else ncclSuccess (the caller logs msg).
  */
-void weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait *w, uint64_t idle_ns,
-                       char *msg, size_t len);
+ncclResult_t weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait *w,
+                               uint64_t idle_ns, char *msg, size_t len);
 
 /* weftCommHangReport: prints now when no operation runs, else at the executor's next check. */
 ncclResult_t weft_sig_request_report(struct ncclComm *comm);
