@@ -286,12 +286,8 @@ static int sig_same_stream(const struct weft_op_sig *a, const struct weft_op_sig
     return !sig_is_p2p(a->coll) && !sig_is_p2p(b->coll);
 }
 
-/*
- * Reads every note that arrived. *mismatch_p: the rank that revealed a mismatch with `mine` (a
- * MISMATCH note about an operation this rank has not already failed, or a STATE note for the
- * same collective with another hash), else -1.
- */
-static void sig_note_drain(struct ncclComm *comm, const struct weft_op_sig *mine, int *mismatch_p)
+/* Reads every note that arrived into comm->sig->notes. */
+static void sig_note_drain(struct ncclComm *comm)
 {
     struct weft_sig_comm *s = comm->sig;
     if (comm->bootstrap == NULL)
@@ -303,17 +299,33 @@ static void sig_note_drain(struct ncclComm *comm, const struct weft_op_sig *mine
                 ncclSuccess ||
             !got)
             return;
-        if (n.version != WEFT_SIG_NOTE_VERSION || n.rank != peer)
-            continue;
-        s->notes[peer] = n;
-        if (mismatch_p == NULL || mine == NULL || *mismatch_p >= 0)
-            continue;
-        if (n.kind == WEFT_SIG_NOTE_MISMATCH && n.cur.seq >= s->mismatch_seq)
-            *mismatch_p = peer;
-        else if (n.kind == WEFT_SIG_NOTE_STATE && sig_same_stream(&n.cur, mine) &&
-                 n.cur.seq == mine->seq && n.cur.hash != mine->hash)
-            *mismatch_p = peer;
+        if (n.version == WEFT_SIG_NOTE_VERSION && n.rank == peer)
+            s->notes[peer] = n;
     }
+}
+
+/*
+ * The rank whose note reveals a mismatch with `mine`, or -1: a MISMATCH note about this operation
+ * or an earlier one this rank has not failed already (one about a later operation waits until
+ * this rank gets there: this one may still complete), or a STATE note for the same collective
+ * with another hash.
+ */
+static int sig_note_mismatch(const struct ncclComm *comm, const struct weft_op_sig *mine)
+{
+    const struct weft_sig_comm *s = comm->sig;
+    for (int r = 0; r < comm->nranks; r++) {
+        const struct weft_sig_note *n = &s->notes[r];
+        if (r == comm->rank || n->version == 0 ||
+            sig_is_p2p(n->cur.coll) != sig_is_p2p(mine->coll))
+            continue;
+        if (n->kind == WEFT_SIG_NOTE_MISMATCH &&
+            (sig_is_p2p(mine->coll) || (n->cur.seq <= mine->seq && n->cur.seq >= s->mismatch_seq)))
+            return r;
+        if (n->kind == WEFT_SIG_NOTE_STATE && !sig_is_p2p(mine->coll) && n->cur.seq == mine->seq &&
+            n->cur.hash != mine->hash)
+            return r;
+    }
+    return -1;
 }
 
 /* Whether rank r's latest note shows another call than `mine`. */
@@ -339,15 +351,28 @@ ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, ui
 {
     struct weft_sig_comm *s = comm->sig;
     const struct weft_op_sig *mine = weft_sig_of(comm, rec);
+    /* Notes about other operations (a stall long ago) must not be named as the other call. */
+    for (int r = 0; r < comm->nranks; r++)
+        if (s->notes[r].cur.seq != mine->seq ||
+            sig_is_p2p(s->notes[r].cur.coll) != sig_is_p2p(mine->coll))
+            memset(&s->notes[r], 0, sizeof(s->notes[r]));
     struct weft_sig_note n;
     sig_note_fill(comm, WEFT_SIG_NOTE_MISMATCH, mine, -1, 0, peer, &n);
-    sig_note_send_all(comm, &n);
+    if (sig_is_p2p(mine->coll)) {
+        /* Only the pair is involved: the other ranks' operations go on. */
+        if (peer >= 0 && peer != comm->rank && comm->bootstrap != NULL && !s->unreachable[peer] &&
+            weft_bootstrap_send_brief(comm->bootstrap, peer, WEFT_SIG_TAG, &n, sizeof(n), 200) !=
+                ncclSuccess)
+            s->unreachable[peer] = 1;
+    } else {
+        sig_note_send_all(comm, &n);
+    }
     s->mismatch_seq = mine->seq + 1;
     /* Wait for the other side's signature: it answers once it hears ours (or finds it too). */
     uint64_t t0 = weft_time_ns();
     int other = -1;
     for (;;) {
-        sig_note_drain(comm, NULL, NULL);
+        sig_note_drain(comm);
         other = sig_other(comm, mine, peer);
         if (other >= 0 || weft_time_ns() - t0 > WEFT_SIG_GATHER_NS ||
             __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
@@ -372,6 +397,10 @@ ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, ui
                   "another operation (signature 0x%08x; it did not say which)",
                   comm->rank, comm->rank, a, odd, odd == peer ? got : 0u);
     }
+    /* Heard: a point-to-point note must not fail the next send or receive too. */
+    for (int r = 0; r < comm->nranks; r++)
+        if (s->notes[r].kind == WEFT_SIG_NOTE_MISMATCH && sig_is_p2p(s->notes[r].cur.coll))
+            s->notes[r].kind = WEFT_SIG_NOTE_STATE;
     return ncclInvalidUsage;
 }
 
@@ -525,8 +554,8 @@ ncclResult_t weft_sig_poll(struct ncclComm *comm, const struct weft_sig_wait *w,
 {
     struct weft_sig_comm *s = comm->sig;
     const struct weft_op_sig *mine = weft_sig_of(comm, w->rec);
-    int bad = -1;
-    sig_note_drain(comm, weft_sig_enabled() ? mine : NULL, &bad);
+    sig_note_drain(comm);
+    int bad = weft_sig_enabled() ? sig_note_mismatch(comm, mine) : -1;
     if (bad >= 0) {
         const struct weft_sig_note *n = &s->notes[bad];
         /* It found a mismatch, or its state shows one: our side fails the same way. */
@@ -556,8 +585,8 @@ ncclResult_t weft_sig_deadline(struct ncclComm *comm, const struct weft_sig_wait
     uint64_t t0 = weft_time_ns();
     char miss[256];
     for (;;) {
-        int bad = -1;
-        sig_note_drain(comm, weft_sig_enabled() ? mine : NULL, &bad);
+        sig_note_drain(comm);
+        int bad = weft_sig_enabled() ? sig_note_mismatch(comm, mine) : -1;
         if (bad >= 0)
             return weft_sig_mismatch(comm, w->rec, bad, s->notes[bad].cur.hash);
         if (sig_is_p2p(mine->coll) || sig_missing(comm, mine, miss, sizeof(miss)) == 0 ||

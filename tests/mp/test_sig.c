@@ -96,8 +96,12 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
     /* rank r contributes 2^r: a sum shows whose data it holds */
     for (int i = 0; i < 4 * N_BIG; i++)
         buf[i] = (float)(1 << rank);
-    if (ncclAllReduce(buf, out, 4096, ncclFloat, ncclSum, comm, NULL) != ncclSuccess)
+    ncclResult_t warm = ncclAllReduce(buf, out, 4096, ncclFloat, ncclSum, comm, NULL);
+    if (warm != ncclSuccess) {
+        dprintf(g_stderr, "rank %d: warm-up all-reduce gave %d: %s\n", rank, warm,
+                ncclGetLastError(NULL));
         return 1;
+    }
     for (int i = 0; i < 4096; i++)
         if (out[i] != (float)((1 << nranks) - 1)) {
             dprintf(g_stderr, "rank %d: warm-up all-reduce out[%d] = %g\n", rank, i, out[i]);
@@ -140,6 +144,8 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
     } else if (strcmp(c, "p2p") == 0) {
         if (rank == 0)
             res = ncclSend(buf, 100, ncclFloat, 1, comm, NULL);
+        if (rank != 1)
+            sleep(2); /* over sockets a local rank that exits looks crashed to one still waiting */
         else if (rank == 1) {
             res = ncclRecv(out, 200, ncclFloat, 0, comm, NULL);
             const char *msg = ncclGetLastError(NULL);
