@@ -110,6 +110,20 @@ extern "C" {
 ncclResult_t weftLaunchInfo(int *rank, int *nranks, int *localRank, ncclUniqueId *id);
 
 /* ---------------------------------------------------------------------------------------------
+ * Hang report
+ *
+ * weftCommHangReport -- prints this rank's hang report for comm on stderr: the operation in flight
+ * (if any), the peer it waits on and for what, the FIFO positions of that connection, what each
+ * peer last said about itself, the ranks that never said they entered the operation, and the
+ * communicator's recent operations. With an operation in flight the executor prints it at its
+ * next check (within about 100 ms, once the operation is blocked); otherwise it prints at once.
+ * Any thread. Does not block and does not fail the operation. ncclInvalidArgument for a bad comm.
+ * WEFT_HANG_REPORT=SECONDS prints the same report by itself once an operation has made no progress
+ * for that long; at the WEFT_TIMEOUT deadline every stuck rank prints it before failing.
+ * ------------------------------------------------------------------------------------------- */
+ncclResult_t weftCommHangReport(ncclComm_t comm);
+
+/* ---------------------------------------------------------------------------------------------
  * Host streams
  *
  * The host-memory counterpart of cudaStream_t: a queue served by a worker thread. Pass a stream

@@ -496,6 +496,11 @@ WEFT_KFN int find_slice(conductor *c, work *w)
         const char *inslot = NULL;
         if (rc != NULL) {
             uint32_t slot = weft_fifo_slot(rc->recv_step, WEFT_STEPS);
+            uint32_t sig = ld_rlx32(&rc->recv_rc->sig[slot], rc->scope);
+            if (sig != op->sig && sig != 0 && op->sig != 0) {
+                stuck_report(c, WEFT_DEV_SIG_MISMATCH, op, s->recv_peer, 0, l->cur, op->sig, sig);
+                return WORK_EXIT;
+            }
             uint32_t got = ld_rlx32(&rc->recv_rc->bytes[slot], rc->scope);
             if ((uint64_t)got != n * es) {
                 stuck_report(c, WEFT_DEV_MISMATCH, op, s->recv_peer, 0, l->cur, n * es, got);
@@ -568,6 +573,7 @@ WEFT_KFN void post_slice(conductor *c)
         weft_dev_conn *sc = c->sc;
         uint32_t slot = weft_fifo_slot(sc->send_step, WEFT_STEPS);
         st_rlx32(&sc->send_rc->bytes[slot], (uint32_t)(c->n * es), sc->scope);
+        st_rlx32(&sc->send_rc->sig[slot], op->sig, sc->scope);
         sc->send_step++;
         st_rel(&sc->send_rc->tail, sc->send_step, sc->scope);
     }

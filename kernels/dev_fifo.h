@@ -18,7 +18,9 @@
  *   2. a block barrier; every thread reads the slot (volatile loads: no stale L1 lines);
  *   3. a block barrier; the thread release-stores head = s + 1.
  * Steps are sliced alike on both ends (weft_fifo_slice), so bytes[slot] must equal what the
- * receiver expects; a difference means the ranks issued different operations.
+ * receiver expects; a difference means the ranks issued different operations. The sender stores
+ * sig[slot] (its operation's signature hash) beside bytes[slot]; a receiver whose own hash differs
+ * gives up with WEFT_DEV_SIG_MISMATCH before it reads the slot.
  *
  * Scope is a property of the connection: WEFT_SCOPE_GPU when both ends are kernels of this
  * process on one device, WEFT_SCOPE_SYS otherwise (peer devices, host memory).
@@ -88,7 +90,9 @@ struct weft_dev_recv_ctrl {
     uint64_t tail; /* steps posted */
     char pad0[WEFT_CACHELINE - sizeof(uint64_t)];
     uint32_t bytes[WEFT_STEPS]; /* payload bytes of the slice in each slot */
-    char pad1[WEFT_CACHELINE - WEFT_STEPS * sizeof(uint32_t)];
+    uint32_t sig[WEFT_STEPS];   /* the operation's signature hash of each slot (exec/sig.h); 0: the
+                                 * sender does not check */
+    char pad1[WEFT_CACHELINE - 2 * WEFT_STEPS * sizeof(uint32_t)];
 } WEFT_ALIGNED_TYPE(WEFT_CACHELINE);
 
 /* In the sender's memory: written by the receiver. */
@@ -149,6 +153,8 @@ enum weft_dev_stuck_state {
     WEFT_DEV_ABORTED = 2,  /* the host set the abort word */
     WEFT_DEV_MISMATCH = 3, /* the peer posted a slice of another size */
     WEFT_DEV_BAD_SCHED = 4,/* no schedule for the operation's arguments */
+    WEFT_DEV_SIG_MISMATCH = 5, /* the peer's slice carries another operation's signature:
+                                * expected = this rank's hash, seen = the peer's */
 };
 
 /*

@@ -47,6 +47,7 @@ struct weft_dev_op {
     uint8_t premul;
     uint8_t postdiv;
     uint8_t block;        /* point-to-point: the block that runs it */
+    uint32_t sig;         /* signature hash sent with and checked on every slice; 0: no check */
 };
 
 struct weft_dev_params {

@@ -1,6 +1,9 @@
-/* Weft host streams (include/weft.h): asynchronous, in-order execution of host-memory work. */
+/* Weft host streams (include/weft.h): asynchronous, in-order execution of host-memory work;
+ * and the hang report on request. */
 #include "api/export.h"
 #include "core/check.h"
+#include "core/comm.h"
+#include "exec/sig.h"
 #include "exec/stream.h"
 #include "weft.h"
 
@@ -46,4 +49,10 @@ WEFT_EXPORT ncclResult_t weftStreamQuery(weftStream_t stream)
     struct weft_stream *s;
     WEFT_CHECK(weft_stream_arg(stream, "weftStreamQuery", &s));
     return weft_stream_query(s);
+}
+
+WEFT_EXPORT ncclResult_t weftCommHangReport(ncclComm_t comm)
+{
+    WEFT_CHECK(weft_comm_check(comm, "weftCommHangReport"));
+    return weft_sig_request_report(comm);
 }

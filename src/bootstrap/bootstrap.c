@@ -734,3 +734,106 @@ ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *bs, int peer, int tag, v
     return weft_bs_recv_msg(bs, peer, WEFT_BS_DATA_USER, tag, data, size, NULL,
                             weft_socket_deadline(bs->timeout_s));
 }
+
+/* The oldest kept user message with this tag from any peer, unlinked; NULL if none. */
+static struct weft_bs_msg *weft_bs_take_any(struct weft_bootstrap *bs, int tag)
+{
+    for (struct weft_bs_msg **pp = &bs->unexpected; *pp != NULL; pp = &(*pp)->next) {
+        struct weft_bs_msg *m = *pp;
+        if (m->type != WEFT_BS_DATA_USER || m->tag != tag)
+            continue;
+        *pp = m->next;
+        if (bs->unexpected_tail == &m->next)
+            bs->unexpected_tail = pp;
+        return m;
+    }
+    return NULL;
+}
+
+/* Reads one whole message from peer's connection into the kept list. */
+static ncclResult_t weft_bs_keep_one(struct weft_bootstrap *bs, int peer, uint64_t deadline)
+{
+    char what[96];
+    snprintf(what, sizeof(what), "bootstrap rank %d: message from rank %d", bs->rank, peer);
+    int fd = bs->recv_fd[peer];
+    struct weft_bs_hdr h;
+    WEFT_CHECK(weft_bs_read(bs, fd, &h, sizeof(h), NULL, deadline, what));
+    if (h.version != WEFT_BS_VERSION || h.magic != bs->magic || h.rank != peer ||
+        (h.type != WEFT_BS_DATA_USER && h.type != WEFT_BS_DATA_COLL) || h.size > WEFT_BS_MAX_MSG) {
+        WEFT_WARN("%s: malformed header (version 0x%x type %u rank %d size %llu)", what, h.version,
+                  h.type, h.rank, (unsigned long long)h.size);
+        return ncclSystemError;
+    }
+    struct weft_bs_msg *m = malloc(sizeof(*m) + h.size);
+    if (m == NULL) {
+        WEFT_WARN("%s: out of memory keeping a %llu-byte message", what,
+                  (unsigned long long)h.size);
+        return ncclSystemError;
+    }
+    *m = (struct weft_bs_msg){.peer = peer, .type = h.type, .tag = h.tag, .size = h.size};
+    ncclResult_t res = weft_bs_read(bs, fd, m->data, h.size, NULL, deadline, what);
+    if (res != ncclSuccess) {
+        free(m);
+        return res;
+    }
+    *bs->unexpected_tail = m;
+    bs->unexpected_tail = &m->next;
+    return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_try_recv(struct weft_bootstrap *bs, int tag, void *data, size_t size,
+                                     int *peer_p, int *got_p)
+{
+    struct weft_bs_msg *m = weft_bs_take_any(bs, tag);
+    if (m == NULL) {
+        uint64_t deadline = weft_socket_deadline(bs->timeout_s);
+        for (;;) {
+            int fd;
+            WEFT_CHECK(weft_socket_accept(bs->listen_fd, &fd));
+            if (fd < 0)
+                break;
+            WEFT_CHECK(weft_bs_admit(bs, fd, NULL, deadline));
+        }
+        for (int p = 0; p < bs->nranks; p++) {
+            while (bs->recv_fd[p] >= 0) {
+                struct pollfd pfd = {.fd = bs->recv_fd[p], .events = POLLIN};
+                if (poll(&pfd, 1, 0) <= 0 || pfd.revents == 0)
+                    break;
+                char c;
+                /* EOF: the peer closed its bootstrap (it left); not worth a warning here. */
+                if (recv(bs->recv_fd[p], &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0 ||
+                    weft_bs_keep_one(bs, p, deadline) != ncclSuccess) {
+                    /* Closed (the peer left) or broken: nothing more will come from it. */
+                    close(bs->recv_fd[p]);
+                    bs->recv_fd[p] = -1;
+                }
+            }
+        }
+        m = weft_bs_take_any(bs, tag);
+    }
+    if (m == NULL) {
+        *got_p = 0;
+        return ncclSuccess;
+    }
+    ncclResult_t res = weft_bs_check_size("bootstrap try_recv", m->size, size);
+    if (res == ncclSuccess) {
+        memcpy(data, m->data, size);
+        *peer_p = m->peer;
+        *got_p = 1;
+    }
+    free(m);
+    return res;
+}
+
+ncclResult_t weft_bootstrap_send_brief(struct weft_bootstrap *bs, int peer, int tag,
+                                       const void *data, size_t size, int timeout_ms)
+{
+    if (bs == NULL || peer < 0 || peer >= bs->nranks || (data == NULL && size > 0) ||
+        size > WEFT_BS_MAX_MSG || timeout_ms <= 0) {
+        WEFT_WARN("bootstrap send: invalid arguments (peer %d data %p size %zu timeout %d ms)", peer,
+                  data, size, timeout_ms);
+        return ncclInvalidArgument;
+    }
+    uint64_t deadline = weft_socket_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    return weft_bs_send_msg(bs, peer, WEFT_BS_DATA_USER, tag, data, size, deadline);
+}

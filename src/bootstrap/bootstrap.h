@@ -92,6 +92,25 @@ ncclResult_t weft_bootstrap_send(struct weft_bootstrap *bs, int peer, int tag, c
 ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *bs, int peer, int tag, void *data,
                                  size_t size);
 
+/*
+ * weft_bootstrap_send bounded by timeout_ms instead of WEFT_BOOTSTRAP_TIMEOUT (connecting
+ * included: a peer that closed its bootstrap refuses connections until the deadline). For notes a
+ * waiting rank sends its peers (exec/sig.c), which must not hold it up.
+ */
+ncclResult_t weft_bootstrap_send_brief(struct weft_bootstrap *bs, int peer, int tag,
+                                       const void *data, size_t size, int timeout_ms);
+
+/*
+ * Non-blocking receive of the oldest message with this tag from any peer: *got_p is 1 and
+ * *peer_p names the sender when one was there (already kept, or readable now), 0 otherwise.
+ * Accepts pending connections and reads only messages whose first bytes have arrived (a message
+ * is written whole by its sender, so the rest follows at once). A peer whose connection closed
+ * is dropped silently (it left). Sizes must match (ncclInvalidUsage otherwise). For the
+ * executor's fault checks (exec/sig.c), off every fast path.
+ */
+ncclResult_t weft_bootstrap_try_recv(struct weft_bootstrap *bs, int tag, void *data, size_t size,
+                                     int *peer_p, int *got_p);
+
 /* Broadcast of size bytes from root's data to every rank's data, along the ring. Collective. */
 ncclResult_t weft_bootstrap_bcast(struct weft_bootstrap *bs, int root, void *data, size_t size);
 

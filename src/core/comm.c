@@ -20,6 +20,7 @@
 #include "algo/sched.h"
 #include "algo/tuner.h"
 #include "exec/cuda.h"
+#include "exec/sig.h"
 #include "exec/stream.h"
 #include "exec/wait.h"
 #include "transport.h"
@@ -228,6 +229,7 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
     free(comm->peer_info);
     free(comm->ring);
     free(comm->ring_pos);
+    weft_sig_fini(comm);
     pthread_mutex_destroy(&comm->ticket_lock);
     pthread_cond_destroy(&comm->ticket_cond);
     comm->magic = WEFT_COMM_DEAD;
@@ -623,6 +625,11 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
     int64_t nch = weft_param_HostNChannels();
     comm->nchannels = nch < 1 ? 1 : nch > WEFT_MAX_CHANNELS ? WEFT_MAX_CHANNELS : (int)nch;
     ncclResult_t res = weft_cuda_comm_bind(comm, -1); /* the calling thread's device */
+    if (res != ncclSuccess) {
+        free(comm);
+        return res;
+    }
+    res = weft_sig_init(comm);
     if (res != ncclSuccess) {
         free(comm);
         return res;

@@ -126,6 +126,7 @@ struct ncclComm {
     int finalized;
     int revoked;
     uint64_t op_seq;                  /* operations issued, for error messages */
+    struct weft_sig_comm *sig;        /* signatures and recent operations (exec/sig.h) */
     int busy;                         /* threads currently executing on this comm */
     int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
     int oversubscribed;               /* more ranks on this host than cores this rank may run on

@@ -41,6 +41,7 @@
 #include "dev_kernel.h"
 #include "exec/cuda.h"
 #include "transport.h"
+#include "exec/sig.h"
 
 WEFT_PARAM(CudaChannels, "WEFT_CUDA_CHANNELS", 2,
            "blocks (channels) of the collective kernel; 1 with WEFT_EMU_SERIALIZE=1");
@@ -679,7 +680,8 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     }
     if (st == NULL)
         return ncclSuccess;
-    ncclResult_t res = state == WEFT_DEV_MISMATCH    ? ncclInvalidUsage
+    ncclResult_t res = state == WEFT_DEV_MISMATCH || state == WEFT_DEV_SIG_MISMATCH
+                           ? ncclInvalidUsage
                        : state == WEFT_DEV_BAD_SCHED ? ncclInternalError
                                                      : ncclRemoteError;
     if (__atomic_exchange_n(&cc->reported, 1, __ATOMIC_ACQ_REL))
@@ -700,21 +702,49 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
         return ncclRemoteError;
     }
     switch (state) {
-    case WEFT_DEV_TIMEOUT:
-        WEFT_WARN("rank %d: device kernel made no progress for %lld s waiting for %s from peer "
-                  "%d (host %s) in %s (operation %llu, channel %d, step %llu: counter %llu, "
-                  "needed %llu); the peer is stuck or issued different operations",
-                  comm->rank, (long long)weft_param_Timeout(),
-                  st->send ? "buffer space" : "data", st->peer, host, api,
-                  (unsigned long long)st->seq, st->channel, (unsigned long long)st->step,
-                  (unsigned long long)st->seen, (unsigned long long)st->expected);
+    case WEFT_DEV_TIMEOUT: {
+        char msg[1024];
+        snprintf(msg, sizeof(msg),
+                 "rank %d: device kernel made no progress for %lld s waiting for %s from peer "
+                 "%d (host %s) in %s (operation %llu, channel %d, step %llu: counter %llu, "
+                 "needed %llu); the peer is stuck or issued different operations",
+                 comm->rank, (long long)weft_param_Timeout(), st->send ? "buffer space" : "data",
+                 st->peer, host, api, (unsigned long long)st->seq, st->channel,
+                 (unsigned long long)st->step, (unsigned long long)st->seen,
+                 (unsigned long long)st->expected);
+        /* The report, and what the other ranks say: a mismatch that moved no data shows here. */
+        uint64_t rec;
+        if (weft_sig_find_op(comm, st->seq, &rec)) {
+            struct weft_sig_wait w = {rec, st->peer, st->send, NULL, NULL};
+            uint64_t idle = (uint64_t)weft_param_Timeout() * 1000000000ull;
+            if (weft_sig_deadline(comm, &w, idle, msg, sizeof(msg)) != ncclSuccess) {
+                res = ncclInvalidUsage;
+                break;
+            }
+        }
+        WEFT_WARN("%s", msg);
         break;
+    }
     case WEFT_DEV_ABORTED:
         WEFT_WARN("rank %d: communicator aborted while its kernel waited for %s from peer %d in "
                   "%s (operation %llu, channel %d)", comm->rank,
                   st->send ? "buffer space" : "data", st->peer, api, (unsigned long long)st->seq,
                   st->channel);
         break;
+    case WEFT_DEV_SIG_MISMATCH: {
+        /* Both calls named: exec/sig.c asks the peer for its signature. */
+        uint64_t rec;
+        if (weft_sig_find(comm, (uint32_t)st->expected, &rec)) {
+            weft_sig_mismatch(comm, rec, st->peer, (uint32_t)st->seen);
+            break;
+        }
+        WEFT_WARN("rank %d: peer %d sent a slice of another operation (signature 0x%08llx, this "
+                  "rank's 0x%08llx) in %s (operation %llu, channel %d)",
+                  comm->rank, st->peer, (unsigned long long)st->seen,
+                  (unsigned long long)st->expected, api, (unsigned long long)st->seq,
+                  st->channel);
+        break;
+    }
     case WEFT_DEV_MISMATCH:
         WEFT_WARN("rank %d: peer %d sent a %llu-byte slice where %llu bytes were expected in %s "
                   "(operation %llu, channel %d): count or datatype differ between ranks",
@@ -851,6 +881,11 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     }
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
+    /* The record ends at the launch: the host does not see a kernel's operations finish. */
+    uint64_t rec;
+    weft_sig_begin(comm, t, 1, t, &rec);
+    op->sig = weft_sig_enabled() ? weft_sig_of(comm, rec)->hash : 0;
+    weft_sig_end(comm, rec, 0);
 }
 
 static int weft_cuda_inplace_a2a(const struct weft_task *t)

@@ -27,6 +27,7 @@
 #include "core/param.h"
 #include "exec/arena.h"
 #include "exec/lane.h"
+#include "exec/sig.h"
 #include "exec/wait.h"
 
 WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
@@ -50,6 +51,7 @@ struct weft_exec_lane {
     struct weft_step *steps;
     struct weft_task *task;
     uint64_t seq;
+    uint64_t rec; /* its record in comm->sig (exec/sig.h) */
     int prev_same; /* index of the previous lane with the same key, or -1 */
     /* Lanes with equal keys share connections and run in issue order. */
     int key_chan; /* connection channel (comm->nchannels for point-to-point) */
@@ -58,7 +60,7 @@ struct weft_exec_lane {
 };
 
 
-static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
+static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const uint64_t *recs,
                                     struct weft_exec_lane **lanes_p, int *nlanes_p)
 {
     int total = 0;
@@ -118,9 +120,11 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks,
             el->lane.elem_size = es;
             el->lane.op = task->has_redop ? &task->redop : NULL;
             el->lane.ll = weft_tune_ll(task->coll);
+            el->lane.sig = weft_sig_enabled() ? weft_sig_of(comm, recs[t])->hash : 0;
             weft_lane_init(&el->lane);
             el->task = task;
             el->seq = seq;
+            el->rec = recs[t];
             el->prev_same = -1;
             for (int j = n - 1; j >= 0; j--) {
                 if (lanes[j].task->comm == comm && lanes[j].key_chan == el->key_chan &&
@@ -179,11 +183,24 @@ static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_
 static ncclResult_t weft_exec_lane_error(struct weft_exec_lane *el)
 {
     struct ncclComm *comm = el->task->comm;
+    if (el->lane.error_sig != 0)
+        return weft_sig_mismatch(comm, el->rec, el->lane.error_peer, el->lane.error_sig);
     WEFT_WARN("rank %d: peer %d sent a %u-byte slice where %u bytes were expected in %s "
               "(operation %llu): count or datatype differ between ranks",
               comm->rank, el->lane.error_peer, el->lane.error_got_bytes,
               el->lane.error_want_bytes, el->task->api, (unsigned long long)el->seq);
     return ncclInvalidUsage;
+}
+
+/* Where the blocked lane waits, for exec/sig.c. */
+static void weft_exec_sig_wait(const struct weft_exec_lane *el, const struct weft_exec_block *block,
+                               struct weft_sig_wait *w)
+{
+    w->rec = el->rec;
+    w->peer = block->peer;
+    w->send = block->send;
+    w->send_conn = block->peer >= 0 ? el->lane.peers[block->peer].send : NULL;
+    w->recv_conn = block->peer >= 0 ? el->lane.peers[block->peer].recv : NULL;
 }
 
 /* Checks abort, the peer's process and the deadline while blocked. */
@@ -241,11 +258,17 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
     }
     uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     if (idle_ns > timeout_ns) {
-        WEFT_WARN("rank %d: no progress for %llu s waiting for %s from peer %d (host %s) in %s "
-                  "(operation %llu); the peer is stuck or issued different operations",
-                  comm->rank, (unsigned long long)(idle_ns / 1000000000ull),
-                  block->send ? "buffer space" : "data", block->peer, peer->hostname,
-                  el->task->api, (unsigned long long)el->seq);
+        char msg[1024];
+        snprintf(msg, sizeof(msg),
+                 "rank %d: no progress for %llu s waiting for %s from peer %d (host %s) in %s "
+                 "(operation %llu); the peer is stuck or issued different operations",
+                 comm->rank, (unsigned long long)(idle_ns / 1000000000ull),
+                 block->send ? "buffer space" : "data", block->peer, peer->hostname,
+                 el->task->api, (unsigned long long)el->seq);
+        struct weft_sig_wait w;
+        weft_exec_sig_wait(el, block, &w);
+        WEFT_CHECK(weft_sig_deadline(comm, &w, idle_ns, msg, sizeof(msg)));
+        WEFT_WARN("%s", msg);
         return ncclRemoteError;
     }
     return ncclSuccess;
@@ -344,6 +367,18 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
                 if ((lanes[i].prev_same < 0 || weft_lane_done(&lanes[lanes[i].prev_same].lane)) &&
                     weft_lane_check_mismatch(&lanes[i].lane, 100) < 0)
                     return weft_exec_lane_error(&lanes[i]);
+            /* Notes from other ranks (mismatches, where they wait) and the hang report. */
+            int head = block.lane;
+            for (int i = 0; head < 0 && i < nlanes; i++)
+                if (!weft_lane_done(&lanes[i].lane))
+                    head = i;
+            if (head >= 0) {
+                struct weft_exec_block b = block.lane >= 0 ? block
+                                                           : (struct weft_exec_block){head, -1, 0};
+                struct weft_sig_wait w;
+                weft_exec_sig_wait(&lanes[head], &b, &w);
+                WEFT_CHECK(weft_sig_poll(lanes[head].task->comm, &w, now - idle_since));
+            }
             ncclResult_t res = weft_exec_check_stuck(lanes, nlanes, &block, now - idle_since);
             /* A peer may post its last data and exit between our round and the check: look
              * once more before calling it dead. */
@@ -392,12 +427,14 @@ static int weft_fusable(const struct weft_task *run, int nrun, const struct weft
 }
 
 static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct weft_task **out_p,
-                                   int *nout_p, struct weft_fused **fused_p, int *nfused_p)
+                                   int *nout_p, struct weft_fused **fused_p, int *nfused_p,
+                                   uint64_t **recs_p)
 {
     size_t limit = (size_t)weft_param_FuseBytes();
     struct weft_task *out = weft_arena_alloc((size_t)ntasks * sizeof(*out));
     struct weft_fused *fused = weft_arena_alloc((size_t)ntasks * sizeof(*fused));
-    if (out == NULL || fused == NULL) {
+    uint64_t *recs = weft_arena_alloc((size_t)ntasks * sizeof(*recs));
+    if (out == NULL || fused == NULL || recs == NULL) {
         WEFT_WARN("out of memory planning %d operations", ntasks);
         return ncclSystemError;
     }
@@ -437,6 +474,7 @@ static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct w
             out[nout].count = total / es;
             fused[nfused++] = (struct weft_fused){t, run, stage};
         }
+        weft_sig_begin(tasks[t].comm, &tasks[t], run, &out[nout], &recs[nout]);
         nout++;
         t += run;
     }
@@ -444,6 +482,7 @@ static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct w
     *nout_p = nout;
     *fused_p = fused;
     *nfused_p = nfused;
+    *recs_p = recs;
     return ncclSuccess;
 }
 
@@ -468,10 +507,14 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     int ntasks, nfused;
     struct weft_exec_lane *lanes;
     int nlanes;
-    ncclResult_t res = weft_exec_fuse(orig_tasks, norig, &tasks, &ntasks, &fused, &nfused);
+    uint64_t *recs = NULL;
+    ncclResult_t res =
+        weft_exec_fuse(orig_tasks, norig, &tasks, &ntasks, &fused, &nfused, &recs);
     if (res == ncclSuccess)
-        res = weft_exec_build(tasks, ntasks, &lanes, &nlanes);
+        res = weft_exec_build(tasks, ntasks, recs, &lanes, &nlanes);
     if (res != ncclSuccess) {
+        for (int t = 0; recs != NULL && t < ntasks; t++)
+            weft_sig_end(tasks[t].comm, recs[t], 1);
         weft_arena_reset();
         return res;
     }
@@ -479,6 +522,7 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
         __atomic_fetch_add(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
     res = weft_exec_run(lanes, nlanes);
     for (int t = 0; t < ntasks; t++) {
+        weft_sig_end(tasks[t].comm, recs[t], res != ncclSuccess);
         if (res != ncclSuccess)
             weft_comm_set_error(tasks[t].comm, res);
         __atomic_fetch_sub(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);

@@ -16,6 +16,7 @@ void weft_lane_init(struct weft_lane *lane)
     lane->error_peer = -1;
     lane->error_got_bytes = 0;
     lane->error_want_bytes = 0;
+    lane->error_sig = 0;
     lane->mismatch_checks = 0;
 }
 
@@ -116,6 +117,8 @@ int weft_lane_check_mismatch(struct weft_lane *lane, int checks)
     lane->error_peer = s->recv_peer;
     lane->error_got_bytes = o->bytes;
     lane->error_want_bytes = sl.nbytes;
+    if (lane->sig != 0 && o->sig != 0 && o->sig != lane->sig)
+        lane->error_sig = o->sig;
     return -1;
 }
 
@@ -165,6 +168,15 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
 
         const char *in = NULL;
         if (rc != NULL) {
+            /* Another operation's slice (sig 0: the sender does not check). */
+            uint32_t sig = in_hdr->sig;
+            if (__builtin_expect(sig != lane->sig, 0) && sig != 0 && lane->sig != 0) {
+                lane->error_peer = s->recv_peer;
+                lane->error_got_bytes = in_hdr->bytes;
+                lane->error_want_bytes = nbytes;
+                lane->error_sig = sig;
+                return -1;
+            }
             if (in_hdr->bytes != nbytes) {
                 lane->error_peer = s->recv_peer;
                 lane->error_got_bytes = in_hdr->bytes;
@@ -210,6 +222,7 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
         /* Publish: the data before the counter (release), then wake whoever polls it. */
         if (sc != NULL) {
             out_hdr->bytes = nbytes;
+            out_hdr->sig = lane->sig;
             __atomic_store_n(&out_hdr->seq, sc->step + 1, __ATOMIC_RELEASE);
             sc->step++;
             weft_doorbell_ring(sc->peer_bell);

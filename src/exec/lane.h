@@ -54,7 +54,7 @@
 struct weft_slot_header {
     uint64_t seq;   /* step + 1 once the slot holds that step's data; written last (release) */
     uint32_t bytes; /* payload bytes of the slice */
-    uint32_t pad;
+    uint32_t sig;   /* the operation's signature hash (exec/sig.h); 0: the sender does not check */
 };
 
 /* Payload bytes one slot carries. */
@@ -111,6 +111,8 @@ struct weft_lane {
     size_t elem_size;
     const struct weft_redop *op; /* NULL for collectives without reduction */
     int ll;                      /* small slices may take the connections' LL FIFOs */
+    uint32_t sig; /* the operation's signature hash, sent with every slice and compared with
+                   * every received one (exec/sig.h); 0: no check */
     /* progress state, zeroed by weft_lane_init */
     uint64_t cur;        /* current step */
     uint64_t cur_done;   /* elements of the current step already moved */
@@ -120,6 +122,7 @@ struct weft_lane {
     int error_peer;
     uint32_t error_got_bytes;
     uint32_t error_want_bytes;
+    uint32_t error_sig; /* != 0: the peer's slice carried this signature hash, not lane->sig */
     int mismatch_checks; /* weft_lane_check_mismatch's count */
 };
 

@@ -16,6 +16,12 @@
  *   timeout    rank 0 launches alone with WEFT_TIMEOUT=2: the error names peer 1
  *   badbuf     a device buffer on a communicator of another device, host/device mix
  *   mismatch   rank 0 sends more than rank 1 receives: rank 1 reports it, naming peer 0
+ *   sig        (WEFT_TEST_SIG=count|dtype|op|root|coll) rank 0 of 2 calls another count,
+ *              datatype (int32 against float), op (max against sum), broadcast root or
+ *              collective; both ranks' kernels stop (the root case at WEFT_TIMEOUT: no data moves)
+ *              and each rank, checked from its own thread, fails naming both calls (from the
+ *              NCCL_DEBUG_FILE log); no output element holds the other rank's data
+ *   skip       rank 1 never joins all-reduce #2 (WEFT_TIMEOUT=2): rank 0's error names it
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -800,6 +806,167 @@ static int case_mismatch(void)
     return finish(ok);
 }
 
+/* ---- signatures (exec/sig.h) ----------------------------------------------------------- */
+
+struct async_arg {
+    ncclComm_t comm;
+    ncclResult_t res;
+};
+
+static void *async_check(void *p)
+{
+    struct async_arg *a = p;
+    a->res = ncclInProgress;
+    ncclCommGetAsyncError(a->comm, &a->res);
+    return NULL;
+}
+
+static int case_sig(void)
+{
+    const char *what = getenv("WEFT_TEST_SIG");
+    const char *log = getenv("NCCL_DEBUG_FILE");
+    if (what == NULL || log == NULL || g_n != 2) {
+        fprintf(stderr, "sig needs WEFT_TEST_SIG, NCCL_DEBUG_FILE and -n 2\n");
+        return 1;
+    }
+    if (!setup_all())
+        return 1;
+    enum { N = 4096 };
+    float *d[2], *o[2], h[N];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < N; i++)
+            h[i] = (float)(1 + r); /* rank r contributes 1 + r */
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&d[r], N * sizeof(float)));
+        CU(cu->malloc((void **)&o[r], N * sizeof(float)));
+        CU(cu->memcpy_async(d[r], h, sizeof(h), g_bufs[r].stream));
+        CU(cu->memset_async(o[r], 0, sizeof(h), g_bufs[r].stream));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+    }
+    const char *a = NULL, *b = NULL; /* rank 0's call, rank 1's */
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < 2; r++) {
+        cudaStream_t st = g_bufs[r].stream;
+        if (strcmp(what, "count") == 0) {
+            ncclAllReduce(d[r], o[r], r == 0 ? 1000 : N, ncclFloat32, ncclSum, g_comms[r], st);
+            a = "ncclAllReduce(count 1000, float, sum) #1";
+            b = "ncclAllReduce(count 4096, float, sum) #1";
+        } else if (strcmp(what, "dtype") == 0) {
+            ncclAllReduce(d[r], o[r], N, r == 0 ? ncclInt32 : ncclFloat32, ncclSum, g_comms[r], st);
+            a = "ncclAllReduce(count 4096, int32, sum) #1";
+            b = "ncclAllReduce(count 4096, float, sum) #1";
+        } else if (strcmp(what, "op") == 0) {
+            ncclAllReduce(d[r], o[r], N, ncclFloat32, r == 0 ? ncclMax : ncclSum, g_comms[r], st);
+            a = "ncclAllReduce(count 4096, float, max) #1";
+            b = "ncclAllReduce(count 4096, float, sum) #1";
+        } else if (strcmp(what, "root") == 0) {
+            ncclBroadcast(d[r], o[r], N, ncclFloat32, r == 0 ? 1 : 0, g_comms[r], st);
+            a = "ncclBroadcast(count 4096, float, root 1) #1";
+            b = "ncclBroadcast(count 4096, float, root 0) #1";
+        } else {
+            if (r == 0)
+                ncclAllGather(d[r], o[r], N / 2, ncclFloat32, g_comms[r], st);
+            else
+                ncclAllReduce(d[r], o[r], N / 2, ncclFloat32, ncclSum, g_comms[r], st);
+            a = "ncclAllGather(count 2048, float) #1";
+            b = "ncclAllReduce(count 2048, float, sum) #1";
+        }
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+    }
+    /* One thread per rank, as an application with a thread per GPU checks them. */
+    struct async_arg args[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        args[r].comm = g_comms[r];
+        pthread_create(&th[r], NULL, async_check, &args[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    FILE *f = fopen(log, "r");
+    static char text[1 << 16];
+    size_t n = f != NULL ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    text[n] = 0;
+    if (f != NULL)
+        fclose(f);
+    int ok = 1;
+    for (int r = 0; r < 2; r++) {
+        char want[512];
+        snprintf(want, sizeof(want),
+                 "rank %d: operations differ between ranks: rank 0 called %s, rank 1 called %s", r,
+                 a, b);
+        if (args[r].res != ncclInvalidUsage || strstr(text, want) == NULL) {
+            fprintf(stderr, "FAIL sig %s: rank %d async error %d; no line \"%s\" in:\n%s\n", what,
+                    r, args[r].res, want, text);
+            ok = 0;
+        }
+        /* nothing of the other rank's data: rank 0 holds 0 or its 1s, rank 1 0 or its 2s */
+        float out[N];
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->memcpy_async(out, o[r], sizeof(out), g_bufs[r].stream));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+        int wrong = 0;
+        for (int i = 0; i < N; i++)
+            wrong += out[i] != 0.0f && out[i] != (float)(1 + r);
+        if (wrong != 0) {
+            fprintf(stderr, "FAIL sig %s: rank %d: %d elements hold the other rank's data\n", what,
+                    r, wrong);
+            ok = 0;
+        }
+    }
+    printf("sig %s: rank 0 %d, rank 1 %d\n", what, args[0].res, args[1].res);
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->free(d[r]));
+        CU(cu->free(o[r]));
+        ncclCommAbort(g_comms[r]);
+        g_comms[r] = NULL;
+    }
+    return finish(ok);
+}
+
+/* Rank 1 never joins all-reduce #2: rank 0's error at the deadline names it. */
+static int case_skip(void)
+{
+    if (!setup_all())
+        return 1;
+    float *d[2];
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&d[r], 1024 * sizeof(float)));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < 2; r++)
+        ncclAllReduce(d[r], d[r], 1024, ncclFloat32, ncclSum, g_comms[r], g_bufs[r].stream);
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+    }
+    check(ncclAllReduce(d[0], d[0], 1024, ncclFloat32, ncclSum, g_comms[0], g_bufs[0].stream),
+          "ncclAllReduce");
+    CU(cu->set_device(g_dev[0]));
+    CU(cu->stream_synchronize(g_bufs[0].stream)); /* the kernel gives up after WEFT_TIMEOUT */
+    ncclResult_t async = ncclSuccess;
+    check(ncclCommGetAsyncError(g_comms[0], &async), "ncclCommGetAsyncError");
+    const char *msg = ncclGetLastError(NULL);
+    int ok = async == ncclRemoteError &&
+             strstr(msg, "rank 1 did not enter ncclAllReduce(count 1024, float, sum) #2") != NULL;
+    printf("skip: async error %d: %s\n", async, msg);
+    if (!ok)
+        fprintf(stderr, "FAIL skip\n");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->free(d[r]));
+        ncclCommAbort(g_comms[r]);
+        g_comms[r] = NULL;
+    }
+    return finish(ok);
+}
+
 static int case_badbuf(void)
 {
     if (!setup_all())
@@ -870,6 +1037,10 @@ int main(int argc, char **argv)
         rc = case_badbuf();
     else if (strcmp(c, "mismatch") == 0)
         rc = case_mismatch();
+    else if (strcmp(c, "sig") == 0)
+        rc = case_sig();
+    else if (strcmp(c, "skip") == 0)
+        rc = case_skip();
     else {
         fprintf(stderr, "unknown case %s\n", c);
         return 2;

@@ -159,7 +159,8 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
         const char *msg = ncclGetLastError(NULL);
         /* A rank that found the mismatch first may have left before this one looked (its
          * process gone, or its connections closed). */
-        int found = res == ncclInvalidUsage && strstr(msg, "count or datatype differ") != NULL;
+        int found = res == ncclInvalidUsage && (strstr(msg, "count or datatype differ") != NULL ||
+                                                strstr(msg, "differ between ranks") != NULL);
         int left = res == ncclRemoteError && strstr(msg, "peer") != NULL;
         EXPECT(found || left, "rank %d: mismatched counts gave %d: %s", rank, res, msg);
         int proxied = getenv("NCCL_SHM_DISABLE") != NULL;

@@ -277,7 +277,7 @@ static void sock_link_fail_errno(struct weft_sock_link *l, const char *op, int e
 }
 
 static int sock_enqueue(struct weft_sock_link *l, int type, int channel, uint64_t step,
-                        const char *payload, uint32_t len)
+                        const char *payload, uint32_t len, uint32_t sig)
 {
     if (l->txcount == l->txcap)
         return 0; /* cannot happen: the queue holds the most a link can have in flight */
@@ -287,6 +287,8 @@ static int sock_enqueue(struct weft_sock_link *l, int type, int channel, uint64_
     e->hdr.channel = (uint16_t)channel;
     e->hdr.step = step;
     e->hdr.bytes = len;
+    e->hdr.sig = sig;
+    e->hdr.pad = 0;
     e->hdr.check = weft_sock_check(&e->hdr);
     e->payload = payload;
     e->len = len;
@@ -410,7 +412,7 @@ static int sock_scan(struct weft_sock_thread *t)
                     int fault = WEFT_FAULT_ARMED() ? weft_fault_frame(st->me, p->rank) : 0;
                     if (fault != WEFT_FAULT_DROP &&
                         !sock_enqueue(l, WEFT_SOCK_DATA, c, s, (const char *)h + WEFT_SLOT_HEADER,
-                                      bytes))
+                                      bytes, h->sig))
                         break;
                     if (fault == WEFT_FAULT_CORRUPT) /* one bit of the header: check word fails */
                         l->txq[(l->txhead + l->txcount - 1) % l->txcap].hdr.step ^= 1ull << 33;
@@ -421,7 +423,7 @@ static int sock_scan(struct weft_sock_thread *t)
             struct weft_sock_link *cl = &links[c % ns];
             uint64_t head = __atomic_load_n(&ch->recv_ctrl->head, __ATOMIC_ACQUIRE);
             if (head > ch->credit_sent && !ch->credit_queued && !cl->dead &&
-                sock_enqueue(cl, WEFT_SOCK_CREDIT, c, head, NULL, 0)) {
+                sock_enqueue(cl, WEFT_SOCK_CREDIT, c, head, NULL, 0, 0)) {
                 ch->credit_sent = head;
                 ch->credit_queued = 1;
                 work = 1;
@@ -512,6 +514,7 @@ static void sock_publish(struct weft_sock_link *l)
     const struct weft_sock_chan *ch = &l->peer->chans[f->channel];
     struct weft_slot_header *h = weft_conn_slot(&ch->recv, f->step);
     h->bytes = f->bytes;
+    h->sig = f->sig;
     __atomic_store_n(&h->seq, f->step + 1, __ATOMIC_RELEASE);
     l->rx_expect[f->channel] = f->step + (uint64_t)st->nsocks;
     l->rx_in_payload = 0;
@@ -640,7 +643,7 @@ static int sock_flush_step(struct weft_sock_thread *t)
             continue;
         if (!l->bye_queued && l->txcount == 0) {
             /* every posted slot of this link is queued by the scan that just ran */
-            l->bye_queued = sock_enqueue(l, WEFT_SOCK_BYE, 0, 0, NULL, 0);
+            l->bye_queued = sock_enqueue(l, WEFT_SOCK_BYE, 0, 0, NULL, 0, 0);
             sock_tx(l);
         }
         if (!l->dead && !l->bye_sent)

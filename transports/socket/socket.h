@@ -17,7 +17,8 @@
  *
  * Then frames flow both ways, each a struct weft_sock_frame header. `channel` is a FIFO channel:
  * below nchannels a channel's slot FIFO, from nchannels (when the hellos say ll_fifos) its LL FIFO.
- *   DATA    step = the step, bytes = payload bytes that follow (at most the slot's payload);
+ *   DATA    step = the step, bytes = payload bytes that follow (at most the slot's payload),
+ *           sig = the slot header's signature word (exec/sig.h), copied into the receiver's slot;
  *           step s of channel c travels on connection (s + c) % nsocks of the channel's thread
  *           (c % nthreads), so each connection carries a channel's steps in order, nsocks apart
  *   CREDIT  step = steps the receiver has freed on that channel (it only grows, by at most
@@ -34,7 +35,9 @@
 #include "bootstrap/socket.h"
 #include "core/auth.h"
 
-#define WEFT_SOCK_VERSION 0x034b5357u /* "WSK" + wire version 3 (handshake with MACs) */
+/* "WSK" + wire version: 2 LL FIFO channels; 3 handshake with MACs (the unique id's secret);
+ * 4 DATA frames carry the signature word (32-byte frames) */
+#define WEFT_SOCK_VERSION 0x044b5357u
 #define WEFT_SOCK_INFO_VERSION 1u
 
 enum weft_sock_type {
@@ -54,14 +57,16 @@ struct weft_sock_frame {
     uint16_t channel;
     uint64_t step;
     uint32_t bytes;
+    uint32_t sig; /* DATA: the slot header's signature word; else 0 */
     uint32_t check;
+    uint32_t pad; /* 0 */
 };
-_Static_assert(sizeof(struct weft_sock_frame) == 24, "frame header layout");
+_Static_assert(sizeof(struct weft_sock_frame) == 32, "frame header layout");
 
 static inline uint32_t weft_sock_check(const struct weft_sock_frame *f)
 {
     uint32_t x = f->version ^ ((uint32_t)f->type << 16) ^ f->channel ^ (uint32_t)f->step ^
-                 (uint32_t)(f->step >> 32) ^ f->bytes;
+                 (uint32_t)(f->step >> 32) ^ f->bytes ^ (f->sig * 0x85ebca6bu);
     return x * 0x9e3779b1u ^ 0x5eb1c0deu;
 }
 
