@@ -301,7 +301,8 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     /* Whether a machine runs more ranks than cores, from the exchanged core counts (the fewest
      * any rank of the machine may use): every rank must choose alike, so not from this rank's
      * own affinity (which decides only how its own waits behave, comm->oversubscribed). */
-    struct weft_tune_comm tc = {.oversubscribed = over,
+    struct weft_tune_comm tc = {.deterministic = weft_tune_deterministic() != 0,
+                                .oversubscribed = over,
                                 .chunk_bytes = (double)weft_slot_payload(comm->slot_bytes) *
                                                WEFT_CHUNK_SLOTS};
     ncclResult_t res = weft_cost_layout_init(&tc.layout, nranks, host);
@@ -358,6 +359,7 @@ static const char *const weft_setting_names[WEFT_NSETTINGS] = {
     "WEFT_HOST_NCHANNELS", "WEFT_SHM_SLOT_BYTES",   "WEFT_SOCKET_SLOT_BYTES",
     "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_ALGO/WEFT_ALGO",
     "NCCL_PROTO",          "WEFT_DIRECT_MAX_BYTES", "WEFT_FUSE_BYTES",
+    "WEFT_DETERMINISTIC",
 };
 #define WEFT_SETTING_HASHED(i) ((i) == 5 || (i) == 6) /* masks fingerprinted: no value to print */
 
@@ -372,6 +374,7 @@ void weft_comm_settings(int nchannels, int64_t *v)
     v[6] = (int64_t)weft_tune_knobs_hash(1);
     v[7] = weft_param_DirectMaxBytes();
     v[8] = weft_param_FuseBytes();
+    v[9] = weft_tune_deterministic();
 }
 
 /*

@@ -33,11 +33,11 @@ struct weft_cuda_comm;
  * protocol restrictions, the direct and fusion limits): every rank must hold the same, and init
  * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
  */
-#define WEFT_NSETTINGS 9
+#define WEFT_NSETTINGS 10
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
- * Version 4: settings added. */
-#define WEFT_PEER_INFO_VERSION 4
+ * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. */
+#define WEFT_PEER_INFO_VERSION 5
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;
