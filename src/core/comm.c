@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "core/trace.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
 #include "exec/cuda.h"
@@ -215,6 +216,7 @@ static ncclResult_t weft_comm_disconnect(struct ncclComm *comm)
 ncclResult_t weft_comm_free(struct ncclComm *comm)
 {
     ncclResult_t res = ncclSuccess;
+    weft_trace_flush(comm);
     WEFT_CHECK_IGNORE(weft_cuda_comm_free(comm), res);
     if (comm->async_stream != NULL) {
         WEFT_CHECK_IGNORE(weft_stream_destroy(comm->async_stream), res);
@@ -640,14 +642,20 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
         return ncclInvalidArgument;
     }
     comm->comm_hash = weft_bootstrap_magic(id);
-    WEFT_CHECK(weft_bootstrap_init(id, comm->rank, comm->nranks, &comm->abort_flag,
-                                   &comm->bootstrap));
-    WEFT_CHECK(weft_comm_connect(comm));
-    WEFT_CHECK(weft_cuda_comm_setup(comm));
-    WEFT_CHECK(weft_bootstrap_barrier(comm->bootstrap));
-    WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
-              comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
-    return ncclSuccess;
+    weft_log_set_rank(comm->rank); /* init's lines belong to this rank (JSON logs) */
+    ncclResult_t res = weft_bootstrap_init(id, comm->rank, comm->nranks, &comm->abort_flag,
+                                           &comm->bootstrap);
+    if (res == ncclSuccess)
+        res = weft_comm_connect(comm);
+    if (res == ncclSuccess)
+        res = weft_cuda_comm_setup(comm);
+    if (res == ncclSuccess)
+        res = weft_bootstrap_barrier(comm->bootstrap);
+    if (res == ncclSuccess)
+        WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done",
+                  (void *)comm, comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
+    weft_log_set_rank(-1);
+    return res;
 }
 
 ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,

@@ -126,6 +126,7 @@ struct ncclComm {
     int finalized;
     int revoked;
     uint64_t op_seq;                  /* operations issued, for error messages */
+    struct weft_trace *trace;         /* WEFT_TRACE_FILE's records (core/trace.h); NULL: none */
     int busy;                         /* threads currently executing on this comm */
     int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
     int oversubscribed;               /* more ranks on this host than cores this rank may run on

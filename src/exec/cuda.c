@@ -26,6 +26,7 @@
 #include "algo/sched.h"
 #include "algo/tuner.h"
 #include "bootstrap/bootstrap.h"
+#include "core/trace.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
@@ -649,6 +650,14 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     }
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
+    if (__builtin_expect(t->enq_ns != 0, 0)) { /* WEFT_TRACE_FILE: enqueue and launch */
+        struct weft_trace_op tr = {
+            .api = t->api, .coll = t->coll, .dtype = t->dtype, .algo = op->algo,
+            .root = t->root, .device = 1, .seq = op->seq, .count = t->count,
+            .enq_ns = t->enq_ns, .start_ns = weft_trace_now_ns(),
+        };
+        weft_trace_record(comm, &tr);
+    }
 }
 
 static int weft_cuda_inplace_a2a(const struct weft_task *t)
