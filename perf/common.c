@@ -606,6 +606,8 @@ struct perf_args {
     size_t min_bytes, max_bytes, step_bytes;
     long step_factor;
     int iters, warmup, agg, cycles, check, root, blocking, average, unalign, timeout_s;
+    double time_target; /* -S: seconds each timed run of a size aims at (0: -n iterations) */
+    int repeats;        /* -k: timed runs per row; the row shows their median */
     int report_cputime, parallel_init, stream_null;
     int nthreads, ngpus, graph_launches, host_buffers;
     const char *json_path;
@@ -1038,8 +1040,10 @@ static int64_t check_once(struct perf_state *st, const struct perf_op *op, uint6
 }
 
 struct perf_result {
-    double time_us, algbw, busbw;
+    double time_us, algbw, busbw; /* time_us: the median of the repeats */
     int64_t wrong; /* -1: not checked */
+    double time_min_us, time_max_us; /* the fastest and slowest repeat */
+    int iters;                       /* timed iterations per repeat */
 };
 
 /* The driving threads of this process (pthread barrier; nothing with one thread). */
@@ -1072,30 +1076,17 @@ static void graph_capture(struct perf_state *st, int end)
         threads_sync(st);
 }
 
-static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
-                  struct perf_result *res)
+/* One timed run of iters iterations (or -G graph launches): seconds per op, this rank's. */
+static double timed_run(struct perf_state *st, struct perf_op *op, int iters)
 {
     const struct perf_args *a = &st->a;
-    char *send, *recv;
     double t0, excluded = 0, sec, cpu_sec;
     int graph = a->graph_launches > 0;
-
-    /* Sane data for timing (no NaN/denormal slow paths), one synchronising op, barrier. */
-    if (a->check) {
-        for (int i = 0; i < st->team.n; i++) {
-            call_buffers(st, i, op, 0, &send, &recv);
-            fill_send(st, i, op, seed ^ 0x99, send);
-        }
-    }
-    watchdog_arm(st);
-    run_op(st, op, 0);
-    team_sync(st);
-    barrier(st);
 
     if (graph)
         graph_capture(st, 0);
     t0 = now_s();
-    for (int it = 0; it < a->iters; it++) {
+    for (int it = 0; it < iters; it++) {
         if (a->agg > 1)
             PERF_CHECK(st, st->be->group_start());
         for (int k = 0; k < a->agg; k++)
@@ -1127,15 +1118,98 @@ static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
     sec = now_s() - t0 - excluded;
     if (a->report_cputime)
         sec = cpu_sec;
-    sec /= (double)a->iters * a->agg * (graph ? a->graph_launches : 1);
-    watchdog_disarm(st);
+    sec /= (double)iters * a->agg * (graph ? a->graph_launches : 1);
     if (graph) {
         for (int i = 0; i < st->team.n; i++) {
             PERF_CUDACHECK(st, st->dm->graph_destroy(st->slots[i].graph));
             st->slots[i].graph = NULL;
         }
     }
-    sec = combine_time(st, sec);
+    return sec;
+}
+
+#define PERF_MAX_ITERS (1 << 24)
+
+/*
+ * -S: the iterations of one timed run of this size, so that it lasts about a->time_target
+ * seconds. Runs batches of 1, 2, 4, ... iterations (a warm-up as well: a sub-microsecond call's
+ * first hundreds of calls are not its steady state) until a batch takes an eighth of the target
+ * and the time per iteration has stopped falling (doubling the batch cut it by less than 20%): a
+ * fixed cost per batch (waking a peer that slept, a time slice lost on a shared machine) must not
+ * pass for the cost of an iteration, or a 1 us call would get a handful of iterations. Then
+ * scales the fastest time per iteration any batch saw (a small batch is never much faster than
+ * the steady state; a preempted one is much slower), giving up on steadiness after four times
+ * the target. Every rank uses the slowest rank's times,
+ * so all run the same count. Without -S (or with -G) the count is -n.
+ */
+static int size_iters(struct perf_state *st, struct perf_op *op)
+{
+    const struct perf_args *a = &st->a;
+    if (a->time_target <= 0 || a->graph_launches > 0)
+        return a->iters;
+    double best = 0, prev = 0, total = 0;
+    for (int k = 1;; k *= 2) {
+        double t0 = now_s();
+        for (int it = 0; it < k; it++)
+            run_op(st, op, (size_t)it);
+        team_sync(st);
+        double dt = now_s() - t0, per;
+        PERF_CHECK(st, st->be->reduce_double(&st->team, &dt, PERF_OP_MAX));
+        total += dt;
+        per = dt / k;
+        if (k == 1 || per < best)
+            best = per;
+        int steady = k > 1 && per >= 0.8 * prev;
+        prev = per;
+        if ((dt >= a->time_target / 8 && steady) || total >= 4 * a->time_target ||
+            k >= PERF_MAX_ITERS) {
+            double n = best > 0 ? ceil(a->time_target / best) : (double)PERF_MAX_ITERS;
+            return n < 1 ? 1 : n > PERF_MAX_ITERS ? PERF_MAX_ITERS : (int)n;
+        }
+    }
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
+                  struct perf_result *res)
+{
+    const struct perf_args *a = &st->a;
+    char *send, *recv;
+    double sec, reps[64];
+    int nrep = a->repeats < 1 ? 1 : a->repeats > 64 ? 64 : a->repeats;
+
+    /* Sane data for timing (no NaN/denormal slow paths), one synchronising op, barrier. */
+    if (a->check) {
+        for (int i = 0; i < st->team.n; i++) {
+            call_buffers(st, i, op, 0, &send, &recv);
+            fill_send(st, i, op, seed ^ 0x99, send);
+        }
+    }
+    watchdog_arm(st);
+    run_op(st, op, 0);
+    team_sync(st);
+    barrier(st);
+
+    int iters = size_iters(st, op);
+    for (int r = 0; r < nrep; r++) {
+        barrier(st);
+        /* -S: steady state: an eighth of the run untimed first, so that the run does not start
+         * with ranks that slept through the barrier */
+        for (int it = 0; a->time_target > 0 && it < (iters + 7) / 8; it++)
+            run_op(st, op, (size_t)it);
+        reps[r] = combine_time(st, timed_run(st, op, iters));
+    }
+    watchdog_disarm(st);
+    qsort(reps, (size_t)nrep, sizeof(double), cmp_double);
+    sec = nrep % 2 ? reps[nrep / 2] : (reps[nrep / 2 - 1] + reps[nrep / 2]) / 2;
+    res->time_min_us = reps[0] * 1e6;
+    res->time_max_us = reps[nrep - 1] * 1e6;
+    res->iters = iters;
 
     res->time_us = sec * 1e6;
     res->algbw = sec > 0 ? op->c.alg_bytes / 1e9 / sec : 0;
@@ -1181,7 +1255,11 @@ static void json_line(struct perf_state *st, const struct perf_op *op, const str
         fprintf(f, ",\"wrong\":%" PRId64, r->wrong);
     else
         fputs(",\"wrong\":null", f);
-    fprintf(f, ",\"memory\":\"%s\"}\n", st->dev_bufs ? "device" : "host");
+    fprintf(f, ",\"memory\":\"%s\"", st->dev_bufs ? "device" : "host");
+    fprintf(f, ",\"iters\":%d,\"repeats\":%d", r->iters, st->a.repeats);
+    json_number(f, "time_us_min", r->time_min_us, "%.3f");
+    json_number(f, "time_us_max", r->time_max_us, "%.3f");
+    fputs("}\n", f);
     fflush(f);
 }
 
@@ -1197,6 +1275,12 @@ static void append_body(char *line, size_t n, const struct perf_result *r)
         snprintf(line + len, n - len, "  %7s  %6s  %6s  %6g", t, ab, bb, (double)r->wrong);
     else
         snprintf(line + len, n - len, "  %7s  %6s  %6s  %6s", t, ab, bb, "N/A");
+}
+
+/* -S or -k: rows end with each half's iterations per repeat and spread of the repeats. */
+static int perf_timing_columns(const struct perf_args *a)
+{
+    return a->time_target > 0 || a->repeats > 1;
 }
 
 /* Warm-up, then -N cycles of the size sweep, for one (type, op, root). */
@@ -1251,6 +1335,15 @@ static void time_test(struct perf_state *st, const struct perf_type *t, int op_k
                 if (st->json)
                     json_line(st, &op, &res[ip]);
             }
+            if (perf_timing_columns(a)) /* (slowest - fastest repeat) / median, per half */
+                for (int ip = 0; ip < 2; ip++) {
+                    size_t len = strlen(line);
+                    double sp = res[ip].time_us > 0 ? 100 * (res[ip].time_max_us -
+                                                              res[ip].time_min_us) /
+                                                             res[ip].time_us
+                                                     : 0;
+                    snprintf(line + len, sizeof(line) - len, "  %8d  %6.1f", res[ip].iters, sp);
+                }
             if (st->is_main)
                 printf("%s\n", line);
             if (size == SIZE_MAX)
@@ -1318,6 +1411,10 @@ static void usage(const char *prog)
            "[-J,--output_file <file> JSON lines, one per measurement] \n\t"
            "[-u,--unalign <num elements>] \n\t"
            "[-H,--host_buffers <0/1> host memory even where a GPU is (default: 0)] \n\t"
+           "[-S,--time_target <seconds>] iterations per size for timed runs of about this long "
+           "(replaces -n; default 0: -n)\n\t"
+           "[-k,--repeats <1-64>] timed runs per row: the row shows their median time and "
+           "their spread (default 1)\n\t"
            "[-h,--help]\n"
            "Run under weftrun: weftrun -n <processes> %s ...; ranks = processes x -t x -g, rank\n"
            "i of a process on GPU i mod (GPUs of the host), several ranks may share one.\n"
@@ -1424,6 +1521,8 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
         {"unalign", required_argument, 0, 'u'},
         {"host_buffers", required_argument, 0, 'H'},
         {"host-buffers", required_argument, 0, 'H'},
+        {"time_target", required_argument, 0, 'S'},
+        {"repeats", required_argument, 0, 'k'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -1436,6 +1535,7 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
     a->step_bytes = 1u << 20;
     a->step_factor = 1;
     a->iters = 20;
+    a->repeats = 1;
     a->warmup = 1;
     a->agg = 1;
     a->cycles = 1;
@@ -1446,7 +1546,7 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
 
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:H:h",
+    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:H:S:k:h",
                             longopts, NULL)) != -1) {
         if (c == 'h') {
             if (is_main)
@@ -1480,6 +1580,15 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
         case 'J':
             a->json_path = optarg;
             continue;
+        case 'S': {
+            char *end;
+            errno = 0;
+            a->time_target = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || errno != 0 || !(a->time_target >= 0) ||
+                a->time_target > 3600)
+                PERF_ARG_ERROR("-S needs seconds in [0, 3600], got '%s'", optarg);
+            continue;
+        }
         default:
             break;
         }
@@ -1522,6 +1631,11 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
             if (v < 0)
                 PERF_ARG_ERROR("-w must be >= 0, got %ld", v);
             a->warmup = (int)v;
+            break;
+        case 'k':
+            if (v < 1 || v > 64)
+                PERF_ARG_ERROR("-k must be in [1, 64], got %ld", v);
+            a->repeats = (int)v;
             break;
         case 'N':
             if (v < 0)
@@ -1786,12 +1900,20 @@ static void print_table_header(const struct perf_state *st)
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
            "        \n",
            "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
+    int tc = perf_timing_columns(&st->a);
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "size",
            "count", "type", "redop", "root", tname, "algbw", "busbw", "#wrong", tname, "algbw",
-           "busbw", "#wrong", 0, "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
+           "busbw", "#wrong", tc ? "     iters  spread     iters  spread" : " ");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "(B)",
            "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-           "", 0, "");
+           "", tc ? "    (oop)     (%)      (ip)     (%)" : " ");
+    if (tc && st->a.time_target > 0)
+        printf("# time: the median of %d timed run(s) per half, each of about %g s (iterations per "
+               "size from a calibration, -S); spread: (slowest - fastest) / median\n",
+               st->a.repeats, st->a.time_target);
+    else if (tc)
+        printf("# time: the median of %d timed runs of %d iterations per half; spread: (slowest "
+               "- fastest) / median\n", st->a.repeats, st->a.iters);
 }
 
 /*

@@ -75,6 +75,9 @@
  *   "algbw"      GB/s (1e9 bytes/s, 6 decimals); "busbw" likewise (algbw x bus factor)
  *   "wrong"      wrong elements summed over ranks; null with -c 0
  *   "memory"     "device" or "host": where the buffers were
+ *   "iters"      timed iterations per repeat (-n, or the count -S chose for this size)
+ *   "repeats"    timed runs of the measurement (-k); "time_us" is their median
+ *   "time_us_min", "time_us_max"  the fastest and the slowest of those runs
  * Non-finite numbers are written as null. New fields are only ever added at the end.
  *
  * Threads: -t driving threads (the first is the main thread; it alone prints, on process 0), and

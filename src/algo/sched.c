@@ -107,6 +107,24 @@
  *     "accumulated OP received" bit for bit since every NCCL operator is commutative.
  *   n == 1: COPY FINAL. Bytes sent: n * count (n-1 to peers plus the loopback). No deadlock for
  *   the reason pairwise all-to-all has none: per piece every connection carries one message.
+ * DET ALLREDUCE (two-shot, rank order: WEFT_DETERMINISTIC). Pieces of n*chunk elements of the
+ * channel range (ring_piece), piece P cut into n chunks as the ring cuts it; chunk q is rank q's:
+ *     SEND input chunk q -> q for q = r, r+1, ..., r+n-1 (chunk r through the loopback);
+ *     RECV output chunk r <- 0; RECV_REDUCE_COPY output chunk r <- q (src OUTPUT) for
+ *       q = 1 .. n-1, the last FINAL (direct reduce-scatter of the piece);
+ *     SEND output chunk r -> r+1, ..., r+n-1 (src OUTPUT); RECV output chunk q <- q for
+ *       q = r-1, r-2, ..., r+1 (direct all-gather).
+ *   Every element is reduced by one rank as ((x0 op x1) op x2) ... op x(n-1), as DIRECT ALLREDUCE
+ *   reduces it, so the result does not depend on the channels, the pieces, the protocol or which
+ *   of the two schedules ran: the bits are a function of the inputs and n alone. In place works as
+ *   in DIRECT ALLREDUCE (every input chunk of the piece is sent before any output is written).
+ *   n == 1: COPY FINAL. Bytes sent per piece: P (n-1 to peers plus the loopback) + (n-1) size(r).
+ *   No deadlock with FIFOs of two chunks: per piece a connection a -> b carries two messages
+ *   (phase 1 chunk b, phase 2 chunk a). When a posts its phase-1 message of P it has received
+ *   b's phase-2 message of P-1, which b sent after consuming a's phase-1 message of P-1; when it
+ *   posts the phase-2 one it has received b's phase-1 message of P, so b is done with P-1. At
+ *   most two messages wait in the FIFO, so SENDs never wait, and a RECV waits for a SEND that
+ *   comes after a strictly earlier step of its rank: wait chains are finite.
  * DIRECT BROADCAST (small messages: one hop instead of a chain of n-1), per piece at e:
  *     root: SEND input[e] -> every p != root (in order root+1, root+2, ...), then COPY -> output;
  *     others: RECV output[e] <- root. n == 1: COPY. Bytes sent: (n-1) * count at the root.
@@ -761,6 +779,44 @@ static void direct_allreduce(const struct weft_sched_args *a, struct sched_out *
 }
 
 WEFT_SCHED_FN
+static void det_allreduce(const struct weft_sched_args *a, struct sched_out *o)
+{
+    int n = a->nranks, r = a->rank;
+    uint64_t off, len;
+    weft_sched_range(a->count, a->channel, a->nchannels, &off, &len);
+
+    if (n == 1) {
+        for (uint64_t po = 0; po < len; po += a->chunk) {
+            uint64_t c = sched_min(a->chunk, len - po);
+            sched_emit(o, WEFT_STEP_COPY, WEFT_BUF_INPUT, WEFT_BUF_OUTPUT, WEFT_STEP_FINAL, -1, -1,
+                       off + po, off + po, c);
+        }
+        return;
+    }
+    uint64_t piece = ring_piece(len, n, a->chunk);
+    for (uint64_t po = 0; po < len; po += piece) {
+        uint64_t p = sched_min(piece, len - po), base = off + po, co, cl, mo, ml;
+        for (int k = 0; k < n; k++) {
+            int to = sched_mod(r + k, n);
+            sched_split(p, (uint64_t)n, (uint64_t)to, &co, &cl);
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1, base + co, 0,
+                       cl);
+        }
+        sched_split(p, (uint64_t)n, (uint64_t)r, &mo, &ml);
+        direct_reduce_in_order(o, n, base + mo, ml);
+        for (int k = 1; k < n; k++)
+            sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_OUTPUT, WEFT_BUF_NONE, 0, sched_mod(r + k, n),
+                       -1, base + mo, 0, ml);
+        for (int k = 1; k < n; k++) {
+            int from = sched_mod(r - k, n);
+            sched_split(p, (uint64_t)n, (uint64_t)from, &co, &cl);
+            sched_emit(o, WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, from, 0,
+                       base + co, cl);
+        }
+    }
+}
+
+WEFT_SCHED_FN
 static void direct_broadcast(const struct weft_sched_args *a, struct sched_out *o)
 {
     int n = a->nranks, r = a->rank, root = a->root;
@@ -949,9 +1005,12 @@ static uint64_t sched_count(const struct weft_sched_args *a)
     uint64_t pieces = sched_div_up(len, a->chunk);
 
     int is_root = a->rank == a->root;
-    if (a->algo == WEFT_ALGO_HIER) { /* O(steps): counted by a dry run */
+    if (a->algo == WEFT_ALGO_HIER || a->algo == WEFT_ALGO_DET) { /* O(steps): a dry run */
         struct sched_out o = {NULL, 0, 0, 0};
-        hier_allreduce(a, &o);
+        if (a->algo == WEFT_ALGO_HIER)
+            hier_allreduce(a, &o);
+        else
+            det_allreduce(a, &o);
         return o.n;
     }
     if (a->algo == WEFT_ALGO_TREE)
@@ -1058,6 +1117,8 @@ static sched_gen_fn_t sched_gen(int algo, int coll)
         return coll == WEFT_COLL_ALLREDUCE ? tree_allreduce : NULL;
     case WEFT_ALGO_HIER:
         return coll == WEFT_COLL_ALLREDUCE ? hier_allreduce : NULL;
+    case WEFT_ALGO_DET:
+        return coll == WEFT_COLL_ALLREDUCE ? det_allreduce : NULL;
     default:
         return NULL;
     }
@@ -1168,7 +1229,7 @@ const char *weft_coll_name(int coll)
 WEFT_SCHED_FN
 const char *weft_algo_name(int algo)
 {
-    static const char *const names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct", "Hier"};
+    static const char *const names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct", "Hier", "Det"};
     return algo >= 0 && algo < WEFT_ALGO_COUNT ? names[algo] : "Unknown";
 }
 #endif /* !WEFT_SCHED_DEVICE */

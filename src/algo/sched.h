@@ -64,6 +64,7 @@ enum weft_algo {
     WEFT_ALGO_TREE,     /* double binary tree: all-reduce only */
     WEFT_ALGO_DIRECT,   /* one-shot all-reduce; pairwise all-to-all, gather, scatter */
     WEFT_ALGO_HIER,     /* hierarchical all-reduce (hosts of local_ranks ranks): all-reduce only */
+    WEFT_ALGO_DET,      /* rank-order two-shot all-reduce (WEFT_DETERMINISTIC): all-reduce only */
     WEFT_ALGO_COUNT,
 };
 

@@ -19,6 +19,10 @@ WEFT_PARAM(DirectMaxBytes, "WEFT_DIRECT_MAX_BYTES", -1,
            "all-reduce, reduce-scatter, all-gather, broadcast and reduce up to this many bytes "
            "per rank use the direct (one-hop) schedules (0: never; -1: 8 KiB, or 32 KiB when "
            "ranks outnumber cores and every hop of a ring costs a context switch)");
+WEFT_PARAM(Deterministic, "WEFT_DETERMINISTIC", 0,
+           "1: reductions give bitwise the same result whatever the algorithm, protocol and "
+           "channels: every element is reduced in rank order (all-reduce: direct or rank-order "
+           "two-shot; reduce and reduce-scatter: direct); every rank must set it alike");
 WEFT_PARAM_STR(Algo, "WEFT_ALGO", "auto",
                "force the algorithm of every collective that has it: ring, direct, tree, hier "
                "(all-reduce across hosts of equal size) or auto");
@@ -36,7 +40,8 @@ WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
 static const char *const tune_colls[TUNE_NCOLL] = {"allreduce", "allgather", "reducescatter",
                                                    "broadcast", "reduce"};
 /* Bit i: algorithm i of enum weft_algo; NCCL's others take bits we never schedule. */
-static const char *const tune_algos[] = {"ring",         "tree", "direct",   "hier",
+/* "" at WEFT_ALGO_DET: no name selects it (WEFT_DETERMINISTIC does), no token matches "". */
+static const char *const tune_algos[] = {"ring",         "tree", "direct",   "hier", "",
                                          "collnetdirect", "collnetchain", "nvls", "nvlstree",
                                          "pat"};
 static const char *const tune_protos[] = {"ll", "ll128", "simple"};
@@ -266,7 +271,7 @@ static int tune_rule(int coll, size_t bytes, int nranks, int oversubscribed, uns
 }
 
 /* The choice and, where us is not NULL, every prediction; *why names what decided it. */
-static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us,
+static int tune_choose_any(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us,
                        const char **why)
 {
     int nranks = tc->layout.nranks, multi = tc->layout.nhosts > 1;
@@ -334,6 +339,31 @@ static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, 
     return algo < 0 ? WEFT_ALGO_RING : algo;
 }
 
+/*
+ * Deterministic mode keeps only the schedules that reduce every element in rank order 0 .. n-1
+ * (direct one-shot, DET two-shot): whatever was chosen among the others (ring, tree, hier for its
+ * bandwidth) becomes the two-shot, which moves about as many bytes as the ring; reduce and
+ * reduce-scatter become direct (ring chains reduce in an order that starts at the root).
+ */
+static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us,
+                       const char **why)
+{
+    int algo = tune_choose_any(coll, bytes, tc, us, why);
+    if (!tc->deterministic)
+        return algo;
+    if (coll == WEFT_COLL_ALLREDUCE && algo != WEFT_ALGO_DIRECT)
+        algo = WEFT_ALGO_DET;
+    else if (coll == WEFT_COLL_REDUCE || coll == WEFT_COLL_REDUCESCATTER)
+        algo = WEFT_ALGO_DIRECT;
+    *why = " (WEFT_DETERMINISTIC)";
+    return algo;
+}
+
+int64_t weft_tune_deterministic(void)
+{
+    return weft_param_Deterministic();
+}
+
 int weft_tune_algo_quiet(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us_p)
 {
     const char *why;
@@ -368,6 +398,7 @@ ncclResult_t weft_tune_comm_blocks(struct weft_tune_comm *tc, int nranks, int ra
     WEFT_CHECK(weft_cost_layout_blocks(&t.layout, nranks, ranks_per_host));
     t.oversubscribed = oversubscribed;
     t.chunk_bytes = chunk_bytes;
+    t.deterministic = 0;
     *tc = t;
     return ncclSuccess;
 }

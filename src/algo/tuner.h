@@ -52,7 +52,12 @@ struct weft_tune_comm {
     int oversubscribed;             /* one host: it runs more ranks than it has cores; several:
                                      * some machine does (namespaces of one machine count as one) */
     double chunk_bytes;             /* the executor's bytes per step (4 slots) */
+    int deterministic;              /* WEFT_DETERMINISTIC (agreed at init): rank-order reductions
+                                     * only (tuner.c); 0 from weft_tune_comm_blocks */
 };
+
+/* WEFT_DETERMINISTIC's value (every rank must hold the same: a setting of weft_comm_agree). */
+int64_t weft_tune_deterministic(void);
 
 /*
  * enum weft_algo for coll (enum weft_coll) moving `bytes` (NCCL's count x element size) on tc.

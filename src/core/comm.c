@@ -17,6 +17,7 @@
 #include "core/comm.h"
 #include "core/fault.h"
 #include "core/param.h"
+#include "core/trace.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
 #include "exec/cuda.h"
@@ -218,6 +219,7 @@ static ncclResult_t weft_comm_disconnect(struct ncclComm *comm)
 ncclResult_t weft_comm_free(struct ncclComm *comm)
 {
     ncclResult_t res = ncclSuccess;
+    weft_trace_flush(comm);
     WEFT_CHECK_IGNORE(weft_cuda_comm_free(comm), res);
     if (comm->async_stream != NULL) {
         WEFT_CHECK_IGNORE(weft_stream_destroy(comm->async_stream), res);
@@ -305,7 +307,8 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     /* Whether a machine runs more ranks than cores, from the exchanged core counts (the fewest
      * any rank of the machine may use): every rank must choose alike, so not from this rank's
      * own affinity (which decides only how its own waits behave, comm->oversubscribed). */
-    struct weft_tune_comm tc = {.oversubscribed = over,
+    struct weft_tune_comm tc = {.deterministic = weft_tune_deterministic() != 0,
+                                .oversubscribed = over,
                                 .chunk_bytes = (double)weft_slot_payload(comm->slot_bytes) *
                                                WEFT_CHUNK_SLOTS};
     ncclResult_t res = weft_cost_layout_init(&tc.layout, nranks, host);
@@ -362,6 +365,7 @@ static const char *const weft_setting_names[WEFT_NSETTINGS] = {
     "WEFT_HOST_NCHANNELS", "WEFT_SHM_SLOT_BYTES",   "WEFT_SOCKET_SLOT_BYTES",
     "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_ALGO/WEFT_ALGO",
     "NCCL_PROTO",          "WEFT_DIRECT_MAX_BYTES", "WEFT_FUSE_BYTES",
+    "WEFT_DETERMINISTIC",
 };
 #define WEFT_SETTING_HASHED(i) ((i) == 5 || (i) == 6) /* masks fingerprinted: no value to print */
 
@@ -376,6 +380,7 @@ void weft_comm_settings(int nchannels, int64_t *v)
     v[6] = (int64_t)weft_tune_knobs_hash(1);
     v[7] = weft_param_DirectMaxBytes();
     v[8] = weft_param_FuseBytes();
+    v[9] = weft_tune_deterministic();
 }
 
 /*
@@ -647,15 +652,22 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
         return ncclInvalidArgument;
     }
     comm->comm_hash = weft_bootstrap_magic(id);
-    WEFT_CHECK(weft_bootstrap_init(id, comm->rank, comm->nranks, &comm->abort_flag,
-                                   &comm->bootstrap));
-    WEFT_CHECK(weft_comm_connect(comm));
-    WEFT_CHECK(weft_cuda_comm_setup(comm));
-    WEFT_CHECK(weft_bootstrap_barrier(comm->bootstrap));
-    __atomic_store_n(&comm->ready, 1, __ATOMIC_RELEASE);
-    WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done", (void *)comm,
-              comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
-    return ncclSuccess;
+    weft_log_set_rank(comm->rank); /* init's lines belong to this rank (JSON logs) */
+    ncclResult_t res = weft_bootstrap_init(id, comm->rank, comm->nranks, &comm->abort_flag,
+                                           &comm->bootstrap);
+    if (res == ncclSuccess)
+        res = weft_comm_connect(comm);
+    if (res == ncclSuccess)
+        res = weft_cuda_comm_setup(comm);
+    if (res == ncclSuccess)
+        res = weft_bootstrap_barrier(comm->bootstrap);
+    if (res == ncclSuccess) {
+        __atomic_store_n(&comm->ready, 1, __ATOMIC_RELEASE);
+        WEFT_INFO(WEFT_LOG_INIT, "comm %p rank %d nranks %d hash %016llx - init done",
+                  (void *)comm, comm->rank, comm->nranks, (unsigned long long)comm->comm_hash);
+    }
+    weft_log_set_rank(-1);
+    return res;
 }
 
 ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,

@@ -33,11 +33,11 @@ struct weft_cuda_comm;
  * protocol restrictions, the direct and fusion limits): every rank must hold the same, and init
  * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
  */
-#define WEFT_NSETTINGS 9
+#define WEFT_NSETTINGS 10
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
- * Version 4: settings added. */
-#define WEFT_PEER_INFO_VERSION 4
+ * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. */
+#define WEFT_PEER_INFO_VERSION 5
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;
@@ -127,6 +127,7 @@ struct ncclComm {
     int revoked;
     uint64_t op_seq;                  /* operations issued, for error messages */
     struct weft_sig_comm *sig;        /* signatures and recent operations (exec/sig.h) */
+    struct weft_trace *trace;         /* WEFT_TRACE_FILE's records (core/trace.h); NULL: none */
     int busy;                         /* threads currently executing on this comm */
     int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
     int oversubscribed;               /* more ranks on this host than cores this rank may run on

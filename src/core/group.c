@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "core/trace.h"
 #include "exec/cuda.h"
 #include "exec/stream.h"
 
@@ -287,8 +288,10 @@ ncclResult_t weft_group_record(ncclResult_t res)
 ncclResult_t weft_group_enqueue(const struct weft_task *task)
 {
     struct weft_group *g = &weft_group_state;
+    uint64_t enq_ns = weft_trace_enabled() ? weft_trace_now_ns() : 0;
     if (g->depth == 0) {
         struct weft_task copy = *task;
+        copy.enq_ns = enq_ns;
         return weft_submit(&copy, 1);
     }
     if (g->ntasks == g->task_cap) {
@@ -301,7 +304,8 @@ ncclResult_t weft_group_enqueue(const struct weft_task *task)
         g->tasks = t;
         g->task_cap = cap;
     }
-    g->tasks[g->ntasks++] = *task;
+    g->tasks[g->ntasks] = *task;
+    g->tasks[g->ntasks++].enq_ns = enq_ns;
     return ncclSuccess;
 }
 

@@ -47,6 +47,8 @@ extern int weft_log_level;
 extern uint32_t weft_log_mask;
 
 void weft_log_init(void);
+/* The rank this thread logs for (the JSON format's "rank" where a line names none; -1: none). */
+void weft_log_set_rank(int rank);
 void weft_log(int level, uint32_t subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* The text of the last WEFT_WARN (process-wide, never cleared), for ncclGetLastError. */

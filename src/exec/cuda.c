@@ -32,6 +32,7 @@
 #include "algo/sched.h"
 #include "algo/tuner.h"
 #include "bootstrap/bootstrap.h"
+#include "core/trace.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
@@ -886,6 +887,14 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     weft_sig_begin(comm, t, 1, t, &rec);
     op->sig = weft_sig_enabled() ? weft_sig_of(comm, rec)->hash : 0;
     weft_sig_end(comm, rec, 0);
+    if (__builtin_expect(t->enq_ns != 0, 0)) { /* WEFT_TRACE_FILE: enqueue and launch */
+        struct weft_trace_op tr = {
+            .api = t->api, .coll = t->coll, .dtype = t->dtype, .algo = op->algo,
+            .root = t->root, .device = 1, .seq = op->seq, .count = t->count,
+            .enq_ns = t->enq_ns, .start_ns = weft_trace_now_ns(),
+        };
+        weft_trace_record(comm, &tr);
+    }
 }
 
 static int weft_cuda_inplace_a2a(const struct weft_task *t)

@@ -25,6 +25,7 @@
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/param.h"
+#include "core/trace.h"
 #include "exec/arena.h"
 #include "exec/lane.h"
 #include "exec/sig.h"
@@ -57,6 +58,7 @@ struct weft_exec_lane {
     int key_chan; /* connection channel (comm->nchannels for point-to-point) */
     int key_peer; /* point-to-point: the peer; collectives: -1 */
     int key_dir;  /* point-to-point: 0 send, 1 receive */
+    uint64_t done_ns; /* WEFT_TRACE_FILE: when the lane finished (weft_exec_trace) */
 };
 
 
@@ -125,6 +127,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             el->task = task;
             el->seq = seq;
             el->rec = recs[t];
+            el->done_ns = 0;
             el->prev_same = -1;
             for (int j = n - 1; j >= 0; j--) {
                 if (lanes[j].task->comm == comm && lanes[j].key_chan == el->key_chan &&
@@ -168,8 +171,11 @@ static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_
             return -1;
         }
         moved |= r;
-        if (weft_lane_done(&el->lane))
+        if (weft_lane_done(&el->lane)) {
             ndone++;
+            if (__builtin_expect(el->task->enq_ns != 0, 0))
+                el->done_ns = weft_trace_now_ns();
+        }
         else if (r == 0 && peer >= 0) {
             block->lane = i;
             block->peer = peer;
@@ -500,6 +506,30 @@ static void weft_exec_unfuse(const struct weft_task *tasks, const struct weft_fu
     }
 }
 
+/* WEFT_TRACE_FILE: each task's times and its lanes' (lanes of a task are consecutive). */
+static void weft_exec_trace(const struct weft_exec_lane *lanes, int nlanes, uint64_t start_ns)
+{
+    uint64_t end_ns = weft_trace_now_ns();
+    for (int i = 0; i < nlanes;) {
+        const struct weft_task *task = lanes[i].task;
+        uint64_t ends[WEFT_MAX_CHANNELS + 1];
+        int nch = 0;
+        for (; i < nlanes && lanes[i].task == task; i++)
+            if (nch <= WEFT_MAX_CHANNELS)
+                ends[nch++] = lanes[i].done_ns;
+        size_t es = weft_dtype_size(task->dtype);
+        struct weft_trace_op op = {
+            .api = task->api, .coll = task->coll, .dtype = task->dtype,
+            .algo = weft_task_is_p2p(task) ? -1
+                    : weft_tune_algo_quiet(task->coll, task->count * es, &task->comm->tune, NULL),
+            .root = task->root, .device = 0, .nch = nch, .seq = lanes[i - 1].seq,
+            .count = task->count, .enq_ns = task->enq_ns, .start_ns = start_ns,
+            .end_ns = end_ns, .lane_end_ns = ends,
+        };
+        weft_trace_record(task->comm, &op);
+    }
+}
+
 ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
 {
     struct weft_task *tasks;
@@ -520,7 +550,10 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     }
     for (int t = 0; t < ntasks; t++)
         __atomic_fetch_add(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
+    uint64_t start_ns = ntasks > 0 && tasks[0].enq_ns != 0 ? weft_trace_now_ns() : 0;
     res = weft_exec_run(lanes, nlanes);
+    if (start_ns != 0 && res == ncclSuccess)
+        weft_exec_trace(lanes, nlanes, start_ns);
     for (int t = 0; t < ntasks; t++) {
         weft_sig_end(tasks[t].comm, recs[t], res != ncclSuccess);
         if (res != ncclSuccess)

@@ -286,6 +286,21 @@ static uint64_t expected_elems(const struct cfg *c, int r, uint64_t chunk)
             break;
         }
     }
+    if (c->algo == WEFT_ALGO_DET) { /* per piece: all of it (loopback included), then its chunk
+                                     * to the n-1 others */
+        uint64_t total = 0;
+        for (int ch = 0; ch < c->nch; ch++) {
+            uint64_t off, len;
+            weft_sched_range(c->count, ch, c->nch, &off, &len);
+            uint64_t piece = chunk > len / (uint64_t)n ? len : chunk * (uint64_t)n;
+            for (uint64_t po = 0; po < len; po += piece) {
+                uint64_t p = len - po < piece ? len - po : piece;
+                uint64_t mine = p / (uint64_t)n + ((uint64_t)r < p % (uint64_t)n);
+                total += p + (uint64_t)(n - 1) * mine;
+            }
+        }
+        return total;
+    }
     if (c->algo == WEFT_ALGO_HIER && cfg_k(c) > 1 && cfg_k(c) < n) {
         uint64_t total = 0;
         for (int ch = 0; ch < c->nch; ch++) {
@@ -912,7 +927,7 @@ static void sweep(int coll, int algo, int big, int hosts)
     const struct dcase *cases = red ? red_cases : copy_cases;
     size_t ncases = red ? sizeof(red_cases) / sizeof(red_cases[0])
                         : sizeof(copy_cases) / sizeof(copy_cases[0]);
-    if (red && algo != WEFT_ALGO_DIRECT)
+    if (red && algo != WEFT_ALGO_DIRECT && algo != WEFT_ALGO_DET)
         ncases--; /* "float sum rounding" needs the rank order */
     int per_rank = coll == WEFT_COLL_ALLGATHER || coll == WEFT_COLL_REDUCESCATTER ||
                    coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_GATHER ||
@@ -982,6 +997,7 @@ int main(int argc, char **argv)
         {"allreduce", WEFT_COLL_ALLREDUCE, WEFT_ALGO_RING, 0},
         {"allreduce-direct", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DIRECT, 0},
         {"allreduce-tree", WEFT_COLL_ALLREDUCE, WEFT_ALGO_TREE, 0},
+        {"allreduce-det", WEFT_COLL_ALLREDUCE, WEFT_ALGO_DET, 0},
         {"allgather", WEFT_COLL_ALLGATHER, WEFT_ALGO_RING, 0},
         {"allgather-direct", WEFT_COLL_ALLGATHER, WEFT_ALGO_DIRECT, 0},
         {"reducescatter", WEFT_COLL_REDUCESCATTER, WEFT_ALGO_RING, 0},

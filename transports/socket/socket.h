@@ -5,7 +5,7 @@
  *
  * Setup (collective, through the bootstrap): every rank all-gathers a struct weft_sock_info.
  * A rank then connects nthreads * nsocks times to every higher-ranked socket peer's address. On
- * each connection (wire version 3; version 2 had no handshake):
+ * each connection (since wire version 3; version 2 had no handshake):
  *   acceptor -> connector  struct weft_sock_challenge: a 16-byte nonce Ns
  *   connector -> acceptor  struct weft_sock_hello_auth: the hello, a nonce Nc and
  *                          HMAC(secret, "sock-hello", Ns, Nc, hello), secret = the unique id's
