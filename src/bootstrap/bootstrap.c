@@ -381,6 +381,39 @@ static ncclResult_t weft_bs_check_size(const char *what, uint64_t got, size_t wa
  * Receives the oldest message (peer, type, tag) into data: from the unexpected list, else from the
  * connection, keeping any other message read on the way. `out` is written meanwhile.
  */
+/* Reads the payload of message h from peer into the kept list (kept until asked for): bounded in
+ * count and bytes, checked before allocating. */
+static ncclResult_t weft_bs_keep(struct weft_bootstrap *bs, int peer, const struct weft_bs_hdr *h,
+                                 int fd, struct weft_bs_out *out, uint64_t deadline,
+                                 const char *what)
+{
+    if (bs->unexpected_count >= WEFT_BS_MAX_UNEXPECTED ||
+        h->size > WEFT_BS_MAX_UNEXPECTED_BYTES - bs->unexpected_bytes) {
+        WEFT_WARN("%s: rank %d sent more messages nobody asked for than a rank keeps (%zu "
+                  "messages, %zu bytes kept; at most %d, %llu bytes)",
+                  what, peer, bs->unexpected_count, bs->unexpected_bytes, WEFT_BS_MAX_UNEXPECTED,
+                  WEFT_BS_MAX_UNEXPECTED_BYTES);
+        return ncclInvalidUsage;
+    }
+    struct weft_bs_msg *m = malloc(sizeof(*m) + h->size);
+    if (m == NULL) {
+        WEFT_WARN("%s: out of memory keeping a %llu-byte message", what,
+                  (unsigned long long)h->size);
+        return ncclSystemError;
+    }
+    *m = (struct weft_bs_msg){.peer = peer, .type = h->type, .tag = h->tag, .size = h->size};
+    ncclResult_t res = weft_bs_read(bs, fd, m->data, h->size, out, deadline, what);
+    if (res != ncclSuccess) {
+        free(m);
+        return res;
+    }
+    *bs->unexpected_tail = m;
+    bs->unexpected_tail = &m->next;
+    bs->unexpected_count++;
+    bs->unexpected_bytes += h->size;
+    return ncclSuccess;
+}
+
 static ncclResult_t weft_bs_recv_msg(struct weft_bootstrap *bs, int peer, uint32_t type, int tag,
                                      void *data, size_t size, struct weft_bs_out *out,
                                      uint64_t deadline)
@@ -419,31 +452,7 @@ static ncclResult_t weft_bs_recv_msg(struct weft_bootstrap *bs, int peer, uint32
             WEFT_CHECK(weft_bs_check_size(what, h.size, size));
             return weft_bs_read(bs, fd, data, size, out, deadline, what);
         }
-        /* Kept until asked for: bounded in count and bytes, checked before allocating. */
-        if (bs->unexpected_count >= WEFT_BS_MAX_UNEXPECTED ||
-            h.size > WEFT_BS_MAX_UNEXPECTED_BYTES - bs->unexpected_bytes) {
-            WEFT_WARN("%s: rank %d sent more messages nobody asked for than a rank keeps (%zu "
-                      "messages, %zu bytes kept; at most %d, %llu bytes)",
-                      what, peer, bs->unexpected_count, bs->unexpected_bytes,
-                      WEFT_BS_MAX_UNEXPECTED, WEFT_BS_MAX_UNEXPECTED_BYTES);
-            return ncclInvalidUsage;
-        }
-        struct weft_bs_msg *m = malloc(sizeof(*m) + h.size);
-        if (m == NULL) {
-            WEFT_WARN("%s: out of memory keeping a %llu-byte message", what,
-                      (unsigned long long)h.size);
-            return ncclSystemError;
-        }
-        *m = (struct weft_bs_msg){.peer = peer, .type = h.type, .tag = h.tag, .size = h.size};
-        ncclResult_t res = weft_bs_read(bs, fd, m->data, h.size, out, deadline, what);
-        if (res != ncclSuccess) {
-            free(m);
-            return res;
-        }
-        *bs->unexpected_tail = m;
-        bs->unexpected_tail = &m->next;
-        bs->unexpected_count++;
-        bs->unexpected_bytes += h.size;
+        WEFT_CHECK(weft_bs_keep(bs, peer, &h, fd, out, deadline, what));
     }
 }
 
@@ -745,6 +754,8 @@ static struct weft_bs_msg *weft_bs_take_any(struct weft_bootstrap *bs, int tag)
         *pp = m->next;
         if (bs->unexpected_tail == &m->next)
             bs->unexpected_tail = pp;
+        bs->unexpected_count--;
+        bs->unexpected_bytes -= m->size;
         return m;
     }
     return NULL;
@@ -756,29 +767,15 @@ static ncclResult_t weft_bs_keep_one(struct weft_bootstrap *bs, int peer, uint64
     char what[96];
     snprintf(what, sizeof(what), "bootstrap rank %d: message from rank %d", bs->rank, peer);
     int fd = bs->recv_fd[peer];
-    struct weft_bs_hdr h;
-    WEFT_CHECK(weft_bs_read(bs, fd, &h, sizeof(h), NULL, deadline, what));
-    if (h.version != WEFT_BS_VERSION || h.magic != bs->magic || h.rank != peer ||
-        (h.type != WEFT_BS_DATA_USER && h.type != WEFT_BS_DATA_COLL) || h.size > WEFT_BS_MAX_MSG) {
-        WEFT_WARN("%s: malformed header (version 0x%x type %u rank %d size %llu)", what, h.version,
-                  h.type, h.rank, (unsigned long long)h.size);
+    struct weft_bs_hdr raw, h;
+    WEFT_CHECK(weft_bs_read(bs, fd, &raw, sizeof(raw), NULL, deadline, what));
+    const char *why = weft_bs_data_hdr_parse(&raw, sizeof(raw), bs->magic, peer, &h);
+    if (why != NULL) {
+        WEFT_WARN("%s: malformed header (version 0x%x type %u rank %d size %llu): %s", what,
+                  raw.version, raw.type, raw.rank, (unsigned long long)raw.size, why);
         return ncclSystemError;
     }
-    struct weft_bs_msg *m = malloc(sizeof(*m) + h.size);
-    if (m == NULL) {
-        WEFT_WARN("%s: out of memory keeping a %llu-byte message", what,
-                  (unsigned long long)h.size);
-        return ncclSystemError;
-    }
-    *m = (struct weft_bs_msg){.peer = peer, .type = h.type, .tag = h.tag, .size = h.size};
-    ncclResult_t res = weft_bs_read(bs, fd, m->data, h.size, NULL, deadline, what);
-    if (res != ncclSuccess) {
-        free(m);
-        return res;
-    }
-    *bs->unexpected_tail = m;
-    bs->unexpected_tail = &m->next;
-    return ncclSuccess;
+    return weft_bs_keep(bs, peer, &h, fd, NULL, deadline, what);
 }
 
 ncclResult_t weft_bootstrap_try_recv(struct weft_bootstrap *bs, int tag, void *data, size_t size,
@@ -787,12 +784,11 @@ ncclResult_t weft_bootstrap_try_recv(struct weft_bootstrap *bs, int tag, void *d
     struct weft_bs_msg *m = weft_bs_take_any(bs, tag);
     if (m == NULL) {
         uint64_t deadline = weft_socket_deadline(bs->timeout_s);
-        for (;;) {
-            int fd;
-            WEFT_CHECK(weft_socket_accept(bs->listen_fd, &fd));
-            if (fd < 0)
-                break;
-            WEFT_CHECK(weft_bs_admit(bs, fd, NULL, deadline));
+        WEFT_CHECK(weft_bs_accept_new(bs));
+        for (int i = bs->npending - 1; i >= 0; i--) { /* handshakes that have bytes now */
+            struct pollfd pfd = {.fd = bs->pending[i].fd, .events = POLLIN};
+            if (poll(&pfd, 1, 0) > 0 && pfd.revents != 0)
+                weft_bs_pending_read(bs, i);
         }
         for (int p = 0; p < bs->nranks; p++) {
             while (bs->recv_fd[p] >= 0) {
