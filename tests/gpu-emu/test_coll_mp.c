@@ -325,6 +325,9 @@ static int case_kill(void)
              took < limit;
     fprintf(stderr, "rank %d: kill: %s after %.1f s (deadline %.0f s): %s: %s\n", g_me,
             ok ? "ok" : "FAIL", took, limit, ncclGetErrorString(async), msg);
+    /* Stay a while: a survivor that exits at once is a second dead peer for the slower ones, which
+     * may name it instead (in -s mode every survivor's kernel gives up at the same deadline). */
+    sleep(3);
     ncclCommAbort(g_comm);
     g_comm = NULL;
     _exit(ok ? 0 : 1); /* the dead peer's memory stays mapped: nothing else to tidy */
