@@ -1546,8 +1546,9 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
 
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:H:S:k:h",
-                            longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv,
+                            "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:H:S:k:h", longopts,
+                            NULL)) != -1) {
         if (c == 'h') {
             if (is_main)
                 usage(prog);
