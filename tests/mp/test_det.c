@@ -90,7 +90,9 @@ static void reduce2(int t, int prod, void *acc, const void *x)
 
 static size_t type_size(int t)
 {
-    return t == ncclFloat64 ? 8 : t == ncclFloat32 ? 4 : t == ncclFloat8e4m3 || t == ncclFloat8e5m2 ? 1 : 2;
+    if (t == ncclFloat64 || t == ncclFloat32)
+        return t == ncclFloat64 ? 8 : 4;
+    return t == ncclFloat8e4m3 || t == ncclFloat8e5m2 ? 1 : 2;
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -188,7 +190,8 @@ static int run_case(struct run *R, int coll, int t, int prod, size_t count)
             memcpy(ref + i * es, host_in[0] + (base + i) * es, es);
             for (int p = 1; p < n; p++)
                 reduce2(t, prod, ref + i * es, host_in[p] + (base + i) * es);
-            if (memcmp(ref + i * es, host_out + i * es, es) != 0 && bad++ < 3 && getenv("DET_QUIET") == NULL)
+            if (memcmp(ref + i * es, host_out + i * es, es) != 0 && bad++ < 3 &&
+                getenv("DET_QUIET") == NULL)
                 fprintf(stderr, "  %s type %d %s count %zu rank %d [%zu]: got %.9g want %.9g\n",
                         g_coll_names[coll], t, prod ? "prod" : "sum", count, r, i,
                         load(t, host_out, i), load(t, ref, i));
@@ -254,20 +257,21 @@ struct config {
 };
 
 /* 4 KiB shm slots (chunks of 4 slots), so that 40000 elements take several pieces per channel. */
+#define SLOTS "WEFT_SHM_SLOT_BYTES=4096"
 static const struct config g_configs[] = {
     {"control: not deterministic, ring", 0,
      {"WEFT_DETERMINISTIC=0", "NCCL_ALGO=Ring", "WEFT_DIRECT_MAX_BYTES=0",
-      "WEFT_SHM_SLOT_BYTES=4096", NULL}},
+      SLOTS, NULL}},
     {"host ring simple 1ch", 0,
-     {"NCCL_ALGO=Ring", "NCCL_PROTO=Simple", "WEFT_HOST_NCHANNELS=1", "WEFT_SHM_SLOT_BYTES=4096", NULL}},
+     {"NCCL_ALGO=Ring", "NCCL_PROTO=Simple", "WEFT_HOST_NCHANNELS=1", SLOTS, NULL}},
     {"host ring LL 2ch", 0,
-     {"NCCL_ALGO=Ring", "NCCL_PROTO=LL", "WEFT_HOST_NCHANNELS=2", "WEFT_SHM_SLOT_BYTES=4096", NULL}},
+     {"NCCL_ALGO=Ring", "NCCL_PROTO=LL", "WEFT_HOST_NCHANNELS=2", SLOTS, NULL}},
     {"host tree simple 4ch", 0,
-     {"NCCL_ALGO=Tree", "NCCL_PROTO=Simple", "WEFT_HOST_NCHANNELS=4", "WEFT_SHM_SLOT_BYTES=4096", NULL}},
+     {"NCCL_ALGO=Tree", "NCCL_PROTO=Simple", "WEFT_HOST_NCHANNELS=4", SLOTS, NULL}},
     {"host tree LL 1ch", 0,
-     {"NCCL_ALGO=Tree", "NCCL_PROTO=LL", "WEFT_HOST_NCHANNELS=1", "WEFT_SHM_SLOT_BYTES=4096", NULL}},
+     {"NCCL_ALGO=Tree", "NCCL_PROTO=LL", "WEFT_HOST_NCHANNELS=1", SLOTS, NULL}},
     {"host direct 2ch", 0,
-     {"WEFT_ALGO=direct", "WEFT_HOST_NCHANNELS=2", "WEFT_SHM_SLOT_BYTES=4096", NULL}},
+     {"WEFT_ALGO=direct", "WEFT_HOST_NCHANNELS=2", SLOTS, NULL}},
     {"host default 4ch default slots", 0, {"WEFT_HOST_NCHANNELS=4", NULL}},
     {"emu ring 1ch", 1, {"WEFT_CUDA=emu:2", "NCCL_ALGO=Ring", "WEFT_CUDA_CHANNELS=1", NULL}},
     {"emu tree LL 4ch", 1,
