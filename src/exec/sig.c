@@ -341,6 +341,8 @@ static int sig_other(const struct ncclComm *comm, const struct weft_op_sig *mine
 {
     if (peer >= 0 && sig_differs(comm, peer, mine))
         return peer;
+    if (sig_is_p2p(mine->coll))
+        return -1; /* only the pair is involved */
     for (int r = 0; r < comm->nranks; r++)
         if (sig_differs(comm, r, mine))
             return r;
