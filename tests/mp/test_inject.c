@@ -196,7 +196,8 @@ int main(int argc, char **argv)
         int status;
         waitpid(pids[r], &status, 0);
         int killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-        int ok = r == 1 && e->victim_killed ? killed : WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        int exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        int ok = r == 1 && e->victim_killed ? killed : exited_ok;
         if (!ok) {
             fprintf(stderr, "rank %d: status 0x%x%s\n", r, status,
                     r == 1 && e->victim_killed ? " (expected SIGKILL)" : "");
