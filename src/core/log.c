@@ -290,9 +290,15 @@ void weft_log(int level, uint32_t subsys, const char *file, int line, const char
         abort();
 }
 
+/* A copy per calling thread, taken under the lock: reading the shared text while a proxy thread
+ * logged a new one was a data race (ThreadSanitizer). Valid until the thread's next call. */
 const char *weft_log_last_error(void)
 {
-    return weft_last_error;
+    static __thread char copy[sizeof(weft_last_error)];
+    pthread_mutex_lock(&weft_log_lock);
+    memcpy(copy, weft_last_error, sizeof(copy));
+    pthread_mutex_unlock(&weft_log_lock);
+    return copy;
 }
 
 void weft_log_set_last_error(const char *fmt, ...)

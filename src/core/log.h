@@ -51,7 +51,8 @@ void weft_log_init(void);
 void weft_log_set_rank(int rank);
 void weft_log(int level, uint32_t subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* The text of the last WEFT_WARN (process-wide, never cleared), for ncclGetLastError. */
+/* The text of the last WEFT_WARN (process-wide, never cleared), copied for the calling thread
+ * (valid until its next call), for ncclGetLastError. */
 const char *weft_log_last_error(void);
 /* Records text for ncclGetLastError without printing (used for messages the caller reports). */
 void weft_log_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

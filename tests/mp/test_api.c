@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/id_pipe.h"
 #include "../common/time_scale.h"
 #include "redop.h"
 #include "weft.h"
@@ -532,7 +533,8 @@ int main(int argc, char **argv)
     g_counts = mmap(NULL, sizeof(*g_counts), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                     -1, 0);
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess)
+    struct weft_test_id_pipe ip;
+    if (weft_test_id_pipe_open(&ip) != 0)
         return 1;
     fflush(NULL);
     pid_t *pids = calloc((size_t)nranks + 1, sizeof(pid_t));
@@ -541,7 +543,7 @@ int main(int argc, char **argv)
         if (pids[r] == 0) {
             g_rank = r;
             alarm(weft_test_scaled((unsigned)timeout));
-            _exit(rank_main(id));
+            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(id));
         }
     }
     /* the single-process multi-communicator part runs beside the ranks */
@@ -549,9 +551,12 @@ int main(int argc, char **argv)
     if (pids[nranks] == 0) {
         g_rank = -1;
         alarm(weft_test_scaled((unsigned)timeout));
+        close(ip.fd[0]);
+        close(ip.fd[1]);
         test_one_thread_many_comms(nranks);
         _exit(0);
     }
+    weft_test_id_pipe_send(&ip, nranks, &id);
     int bad = 0;
     for (int r = 0; r <= nranks; r++) {
         int status;

@@ -20,6 +20,7 @@
 #include "../common/coll_ref.h"
 #include "../common/elem.h"
 #include "nccl.h"
+#include "../common/id_pipe.h"
 #include "../common/time_scale.h"
 #include "redop.h"
 
@@ -272,10 +273,9 @@ int main(int argc, char **argv)
     if (g_counts == MAP_FAILED)
         return 1;
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess) {
-        fprintf(stderr, "ncclGetUniqueId failed: %s\n", ncclGetLastError(NULL));
+    struct weft_test_id_pipe ip;
+    if (weft_test_id_pipe_open(&ip) != 0)
         return 1;
-    }
     fflush(NULL);
     pid_t *pids = calloc((size_t)nranks, sizeof(pid_t));
     for (int r = 0; r < nranks; r++) {
@@ -283,9 +283,10 @@ int main(int argc, char **argv)
         if (pids[r] == 0) {
             g_rank = r;
             alarm(weft_test_scaled((unsigned)timeout));
-            _exit(rank_main(id, large));
+            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(id, large));
         }
     }
+    weft_test_id_pipe_send(&ip, nranks, &id);
     int bad = 0;
     for (int r = 0; r < nranks; r++) {
         int status;

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/id_pipe.h"
 #include "../common/time_scale.h"
 
 static double now_s(void)
@@ -240,7 +241,8 @@ int main(int argc, char **argv)
         setenv("WEFT_TIMEOUT", "30", 1);
     int nranks = 3;
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess)
+    struct weft_test_id_pipe ip;
+    if (weft_test_id_pipe_open(&ip) != 0)
         return 1;
     fflush(NULL);
     pid_t pids[3];
@@ -248,9 +250,10 @@ int main(int argc, char **argv)
         pids[r] = fork();
         if (pids[r] == 0) {
             alarm(weft_test_scaled(30));
-            _exit(rank_main(c, r, nranks, id));
+            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(c, r, nranks, id));
         }
     }
+    weft_test_id_pipe_send(&ip, nranks, &id);
     int bad = 0;
     for (int r = 0; r < nranks; r++) {
         int status;

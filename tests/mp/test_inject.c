@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/id_pipe.h"
 #include "../common/time_scale.h"
 
 #define NOPS 6
@@ -177,7 +178,8 @@ int main(int argc, char **argv)
         return 2;
     }
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess)
+    struct weft_test_id_pipe ip;
+    if (weft_test_id_pipe_open(&ip) != 0)
         return 1;
     fflush(NULL);
     pid_t pids[8];
@@ -185,15 +187,17 @@ int main(int argc, char **argv)
         pids[r] = fork();
         if (pids[r] == 0) {
             alarm(weft_test_scaled(40)); /* a hang fails the case (SIGALRM) */
-            _exit(rank_main(e, r, id));
+            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(e, r, id));
         }
     }
+    weft_test_id_pipe_send(&ip, e->nranks, &id);
     int bad = 0;
     for (int r = 0; r < e->nranks; r++) {
         int status;
         waitpid(pids[r], &status, 0);
         int killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-        int ok = r == 1 && e->victim_killed ? killed : WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        int exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        int ok = r == 1 && e->victim_killed ? killed : exited_ok;
         if (!ok) {
             fprintf(stderr, "rank %d: status 0x%x%s\n", r, status,
                     r == 1 && e->victim_killed ? " (expected SIGKILL)" : "");

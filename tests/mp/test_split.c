@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "../common/id_pipe.h"
 #include "../common/time_scale.h"
 
 #define MAX_FAIL_PRINT 20
@@ -504,10 +505,9 @@ static int phase2(ncclUniqueId id)
 static int run_phase(int (*fn)(ncclUniqueId), int nranks, int timeout, int victim)
 {
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess) {
-        fprintf(stderr, "ncclGetUniqueId failed: %s\n", ncclGetLastError(NULL));
+    struct weft_test_id_pipe ip;
+    if (weft_test_id_pipe_open(&ip) != 0)
         return 1;
-    }
     fflush(NULL);
     pid_t pids[MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
@@ -521,9 +521,10 @@ static int run_phase(int (*fn)(ncclUniqueId), int nranks, int timeout, int victi
         if (pids[r] == 0) {
             g_rank = r;
             alarm(weft_test_scaled((unsigned)timeout));
-            _exit(fn(id));
+            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : fn(id));
         }
     }
+    weft_test_id_pipe_send(&ip, nranks, &id);
     int bad = 0;
     if (victim >= 0) {
         int status;

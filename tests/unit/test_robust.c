@@ -322,7 +322,8 @@ int main(int argc, char **argv)
     else if (strcmp(c, "init-failed") == 0)
         case_init_failed();
     else {
-        fprintf(stderr, "usage: test_robust fault-parse|arena|ticket|stream|keepalive|init-failed\n");
+        fprintf(stderr,
+                "usage: test_robust fault-parse|arena|ticket|stream|keepalive|init-failed\n");
         return 2;
     }
     printf("%s: %d passed, %d failed\n", c, npass, nfail);

@@ -28,10 +28,10 @@
  *     per half as the rank's role in that half's tree says (tree_role_counts).
  * Send/recv runs as "sendrecv": every rank r builds the SEND schedule to r+d and the RECV schedule
  * from r-d (d = 0 is a self-send), which together behave like one collective.
- *   - big counts (big, big-NAME): counts 2^31 + 5, 2^32 + 7 and 3 * 2^32 + 1 for 2, 3, 5 ranks and 1-2
- *     channels: the same checks on the schedules alone (no memory of that size is touched).
- * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|allreduce-tree|alltoall|gather|scatter|sendrecv|
- * big|big-NAME...] with NAME
+ *   - big counts (big, big-NAME): counts 2^31 + 5, 2^32 + 7 and 3 * 2^32 + 1 for 2, 3, 5 ranks
+ *     and 1-2 channels: the same checks on the schedules alone (no memory of that size is touched).
+ * Usage: test_sched [misc|NAME|NAME-ring|NAME-direct|allreduce-tree|alltoall|gather|scatter|
+ * sendrecv|big|big-NAME] with NAME
  * one of allreduce, allgather, reducescatter, broadcast, reduce (default: all; NAME: ring and
  * direct, and tree for allreduce).
  */
