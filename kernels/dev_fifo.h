@@ -140,6 +140,15 @@ struct weft_dev_conn {
     uint64_t recv_step;               /* next step to free */
     int32_t scope;                    /* WEFT_DEV_SCOPE_GPU or WEFT_DEV_SCOPE_SYS */
     int32_t pad;
+    /* the connection's LL FIFO (dev_ll.h): the same roles, its own slots and counters */
+    char *ll_send_slots;
+    struct weft_dev_recv_ctrl *ll_send_rc;
+    struct weft_dev_send_ctrl *ll_send_sc;
+    uint64_t ll_send_step;
+    const char *ll_recv_slots;
+    struct weft_dev_recv_ctrl *ll_recv_rc;
+    struct weft_dev_send_ctrl *ll_recv_sc;
+    uint64_t ll_recv_step;
 };
 
 /* Why a kernel gave up (struct weft_dev_stuck.state). */
@@ -147,7 +156,7 @@ enum weft_dev_stuck_state {
     WEFT_DEV_OK = 0,
     WEFT_DEV_TIMEOUT = 1,  /* no progress for the deadline */
     WEFT_DEV_ABORTED = 2,  /* the host set the abort word */
-    WEFT_DEV_MISMATCH = 3, /* the peer posted a slice of another size */
+    WEFT_DEV_MISMATCH = 3, /* the peer posted a slice of another size (Simple or LL) */
     WEFT_DEV_BAD_SCHED = 4,/* no schedule for the operation's arguments */
 };
 

@@ -19,6 +19,7 @@
 
 #include "algo/sched.h"
 #include "dev_fifo.h"
+#include "dev_ll.h"
 
 /* Operations per launch (a larger group becomes several launches, in order). */
 #define WEFT_DEV_MAX_OPS 32
@@ -47,7 +48,12 @@ struct weft_dev_op {
     uint8_t premul;
     uint8_t postdiv;
     uint8_t block;        /* point-to-point: the block that runs it */
+    uint8_t proto;        /* WEFT_DEV_PROTO_*, chosen alike by every rank (exec/cuda.c) */
 };
+
+/* struct weft_dev_op.proto: which FIFO of each connection the operation's slices take. */
+#define WEFT_DEV_PROTO_SIMPLE 0 /* dev_fifo.h */
+#define WEFT_DEV_PROTO_LL 1     /* dev_ll.h */
 
 struct weft_dev_params {
     struct weft_dev_comm *comm; /* device address */
@@ -65,6 +71,7 @@ struct weft_dev_comm {
     int32_t nwin;        /* step windows per block: 1 + 2 * nranks */
     int32_t pad;
     uint64_t slot_bytes;  /* payload of a slot, a multiple of 16 */
+    uint64_t ll_payload;  /* data bytes of an LL slot, a multiple of 16 */
     uint64_t timeout_ns;  /* no progress for this long: the kernel gives up (0: never) */
     const uint32_t *abort;         /* pinned host word, device view; nonzero: leave */
     struct weft_dev_stuck *stuck;  /* [nchannels] pinned host records, device view */

@@ -33,6 +33,7 @@
 #include "cuda/cuda_ops.h"
 #include "dev_fifo.h"
 #include "dev_kernel.h"
+#include "dev_ll.h"
 #include "exec/cuda.h"
 
 WEFT_PARAM(CudaChannels, "WEFT_CUDA_CHANNELS", 2,
@@ -42,11 +43,27 @@ WEFT_PARAM(CudaThreads, "WEFT_CUDA_THREADS", -1,
            "emulated one)");
 WEFT_PARAM(CudaSlotBytes, "WEFT_CUDA_SLOT_BYTES", 65536,
            "bytes of one slot of a device FIFO (WEFT_STEPS slots per connection)");
+WEFT_PARAM(CudaLlSlotBytes, "WEFT_CUDA_LL_SLOT_BYTES", 16384,
+           "data bytes of one slot of a device LL FIFO (twice that in lines; WEFT_STEPS slots "
+           "per connection)");
+WEFT_PARAM(CudaLlMaxBytes, "WEFT_CUDA_LL_MAX_BYTES", 65536,
+           "device operations of up to this many bytes (count x element size) take the LL "
+           "protocol where NCCL_PROTO allows both LL and Simple");
 WEFT_PARAM_DECL(Timeout);
 
 /* The emulated build of the kernel (kernels/coll_kernel_emu.cc), and nvcc's, where linked. */
 void weft_coll_kernel_emu(void *params);
 const void *weft_coll_kernel_device_fn(void) __attribute__((weak));
+
+/* weft_cuda_test_kernel's choice (NULL, NULL: the library's kernel). */
+static void (*weft_cuda_test_emu)(void *);
+static const void *weft_cuda_test_dev;
+
+void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn)
+{
+    __atomic_store_n(&weft_cuda_test_emu, emu_fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&weft_cuda_test_dev, device_fn, __ATOMIC_RELEASE);
+}
 
 /*
  * The FIFO memory of all ranks of one communicator, freed by the last rank to leave: a rank's
@@ -71,6 +88,7 @@ struct weft_cuda_comm {
     int nch;           /* collective channels (blocks) */
     int nthreads;
     size_t slot_bytes;
+    size_t ll_payload; /* data bytes of an LL slot */
     char *fifo;        /* this rank's FIFO memory (device), owned by the clique once joined */
     struct weft_cuda_clique *clique; /* NULL until joined */
     struct weft_dev_comm *dstate; /* device */
@@ -266,8 +284,11 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     int64_t sb = weft_param_CudaSlotBytes();
     sb = sb < 256 ? 256 : sb > (1 << 24) ? (1 << 24) : sb;
     cc->slot_bytes = (size_t)sb & ~(size_t)127;
+    int64_t lb = weft_param_CudaLlSlotBytes();
+    lb = lb < WEFT_LL_PACK ? WEFT_LL_PACK : lb > (1 << 22) ? (1 << 22) : lb;
+    cc->ll_payload = (size_t)lb & ~(size_t)(WEFT_LL_PACK - 1);
     int nconn = cc->nch + 1;
-    size_t fifo_bytes = weft_dev_fifo_bytes(nranks, nconn, cc->slot_bytes);
+    size_t fifo_bytes = weft_dev_all_fifo_bytes(nranks, nconn, cc->slot_bytes, cc->ll_payload);
 
     WEFT_CUDA_CALL_GOTO(ops->stream_create(&cc->stream), "cudaStreamCreate", me, res, err);
     WEFT_CUDA_CALL_GOTO(ops->event_create(&cc->ev_in), "cudaEventCreate", me, res, err);
@@ -365,6 +386,22 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
                                                                     c, me, nranks, nconn,
                                                                     cc->slot_bytes));
             k->scope = peers[p].dev == cc->dev ? WEFT_DEV_SCOPE_GPU : WEFT_DEV_SCOPE_SYS;
+            size_t ll_to = weft_dev_ll_recv_off(c, me, nranks, nconn, cc->slot_bytes,
+                                                cc->ll_payload);
+            size_t ll_from = weft_dev_ll_recv_off(c, p, nranks, nconn, cc->slot_bytes,
+                                                  cc->ll_payload);
+            k->ll_send_rc = (struct weft_dev_recv_ctrl *)(theirs + ll_to);
+            k->ll_send_slots = theirs + ll_to + sizeof(struct weft_dev_recv_ctrl);
+            k->ll_send_sc = (struct weft_dev_send_ctrl *)(mine + weft_dev_ll_head_off(
+                                                                     c, p, nranks, nconn,
+                                                                     cc->slot_bytes,
+                                                                     cc->ll_payload));
+            k->ll_recv_rc = (struct weft_dev_recv_ctrl *)(mine + ll_from);
+            k->ll_recv_slots = mine + ll_from + sizeof(struct weft_dev_recv_ctrl);
+            k->ll_recv_sc = (struct weft_dev_send_ctrl *)(theirs + weft_dev_ll_head_off(
+                                                                       c, me, nranks, nconn,
+                                                                       cc->slot_bytes,
+                                                                       cc->ll_payload));
         }
     }
     size_t conn_bytes = (size_t)nconn * nranks * sizeof(*conns);
@@ -379,6 +416,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     st.local_ranks = comm->hier_k;
     st.nwin = nwin;
     st.slot_bytes = cc->slot_bytes;
+    st.ll_payload = cc->ll_payload;
     st.timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     st.abort = (const uint32_t *)weft_cuda_dev_view(cc->abort_host);
     st.stuck = (struct weft_dev_stuck *)weft_cuda_dev_view(cc->stuck_host);
@@ -396,6 +434,12 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     cc->kernel.device_fn = weft_coll_kernel_device_fn != NULL ? weft_coll_kernel_device_fn()
                                                               : NULL;
     cc->kernel.emu_fn = weft_coll_kernel_emu;
+    void (*test_emu)(void *) = __atomic_load_n(&weft_cuda_test_emu, __ATOMIC_ACQUIRE);
+    const void *test_dev = __atomic_load_n(&weft_cuda_test_dev, __ATOMIC_ACQUIRE);
+    if (test_emu != NULL || test_dev != NULL) {
+        cc->kernel.emu_fn = test_emu;
+        cc->kernel.device_fn = test_dev;
+    }
     free(conns);
     free(peers);
     if (prev >= 0)
@@ -404,8 +448,9 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
      * weft_cuda_comm_check) while this runs on the communicator's stream. */
     __atomic_store_n(&comm->cuda, cc, __ATOMIC_RELEASE);
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA executor on device %d (%s): %d channels x %d "
-              "threads, %zu-byte slots, %zu bytes of FIFOs", me, cc->dev, ops->name, cc->nch,
-              cc->nthreads, cc->slot_bytes, fifo_bytes);
+              "threads, %zu-byte slots, LL slots of %zu data bytes, %zu bytes of FIFOs", me,
+              cc->dev, ops->name, cc->nch, cc->nthreads, cc->slot_bytes, cc->ll_payload,
+              fifo_bytes);
     return ncclSuccess;
 err:
     free(conns);
@@ -625,6 +670,20 @@ static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct wef
     return ncclSuccess;
 }
 
+/*
+ * The protocol of a device operation, from values every rank shares (the collective, NCCL's
+ * count x element size, the knobs), so both ends of each connection pick the same FIFO: LL up
+ * to WEFT_CUDA_LL_MAX_BYTES where NCCL_PROTO allows LL and Simple (or LL128, which the device
+ * does not have and which stands for Simple here), only the allowed one otherwise.
+ */
+static int weft_cuda_proto(int coll, size_t bytes)
+{
+    int ll = weft_tune_ll(coll), simple = weft_tune_slots(coll);
+    if (ll && (!simple || bytes <= (size_t)weft_param_CudaLlMaxBytes()))
+        return WEFT_DEV_PROTO_LL;
+    return WEFT_DEV_PROTO_SIMPLE;
+}
+
 /* The parameters of one task. */
 static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struct weft_dev_op *op)
 {
@@ -647,6 +706,7 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
         op->scalar = t->redop.scalar.u64;
         op->scalar_dev = t->redop.scalar_dev;
     }
+    op->proto = (uint8_t)weft_cuda_proto(t->coll, t->count * es);
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
 }

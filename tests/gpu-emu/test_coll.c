@@ -5,9 +5,11 @@
  * that keep every intermediate exact, so any reduction order gives the same bits (the reference of
  * tests/common/coll_ref.h, shared with tests/mp/test_colls.c).
  *
- * Usage: test_coll CASE [-n NRANKS] [-d DEVICES] [-s] [-q]
+ * Usage: test_coll CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-a]
  *   sweep      every collective x type x op x count x in/out-of-place (ncclCommInitAll; rank i on
- *              device i % D); -s: all ranks on one user stream inside one group; -q: fewer types
+ *              device i % D); -s: all ranks on one user stream inside one group; -q: fewer types;
+ *              -a: every type and op for every collective (otherwise all-reduce only); the
+ *              protocol is NCCL_PROTO's (unset: LL for the small counts, Simple for the large)
  *   multicomm  one group over two communicators (all-reduce on one, all-gather on the other)
  *   initrank   one thread per rank, each ncclCommInitRank on its device and its own stream
  *              (-b: non-blocking communicators, ncclCommInitRankConfig with blocking = 0)
@@ -44,7 +46,7 @@ static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter"
                                          "gather",    "scatter", "sendrecv",
                                          "p2p-all"};
 
-static int g_n = 2, g_d = 1, g_one_stream, g_quick, g_nonblocking;
+static int g_n = 2, g_d = 1, g_one_stream, g_quick, g_nonblocking, g_all;
 static int g_passed, g_failed, g_printed;
 static const struct weft_cuda_ops *cu;
 
@@ -361,13 +363,14 @@ static int case_sweep(void)
     static const int few_types[] = {ncclFloat32, ncclInt8, ncclBfloat16};
     for (int coll = 0; coll < NCOLLS; coll++) {
         int reducing = coll <= C_REDUCESCATTER;
-        int all_types = coll == C_ALLREDUCE && !g_quick;
+        int all_types = (coll == C_ALLREDUCE || g_all) && !g_quick;
+        int all_ops = coll == C_ALLREDUCE || g_all;
         int ntypes = all_types ? 12 : 3;
         for (int ti = 0; ti < ntypes; ti++) {
             int t = all_types ? ti : few_types[ti];
-            int nops = !reducing ? 1 : coll == C_ALLREDUCE ? NOPS : 2;
+            int nops = !reducing ? 1 : all_ops ? NOPS : 2;
             for (int oi = 0; oi < nops; oi++) {
-                int op = !reducing ? -1 : coll == C_ALLREDUCE ? oi : oi == 0 ? OP_SUM : OP_MAX;
+                int op = !reducing ? -1 : all_ops ? oi : oi == 0 ? OP_SUM : OP_MAX;
                 for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
                     int big = counts[ci] > 60000;
                     /* The large count on a subset of types and ops, to stay fast. */
@@ -825,7 +828,7 @@ static int case_badbuf(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-b]\n", argv[0]);
+        fprintf(stderr, "usage: %s CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-b] [-a]\n", argv[0]);
         return 2;
     }
     const char *c = argv[1];
@@ -840,6 +843,8 @@ int main(int argc, char **argv)
             g_quick = 1;
         else if (strcmp(argv[i], "-b") == 0)
             g_nonblocking = 1;
+        else if (strcmp(argv[i], "-a") == 0)
+            g_all = 1;
     }
     if (g_n < 1 || g_n > MAXR || g_d < 1) {
         fprintf(stderr, "bad -n or -d\n");
