@@ -21,7 +21,8 @@
 #include "dev_fifo.h"
 #include "dev_ll.h"
 
-/* Operations per launch (a larger group becomes several launches, in order). */
+/* Operations per launch (a larger group becomes several launches, cut where every rank agrees:
+ * exec/cuda.c, weft_cuda_phases). */
 #define WEFT_DEV_MAX_OPS 32
 /* Threads of a block at most: the kernel's launch bound, which leaves it 128 registers a thread
  * (a bound of 1024 left 64, and the kernel spilled 244 bytes). */

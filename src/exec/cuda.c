@@ -717,20 +717,21 @@ static int weft_cuda_inplace_a2a(const struct weft_task *t)
 }
 
 /*
- * Stages the inputs of comm's in-place all-to-alls in tasks[first, end) (copies on the internal
- * stream, so in stream order) and points the ops there. Grows the staging buffer where needed,
- * which cannot happen under capture.
+ * Stages the inputs of the in-place all-to-alls among tasks[idx[0 .. n-1]] (comm's tasks of one
+ * launch, params->ops[k] being tasks[idx[k]]; copies on the internal stream, so in stream order)
+ * and points the ops there. Grows the staging buffer where needed, which cannot happen under
+ * capture.
  */
 static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_task *tasks,
-                                    int first, int end, struct weft_dev_params *params)
+                                    const int *idx, int n, struct weft_dev_params *params)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     struct weft_cuda_comm *cc = comm->cuda;
     size_t need = 0;
-    for (int t = first; t < end; t++)
-        if (tasks[t].comm == comm && weft_cuda_inplace_a2a(&tasks[t]))
-            need += (tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks + 255) &
-                    ~(size_t)255;
+    for (int k = 0; k < n; k++)
+        if (weft_cuda_inplace_a2a(&tasks[idx[k]]))
+            need += (tasks[idx[k]].count * weft_dtype_size(tasks[idx[k]].dtype) * comm->nranks +
+                     255) & ~(size_t)255;
     if (need == 0)
         return ncclSuccess;
     if (need > cc->stage_bytes) {
@@ -759,19 +760,71 @@ static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_tas
         cc->stage_bytes = need;
     }
     size_t off = 0;
-    for (int t = first, k = 0; t < end; t++) {
-        if (tasks[t].comm != comm)
-            continue;
-        if (weft_cuda_inplace_a2a(&tasks[t])) {
-            size_t bytes = tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks;
-            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, tasks[t].sendbuf, bytes, cc->stream),
+    for (int k = 0; k < n; k++) {
+        const struct weft_task *t = &tasks[idx[k]];
+        if (weft_cuda_inplace_a2a(t)) {
+            size_t bytes = t->count * weft_dtype_size(t->dtype) * comm->nranks;
+            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, t->sendbuf, bytes, cc->stream),
                            "cudaMemcpyAsync (all-to-all staging)", comm->rank);
             params->ops[k].sendbuf = cc->stage + off;
             off += (bytes + 255) & ~(size_t)255;
         }
-        k++;
     }
     return ncclSuccess;
+}
+
+/*
+ * The phase of each of comm's tasks (phase[t], -1 for other communicators' tasks), for cutting
+ * a group into launches of at most WEFT_DEV_MAX_OPS operations. A launch's kernel finishes only
+ * when the peers run the partners of its operations, so every rank must cut at points its peers
+ * agree with: the phase of an operation is one its partners share. Collective i of the group has
+ * phase i (every rank issues the same collectives in the same order); the k-th send to peer p,
+ * and the k-th receive from peer p, phase ncoll + k (its partner is the k-th receive from, or
+ * send to, this rank on p). A launch takes a run of whole phases: then by induction on the
+ * phase, every operation's partner runs in a launch that has started or will once the launches
+ * of earlier phases are done, and within a launch an operation waits only for earlier phases of
+ * its own connection (the kernel keeps issue order per peer and direction). Returns the number of
+ * phases, or -1 (logged): out of memory (*res_p = ncclSystemError), or one phase alone holds
+ * more than WEFT_DEV_MAX_OPS operations (point-to-point with more than WEFT_DEV_MAX_OPS / 2 peers
+ * each way in one round; *res_p = ncclInvalidUsage).
+ */
+static int weft_cuda_phases(struct ncclComm *comm, const struct weft_task *tasks, int ntasks,
+                            int *phase, ncclResult_t *res_p)
+{
+    int nranks = comm->nranks, ncoll = 0, nphases = 0;
+    /* queue[2 peer + dir]: operations so far; then widest[p]: operations of phase p */
+    int *queue = calloc(2 * (size_t)nranks + (size_t)ntasks, sizeof(int)),
+        *widest = queue + 2 * nranks;
+    if (queue == NULL) {
+        WEFT_WARN("rank %d: out of memory ordering %d device operations", comm->rank, ntasks);
+        *res_p = ncclSystemError;
+        return -1;
+    }
+    for (int t = 0; t < ntasks; t++)
+        if (tasks[t].comm == comm && tasks[t].coll != WEFT_COLL_SEND &&
+            tasks[t].coll != WEFT_COLL_RECV)
+            ncoll++;
+    for (int t = 0, c = 0; t < ntasks; t++) {
+        phase[t] = -1;
+        if (tasks[t].comm != comm)
+            continue;
+        if (tasks[t].coll == WEFT_COLL_SEND || tasks[t].coll == WEFT_COLL_RECV)
+            phase[t] = ncoll + queue[2 * tasks[t].root + (tasks[t].coll == WEFT_COLL_RECV)]++;
+        else
+            phase[t] = c++;
+        if (phase[t] + 1 > nphases)
+            nphases = phase[t] + 1;
+        if (++widest[phase[t]] > WEFT_DEV_MAX_OPS) {
+            WEFT_WARN("rank %d: more than %d device operations in one round of a group "
+                      "(point-to-point with more than %d peers each way): split the group",
+                      comm->rank, WEFT_DEV_MAX_OPS, WEFT_DEV_MAX_OPS / 2);
+            free(queue);
+            *res_p = ncclInvalidUsage;
+            return -1;
+        }
+    }
+    free(queue);
+    return nphases;
 }
 
 /* The user streams of comm's tasks, without repeats. */
@@ -801,8 +854,10 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
     ops->get_device(&prev);
     struct ncclComm **comms = calloc((size_t)ntasks, sizeof(*comms));
     struct weft_dev_params *params = malloc(sizeof(*params));
+    int *phase = calloc((size_t)ntasks, sizeof(int));
+    int idx[WEFT_DEV_MAX_OPS];
     weft_cuda_stream_t streams[WEFT_CUDA_MAX_STREAMS];
-    if (comms == NULL || params == NULL) {
+    if (comms == NULL || params == NULL || phase == NULL) {
         WEFT_WARN("out of memory launching %d device operations", ntasks);
         res = ncclSystemError;
         goto out;
@@ -823,6 +878,9 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             goto out;
         }
         WEFT_CHECK_GOTO(weft_cuda_comm_check(comm), res, out);
+        /* Before anything is enqueued: the group can be cut into launches. */
+        if (weft_cuda_phases(comm, tasks, ntasks, phase, &res) < 0)
+            goto out;
     }
     /* 1: the internal streams wait for their users' streams. */
     for (int i = 0; i < ncomms; i++) {
@@ -837,24 +895,37 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
                                 "cudaStreamWaitEvent", me, res, out);
         }
     }
-    /* 2: one launch per communicator (more where a group holds more than WEFT_DEV_MAX_OPS). */
+    /* 2: one launch per communicator (more where a group holds more than WEFT_DEV_MAX_OPS, cut
+     * at phases, see weft_cuda_phases). */
     for (int i = 0; i < ncomms; i++) {
         struct ncclComm *comm = comms[i];
         struct weft_cuda_comm *cc = comm->cuda;
         WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", comm->rank, res, out);
-        int t = 0;
-        for (;;) {
+        int nphases = weft_cuda_phases(comm, tasks, ntasks, phase, &res);
+        if (nphases < 0)
+            goto out;
+        for (int p0 = 0; p0 < nphases;) {
+            /* phases p0 .. p1-1: as many whole phases as fit */
+            int p1 = p0, n = 0;
+            while (p1 < nphases) {
+                int in = 0;
+                for (int t = 0; t < ntasks; t++)
+                    in += phase[t] == p1;
+                if (n + in > WEFT_DEV_MAX_OPS)
+                    break;
+                n += in;
+                p1++;
+            }
             memset(params, 0, sizeof(*params));
             params->comm = cc->dstate;
-            int first = t;
-            while (t < ntasks && params->nops < WEFT_DEV_MAX_OPS) {
-                if (tasks[t].comm == comm)
-                    weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
-                t++;
+            for (int t = 0; t < ntasks; t++) {
+                if (phase[t] < p0 || phase[t] >= p1)
+                    continue;
+                idx[params->nops] = t;
+                weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
             }
-            if (params->nops == 0)
-                break;
-            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, first, t, params), res, out);
+            p0 = p1;
+            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, idx, params->nops, params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,
@@ -880,6 +951,7 @@ out:
     if (WEFT_IS_ERROR(res))
         for (int i = 0; i < ncomms; i++)
             weft_comm_set_error(comms[i], res);
+    free(phase);
     free(params);
     free(comms);
     return res;
