@@ -1,6 +1,7 @@
 /*
  * The FIFO protocol of the CUDA executor ("Simple"), and the credit rules it shares with the host
- * step engine (exec/lane.h).
+ * step engine (exec/lane.h) and with the device's LL protocol (dev_ll.h: each connection also has
+ * an LL FIFO, with its own slots, head word and step counters, laid out after these).
  *
  * A connection carries data from one rank (sender) to another (receiver) through WEFT_STEPS slots
  * of slot_bytes each. Both ends count steps with 64-bit counters that never wrap and never reset:

@@ -10,7 +10,8 @@
  * collective of the launch, in order, and the point-to-point operations whose `block` is b; the
  * operations of a block progress together (a block polls them in turn and moves whichever can
  * move), the ones sharing connections (a collective's channel; one peer and direction of
- * point-to-point) in issue order.
+ * point-to-point) in issue order. Each operation takes one protocol for all its slices
+ * (weft_dev_op.proto: Simple, dev_fifo.h, or LL, dev_ll.h), the same on every rank.
  */
 #ifndef WEFT_KERNELS_DEV_KERNEL_H
 #define WEFT_KERNELS_DEV_KERNEL_H
