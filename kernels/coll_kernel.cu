@@ -16,8 +16,17 @@
  * Compiled by g++ as C++ for the emulated GPU (always) and by nvcc for sm_80/sm_90 when the
  * toolkit is found; kernels/dialect.h maps the device primitives for each.
  *
- * Protocol: Simple only (dev_fifo.h). LL (flags in the data lines, no tail) is not done yet;
- * NCCL_PROTO does not affect device work.
+ * Protocols, per operation (weft_dev_op.proto, chosen by exec/cuda.c from NCCL_PROTO and the
+ * operation's size alike on every rank): Simple (dev_fifo.h: slots, tail and head counters) and
+ * LL (dev_ll.h: 16-byte lines of data and flag halves, head counters only). An LL slice moves
+ * when its incoming slot's header line shows the step's flag (thread 0 checks it, so a block
+ * never waits inside a slice whose sender has not begun it); every thread then waits for the
+ * flags of its own lines, 16 data bytes (two lines) at a time, reduces or copies them, and writes
+ * its outgoing lines with one 16-byte volatile store each; a thread that waits past the abort
+ * word or the deadline marks the slice failed and thread 0 writes the stuck record.
+ * Compile with -DWEFT_LL_FLAG_BITS=8 (and another WEFT_COLL_KERNEL_SUFFIX) for a kernel whose LL
+ * flags wrap every 256 steps, and -DWEFT_LL_TEST_SENDER_DELAY_NS=N to write the data lines of
+ * every LL slice N ns after its header (the wrap cleanup test, tests/gpu-emu/kern_unit_f8.cc).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -28,14 +37,19 @@
 #include "compat.h"
 #include "dev_fifo.h"
 #include "dev_kernel.h"
+#include "dev_ll.h"
 #include "redop.h"
 #include "redop_elem.h"
 
 #if defined(__CUDACC__)
 #define WEFT_KFN __device__ __forceinline__
+/* A called function, out of the kernel's body: the LL movement (inlined, sm_100's kernel spilled
+ * 48 bytes; called, the kernel has none and the function 24 bytes on sm_100, none on sm_90). */
+#define WEFT_KFN_CALLED __device__ __noinline__
 #define WEFT_SCHED_FN __device__
 #else
 #define WEFT_KFN inline
+#define WEFT_KFN_CALLED
 #define WEFT_SCHED_FN
 #endif
 #define WEFT_SCHED_DEVICE 1
@@ -106,7 +120,21 @@ struct work {
     uint64_t es;     /* element size */
     uint64_t scalar;
     uint64_t divisor;
+    /* LL slices (dev_ll.h): the operands come from and go to lines instead of a and dst2 */
+    int32_t ll;           /* 1: an LL slice */
+    int32_t in_is_b;      /* the incoming lines are b (a copy); otherwise a (a reduction) */
+    const char *ll_in;    /* the incoming LL slot (its header line), or NULL */
+    char *ll_out;         /* the outgoing LL slot (its header line), or NULL */
+    uint32_t in_flag, out_flag;
+    uint64_t clean_lines; /* lines of the outgoing slot to write in all (wrap cleanup), or 0 */
+    const weft_dev_comm *comm;
+    uint32_t failed;      /* set by a thread that gave up waiting for its lines (LL_FAIL_*) */
+    uint32_t out_sig;     /* the outgoing header's second word: the operation's signature */
 };
+
+/* work.failed: the abort word or the deadline (a stuck record to write), or another block gave
+ * up (leave quietly). */
+enum { LL_FAIL_NONE = 0, LL_FAIL_ABORT = 1, LL_FAIL_TIMEOUT = 2, LL_FAIL_QUIET = 3 };
 
 template <class T> WEFT_KFN T from_bits(uint64_t b)
 {
@@ -240,8 +268,216 @@ template <class Tr> WEFT_KFN void apply_kind(const work *w, int tid, int nt)
     }
 }
 
-WEFT_KFN void do_work(const work *w, int tid, int nt)
+/* ---- LL slices ----------------------------------------------------------------------------- */
+
+WEFT_KFN int any_stuck(const weft_dev_comm *comm);
+
+WEFT_KFN weft_u128 ll_line(uint64_t data, uint32_t flag)
 {
+    weft_u128 v;
+    v.lo = weft_ll_half((uint32_t)data, flag);
+    v.hi = weft_ll_half((uint32_t)(data >> 32), flag);
+    return v;
+}
+
+/* Why a thread waiting for its lines must leave (LL_FAIL_*), or LL_FAIL_NONE. */
+WEFT_KFN uint32_t ll_should_leave(const work *w, uint64_t since)
+{
+    const weft_dev_comm *comm = w->comm;
+    if (weft_ld_relaxed_u32(&w->failed, WEFT_SCOPE_GPU) != LL_FAIL_NONE || any_stuck(comm))
+        return LL_FAIL_QUIET;
+    if (weft_ld_relaxed_u32(comm->abort, WEFT_SCOPE_SYS) != 0)
+        return LL_FAIL_ABORT;
+    if (comm->timeout_ns != 0 && weft_globaltimer_ns() - since > comm->timeout_ns)
+        return LL_FAIL_TIMEOUT;
+    return LL_FAIL_NONE;
+}
+
+/* The 8 data bytes of an LL line once both its flags equal `flag`; 0 (w->failed set) when the
+ * block must leave instead. The line's sender has begun the slice (its header was seen), so
+ * the wait is short unless the peer is aborted. */
+WEFT_KFN int ll_wait_line(work *w, const char *line, uint32_t flag, uint64_t *data)
+{
+    uint32_t spins = 0;
+    uint64_t since = 0;
+    for (;;) {
+        weft_u128 v = weft_ld_volatile_v16(line);
+        if (weft_ll_half_ok(v.lo, flag) && weft_ll_half_ok(v.hi, flag)) {
+            *data = (uint64_t)weft_ll_half_data(v.lo) | (uint64_t)weft_ll_half_data(v.hi) << 32;
+            return 1;
+        }
+        if (++spins < 64)
+            continue;
+        weft_spin_hint();
+        if ((spins & 255) != 0)
+            continue;
+        if (since == 0)
+            since = weft_globaltimer_ns();
+        uint32_t why = ll_should_leave(w, since);
+        if (why != LL_FAIL_NONE) {
+            weft_st_relaxed_u32(&w->failed, why, WEFT_SCOPE_GPU);
+            return 0;
+        }
+    }
+}
+
+/* 16 bytes of user memory (len <= 16 of them; the rest zero). */
+WEFT_KFN weft_u128 ld_pack(const char *p, uint64_t len)
+{
+    if (len == 16 && ((uintptr_t)p & 15) == 0)
+        return weft_ld_v16(p);
+    union {
+        weft_u128 v;
+        uint64_t q[2];
+        unsigned char c[16];
+    } u;
+    u.v.lo = u.v.hi = 0;
+    if (len == 16 && ((uintptr_t)p & 7) == 0) {
+        u.q[0] = *(const uint64_t *)p;
+        u.q[1] = *(const uint64_t *)(p + 8);
+        return u.v;
+    }
+    for (uint64_t i = 0; i < len; i++)
+        u.c[i] = (unsigned char)p[i];
+    return u.v;
+}
+
+WEFT_KFN void st_pack(char *p, weft_u128 v, uint64_t len)
+{
+    if (len == 16 && ((uintptr_t)p & 15) == 0) {
+        weft_st_v16(p, v);
+        return;
+    }
+    union {
+        weft_u128 v;
+        uint64_t q[2];
+        unsigned char c[16];
+    } u;
+    u.v = v;
+    if (len == 16 && ((uintptr_t)p & 7) == 0) {
+        *(uint64_t *)p = u.q[0];
+        *(uint64_t *)(p + 8) = u.q[1];
+        return;
+    }
+    for (uint64_t i = 0; i < len; i++)
+        p[i] = (char)u.c[i];
+}
+
+/*
+ * Moves w's LL slice: pack k (16 data bytes) is lines 1 + 2k and 2 + 2k of a slot. Thread 0
+ * writes the outgoing header first, so the receiver may start while the data lines follow.
+ * K < 0: a copy. Returns early (w->failed set) when a wait must end.
+ */
+template <class Tr, int K> WEFT_KFN void ll_move(work *w, int tid, int nt)
+{
+    typedef typename Tr::t T;
+    enum { per = 16 / sizeof(T) };
+    const T s = from_bits<T>(w->scalar);
+    const uint64_t bytes = w->n * w->es, npacks = (bytes + 15) / 16;
+    const int has_a = w->ll_in != NULL && !w->in_is_b, b_user = w->ll_in == NULL || !w->in_is_b;
+    const int pre = w->pre, post = w->post;
+    if (tid == 0 && w->ll_out != NULL)
+        weft_st_volatile_v16(w->ll_out,
+                             ll_line(bytes | (uint64_t)w->out_sig << 32, w->out_flag));
+#ifdef WEFT_LL_TEST_SENDER_DELAY_NS
+    /* Test builds: the data lines follow the header late, so a receiver that could take a stale
+     * line for a fresh one (a missing wrap cleanup) does. */
+    if (w->ll_out != NULL) {
+        uint64_t t0 = weft_globaltimer_ns();
+        while (weft_globaltimer_ns() - t0 < WEFT_LL_TEST_SENDER_DELAY_NS)
+            weft_spin_hint();
+    }
+#endif
+    for (uint64_t pk = (uint64_t)tid; pk < npacks; pk += (uint64_t)nt) {
+        const uint64_t off = pk * 16, len = bytes - off < 16 ? bytes - off : 16;
+        union {
+            weft_u128 v;
+            T e[per];
+        } A, B, R;
+        A.v.lo = A.v.hi = 0;
+        B.v = A.v;
+        if (b_user)
+            B.v = ld_pack(w->b + off, len);
+        if (w->ll_in != NULL) {
+            const char *line = w->ll_in + WEFT_LL_LINE * (1 + 2 * pk);
+            weft_u128 x;
+            x.hi = 0;
+            if (!ll_wait_line(w, line, w->in_flag, &x.lo) ||
+                (len > 8 && !ll_wait_line(w, line + WEFT_LL_LINE, w->in_flag, &x.hi)))
+                return;
+            if (w->in_is_b)
+                B.v = x;
+            else
+                A.v = x;
+        }
+        if (K < 0) {
+            R.v = B.v;
+        } else {
+            for (int k = 0; k < per; k++)
+                R.e[k] = elem<Tr, (K < 0 ? 0 : K)>(A.e[k], B.e[k], has_a, pre, post, s,
+                                                   w->divisor);
+        }
+        if (w->dst != NULL)
+            st_pack(w->dst + off, R.v, len);
+        if (w->ll_out != NULL) {
+            char *line = w->ll_out + WEFT_LL_LINE * (1 + 2 * pk);
+            weft_st_volatile_v16(line, ll_line(R.v.lo, w->out_flag));
+            if (len > 8)
+                weft_st_volatile_v16(line + WEFT_LL_LINE, ll_line(R.v.hi, w->out_flag));
+        }
+    }
+    if (w->ll_out != NULL && w->clean_lines > 0) /* the wrap rule: every other line too */
+        for (uint64_t ln = 1 + weft_ll_data_lines(bytes) + (uint64_t)tid; ln < w->clean_lines;
+             ln += (uint64_t)nt)
+            weft_st_volatile_v16(w->ll_out + WEFT_LL_LINE * ln, ll_line(0, w->out_flag));
+}
+
+template <class Tr> WEFT_KFN void ll_kind(work *w, int tid, int nt)
+{
+    switch (w->kind) {
+    case WEFT_RED_SUM:
+        ll_move<Tr, WEFT_RED_SUM>(w, tid, nt);
+        break;
+    case WEFT_RED_PROD:
+        ll_move<Tr, WEFT_RED_PROD>(w, tid, nt);
+        break;
+    case WEFT_RED_MAX:
+        ll_move<Tr, WEFT_RED_MAX>(w, tid, nt);
+        break;
+    default:
+        ll_move<Tr, WEFT_RED_MIN>(w, tid, nt);
+        break;
+    }
+}
+
+WEFT_KFN_CALLED void ll_work(work *w, int tid, int nt)
+{
+    if (w->kind < 0) {
+        ll_move<tr_u8, -1>(w, tid, nt);
+        return;
+    }
+    switch (w->dtype) {
+    case WEFT_INT8: ll_kind<tr_i8>(w, tid, nt); break;
+    case WEFT_UINT8: ll_kind<tr_u8>(w, tid, nt); break;
+    case WEFT_INT32: ll_kind<tr_i32>(w, tid, nt); break;
+    case WEFT_UINT32: ll_kind<tr_u32>(w, tid, nt); break;
+    case WEFT_INT64: ll_kind<tr_i64>(w, tid, nt); break;
+    case WEFT_UINT64: ll_kind<tr_u64>(w, tid, nt); break;
+    case WEFT_FLOAT16: ll_kind<tr_f16>(w, tid, nt); break;
+    case WEFT_FLOAT32: ll_kind<tr_f32>(w, tid, nt); break;
+    case WEFT_FLOAT64: ll_kind<tr_f64>(w, tid, nt); break;
+    case WEFT_BFLOAT16: ll_kind<tr_bf16>(w, tid, nt); break;
+    case WEFT_FP8E4M3: ll_kind<tr_e4m3>(w, tid, nt); break;
+    default: ll_kind<tr_e5m2>(w, tid, nt); break;
+    }
+}
+
+WEFT_KFN void do_work(work *w, int tid, int nt)
+{
+    if (w->ll) {
+        ll_work(w, tid, nt);
+        return;
+    }
     if (w->kind < 0) {
         copy(w, tid, nt);
         return;
@@ -296,6 +532,7 @@ struct conductor {
     int cur_lane;
     weft_dev_conn *rc, *sc; /* connections the slice receives on / sends on, or NULL */
     uint64_t n;
+    int ll;                 /* the slice takes the connections' LL FIFOs */
     const weft_step *step;
     /* what blocks us, for the stuck record */
     int blk_lane, blk_peer, blk_send;
@@ -347,7 +584,9 @@ WEFT_KFN void lanes_init(conductor *c)
         a->root = op->root;
         a->channel = p2p ? 0 : c->b;
         a->nchannels = p2p ? 1 : comm->nchannels;
-        a->chunk = weft_fifo_chunk(comm->slot_bytes, dtype_size(op->dtype));
+        a->chunk = weft_fifo_chunk(op->proto == WEFT_DEV_PROTO_LL ? comm->ll_payload
+                                                                  : comm->slot_bytes,
+                                   dtype_size(op->dtype));
         a->ring = comm->ring;
         a->ring_pos = comm->ring_pos;
         a->local_ranks = comm->local_ranks;
@@ -405,6 +644,100 @@ WEFT_KFN void stuck_report(conductor *c, uint32_t state, const weft_dev_op *op, 
 }
 
 /*
+ * The LL slice of lane i's step s, when it can move: the incoming slot's header carries the flag
+ * of the step (and the slice's size, checked), and the outgoing slot is free. Fills w and the
+ * conductor's slice and returns WORK_MOVE; WORK_NONE when blocked (c->blk_* say on what);
+ * WORK_EXIT after a stuck record.
+ */
+WEFT_KFN int ll_slice(conductor *c, int i, const weft_dev_op *op, const weft_step *s,
+                      weft_dev_conn *rc, weft_dev_conn *sc, const char *src, char *dst, work *w)
+{
+    const weft_dev_comm *comm = c->comm;
+    lane *l = &c->lanes[i];
+    const uint64_t es = w->es, slot_bytes = weft_ll_slot_bytes(comm->ll_payload);
+    const uint64_t n = weft_fifo_slice(comm->ll_payload, es, s->count, l->done);
+    const char *inslot = NULL;
+    char *outslot = NULL;
+    if (rc != NULL) {
+        inslot = rc->ll_recv_slots + weft_fifo_slot(rc->ll_recv_step, WEFT_STEPS) * slot_bytes;
+        uint32_t flag = weft_ll_flag(rc->ll_recv_step);
+        weft_u128 h = weft_ld_volatile_v16(inslot);
+        if (!weft_ll_half_ok(h.lo, flag) || !weft_ll_half_ok(h.hi, flag)) {
+            c->blk_lane = i;
+            c->blk_peer = s->recv_peer;
+            c->blk_send = 0;
+            c->blk_expected = rc->ll_recv_step + 1;
+            c->blk_seen = weft_ld_relaxed_u64(&rc->ll_recv_rc->tail, WEFT_SCOPE_SYS);
+            return WORK_NONE;
+        }
+        uint32_t sig = weft_ll_half_data(h.hi); /* the header's second word (signature) */
+        if (sig != op->sig && sig != 0 && op->sig != 0) {
+            stuck_report(c, WEFT_DEV_SIG_MISMATCH, op, s->recv_peer, 0, l->cur, op->sig, sig);
+            return WORK_EXIT;
+        }
+        if ((uint64_t)weft_ll_half_data(h.lo) != n * es) {
+            stuck_report(c, WEFT_DEV_MISMATCH, op, s->recv_peer, 0, l->cur, n * es,
+                         weft_ll_half_data(h.lo));
+            return WORK_EXIT;
+        }
+    }
+    if (sc != NULL) {
+        uint64_t head = ld_acq(&sc->ll_send_sc->head, sc->scope);
+        if (!weft_fifo_has_credit(head, sc->ll_send_step, WEFT_STEPS)) {
+            c->blk_lane = i;
+            c->blk_peer = s->send_peer;
+            c->blk_send = 1;
+            c->blk_expected = sc->ll_send_step + 1 - WEFT_STEPS;
+            c->blk_seen = head;
+            return WORK_NONE;
+        }
+        outslot = sc->ll_send_slots + weft_fifo_slot(sc->ll_send_step, WEFT_STEPS) * slot_bytes;
+    }
+    w->ll = 1;
+    w->n = n;
+    w->kind = (int)op->kind;
+    w->in_is_b = 0;
+    w->ll_in = inslot;
+    w->ll_out = outslot;
+    w->in_flag = rc != NULL ? weft_ll_flag(rc->ll_recv_step) : 0;
+    w->out_flag = sc != NULL ? weft_ll_flag(sc->ll_send_step) : 0;
+    w->out_sig = op->sig;
+    w->clean_lines = sc != NULL && weft_ll_cleanup(sc->ll_send_step) ? slot_bytes / WEFT_LL_LINE
+                                                                     : 0;
+    w->b = src;
+    w->dst = NULL;
+    switch (s->op) {
+    case WEFT_STEP_SEND:
+        w->kind = w->pre || w->post ? (int)op->kind : -1;
+        break;
+    case WEFT_STEP_RECV:
+        w->in_is_b = 1;
+        w->dst = dst;
+        w->kind = -1;
+        break;
+    case WEFT_STEP_RECV_REDUCE_SEND:
+        break;
+    case WEFT_STEP_RECV_REDUCE_COPY:
+    case WEFT_STEP_RECV_REDUCE_COPY_SEND:
+        w->dst = dst;
+        break;
+    default: /* WEFT_STEP_RECV_COPY_SEND */
+        w->in_is_b = 1;
+        w->dst = dst;
+        w->kind = -1;
+        break;
+    }
+    c->rc = rc;
+    c->sc = sc;
+    c->ll = 1;
+    c->n = n;
+    c->cur_lane = i;
+    c->step = s;
+    w->what = WORK_MOVE;
+    return WORK_MOVE;
+}
+
+/*
  * Looks for a slice that can move now and fills w. Returns WORK_MOVE, WORK_NONE (everything
  * blocked), or WORK_EXIT (all done, or an error was recorded).
  */
@@ -452,8 +785,10 @@ WEFT_KFN int find_slice(conductor *c, work *w)
         w->a = NULL;
         w->dst2 = NULL;
         w->b_fifo = 0;
+        w->ll = 0;
         if (s->op == WEFT_STEP_COPY) {
             c->rc = c->sc = NULL;
+            c->ll = 0;
             c->n = s->count;
             c->cur_lane = i;
             c->step = s;
@@ -470,6 +805,12 @@ WEFT_KFN int find_slice(conductor *c, work *w)
                                               : NULL;
         weft_dev_conn *sc = step_sends(s->op) ? &comm->conns[l->chan * comm->nranks + s->send_peer]
                                               : NULL;
+        if (op->proto == WEFT_DEV_PROTO_LL) {
+            int r = ll_slice(c, i, op, s, rc, sc, src + l->done * es, dst + l->done * es, w);
+            if (r == WORK_NONE)
+                continue;
+            return r;
+        }
         uint64_t n = weft_fifo_slice(comm->slot_bytes, es, s->count, l->done);
         if (rc != NULL) {
             uint64_t tail = ld_acq(&rc->recv_rc->tail, rc->scope);
@@ -554,6 +895,7 @@ WEFT_KFN int find_slice(conductor *c, work *w)
         }
         c->rc = rc;
         c->sc = sc;
+        c->ll = 0;
         c->n = n;
         c->cur_lane = i;
         c->step = s;
@@ -569,7 +911,21 @@ WEFT_KFN void post_slice(conductor *c)
     lane *l = &c->lanes[c->cur_lane];
     const weft_dev_op *op = &c->p->ops[l->op];
     uint64_t es = dtype_size(op->dtype);
-    if (c->sc != NULL) {
+    if (c->ll) {
+        /* No tail to publish (the flags carry the data): bytes and tail only record progress. */
+        if (c->sc != NULL) {
+            weft_dev_conn *sc = c->sc;
+            uint32_t slot = weft_fifo_slot(sc->ll_send_step, WEFT_STEPS);
+            st_rlx32(&sc->ll_send_rc->bytes[slot], (uint32_t)(c->n * es), sc->scope);
+            sc->ll_send_step++;
+            weft_st_relaxed_u64(&sc->ll_send_rc->tail, sc->ll_send_step, WEFT_SCOPE_SYS);
+        }
+        if (c->rc != NULL) {
+            weft_dev_conn *rc = c->rc;
+            rc->ll_recv_step++;
+            st_rel(&rc->ll_recv_sc->head, rc->ll_recv_step, rc->scope);
+        }
+    } else if (c->sc != NULL) {
         weft_dev_conn *sc = c->sc;
         uint32_t slot = weft_fifo_slot(sc->send_step, WEFT_STEPS);
         st_rlx32(&sc->send_rc->bytes[slot], (uint32_t)(c->n * es), sc->scope);
@@ -577,7 +933,7 @@ WEFT_KFN void post_slice(conductor *c)
         sc->send_step++;
         st_rel(&sc->send_rc->tail, sc->send_step, sc->scope);
     }
-    if (c->rc != NULL) {
+    if (!c->ll && c->rc != NULL) {
         weft_dev_conn *rc = c->rc;
         rc->recv_step++;
         st_rel(&rc->recv_sc->head, rc->recv_step, rc->scope);
@@ -624,6 +980,20 @@ WEFT_KFN int check_leave(conductor *c, uint64_t idle_since)
     return 0;
 }
 
+/* After a thread of the block gave up waiting for the lines of the current LL slice: the stuck
+ * record names the peer it waited for (unless another block gave up first). */
+WEFT_KFN int ll_failed(conductor *c, const work *w)
+{
+    uint32_t why = weft_ld_relaxed_u32(&w->failed, WEFT_SCOPE_GPU);
+    const lane *l = &c->lanes[c->cur_lane];
+    const weft_dev_conn *rc = c->rc;
+    if (why != LL_FAIL_QUIET && rc != NULL)
+        stuck_report(c, why == LL_FAIL_ABORT ? WEFT_DEV_ABORTED : WEFT_DEV_TIMEOUT,
+                     &c->p->ops[l->op], c->step->recv_peer, 0, l->cur, rc->ll_recv_step + 1,
+                     weft_ld_relaxed_u64(&rc->ll_recv_rc->tail, WEFT_SCOPE_SYS));
+    return WORK_EXIT;
+}
+
 /* The block's dynamic shared memory: the slice, and thread 0's state (in shared memory rather
  * than on every thread's stack: 6 KiB of local memory per thread otherwise). */
 struct block_shared {
@@ -646,6 +1016,8 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
         c->blk_lane = -1;
         c->blk_expected = c->blk_seen = 0;
         lanes_init(c);
+        w->comm = c->comm;
+        w->failed = LL_FAIL_NONE;
     }
     /* Every thread reads the slice after the first barrier and is done with it before the
      * second, so thread 0 writes the next one only after the second. */
@@ -658,6 +1030,8 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
             /* A communicator whose earlier kernel gave up has inconsistent FIFOs: do nothing. */
             if (first && any_stuck(c->comm))
                 w->what = WORK_EXIT;
+            else if (!first && weft_ld_relaxed_u32(&w->failed, WEFT_SCOPE_GPU) != LL_FAIL_NONE)
+                w->what = ll_failed(c, w); /* a thread gave up waiting for LL lines */
             else
                 for (;;) {
                     int r = find_slice(c, w);
@@ -676,29 +1050,41 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
         weft_sync_block();
         if (w->what == WORK_EXIT)
             return;
-        if (w->n > 0)
+        if (w->n > 0 || w->ll) /* an LL slice of 0 bytes still sends its header */
             do_work(w, tid, nt);
         weft_sync_block();
-        if (tid == 0)
+        if (tid == 0 && weft_ld_relaxed_u32(&w->failed, WEFT_SCOPE_GPU) == LL_FAIL_NONE)
             post_slice(c);
     }
 }
 
 } /* namespace */
 
+/* The entry points' names end in WEFT_COLL_KERNEL_SUFFIX (empty: the library's kernel; a test
+ * build of other flags names its own). */
+#ifndef WEFT_COLL_KERNEL_SUFFIX
+#define WEFT_COLL_KERNEL_SUFFIX
+#endif
+#define WEFT_KCAT2_(a, b) a##b
+#define WEFT_KCAT_(a, b) WEFT_KCAT2_(a, b)
+#define WEFT_KNAME_(n) WEFT_KCAT_(n, WEFT_COLL_KERNEL_SUFFIX)
+
 #if defined(__CUDACC__)
-__global__ void __launch_bounds__(WEFT_COLL_KERNEL_MAX_THREADS) weft_coll_kernel(const __grid_constant__ weft_dev_params p)
+/* At least one block per SM (512 threads: 128 registers a thread); with the LL code and the
+ * thread bound alone, ptxas chose 64 registers and spilled 388 bytes. */
+__global__ void __launch_bounds__(WEFT_COLL_KERNEL_MAX_THREADS, 1)
+    WEFT_KNAME_(weft_coll_kernel)(const __grid_constant__ weft_dev_params p)
 {
     coll_body(&p);
 }
 
-extern "C" const void *weft_coll_kernel_device_fn(void)
+extern "C" const void *WEFT_KNAME_(weft_coll_kernel_device_fn)(void)
 {
-    return (const void *)weft_coll_kernel;
+    return (const void *)WEFT_KNAME_(weft_coll_kernel);
 }
 #else
 /* The emulated GPU calls this once per emulated thread with a copy of the parameters. */
-extern "C" void weft_coll_kernel_emu(void *params)
+extern "C" void WEFT_KNAME_(weft_coll_kernel_emu)(void *params)
 {
     coll_body((const weft_dev_params *)params);
 }

@@ -1,6 +1,7 @@
 /*
  * The FIFO protocol of the CUDA executor ("Simple"), and the credit rules it shares with the host
- * step engine (exec/lane.h).
+ * step engine (exec/lane.h) and with the device's LL protocol (dev_ll.h: each connection also has
+ * an LL FIFO, with its own slots, head word and step counters, laid out after these).
  *
  * A connection carries data from one rank (sender) to another (receiver) through WEFT_STEPS slots
  * of slot_bytes each. Both ends count steps with 64-bit counters that never wrap and never reset:
@@ -144,6 +145,15 @@ struct weft_dev_conn {
     uint64_t recv_step;               /* next step to free */
     int32_t scope;                    /* WEFT_DEV_SCOPE_GPU or WEFT_DEV_SCOPE_SYS */
     int32_t pad;
+    /* the connection's LL FIFO (dev_ll.h): the same roles, its own slots and counters */
+    char *ll_send_slots;
+    struct weft_dev_recv_ctrl *ll_send_rc;
+    struct weft_dev_send_ctrl *ll_send_sc;
+    uint64_t ll_send_step;
+    const char *ll_recv_slots;
+    struct weft_dev_recv_ctrl *ll_recv_rc;
+    struct weft_dev_send_ctrl *ll_recv_sc;
+    uint64_t ll_recv_step;
 };
 
 /* Why a kernel gave up (struct weft_dev_stuck.state). */
@@ -151,7 +161,7 @@ enum weft_dev_stuck_state {
     WEFT_DEV_OK = 0,
     WEFT_DEV_TIMEOUT = 1,  /* no progress for the deadline */
     WEFT_DEV_ABORTED = 2,  /* the host set the abort word */
-    WEFT_DEV_MISMATCH = 3, /* the peer posted a slice of another size */
+    WEFT_DEV_MISMATCH = 3, /* the peer posted a slice of another size (Simple or LL) */
     WEFT_DEV_BAD_SCHED = 4,/* no schedule for the operation's arguments */
     WEFT_DEV_SIG_MISMATCH = 5, /* the peer's slice carries another operation's signature:
                                 * expected = this rank's hash, seen = the peer's */

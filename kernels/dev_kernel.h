@@ -10,7 +10,8 @@
  * collective of the launch, in order, and the point-to-point operations whose `block` is b; the
  * operations of a block progress together (a block polls them in turn and moves whichever can
  * move), the ones sharing connections (a collective's channel; one peer and direction of
- * point-to-point) in issue order.
+ * point-to-point) in issue order. Each operation takes one protocol for all its slices
+ * (weft_dev_op.proto: Simple, dev_fifo.h, or LL, dev_ll.h), the same on every rank.
  */
 #ifndef WEFT_KERNELS_DEV_KERNEL_H
 #define WEFT_KERNELS_DEV_KERNEL_H
@@ -19,8 +20,10 @@
 
 #include "algo/sched.h"
 #include "dev_fifo.h"
+#include "dev_ll.h"
 
-/* Operations per launch (a larger group becomes several launches, in order). */
+/* Operations per launch (a larger group becomes several launches, cut where every rank agrees:
+ * exec/cuda.c, weft_cuda_phases). */
 #define WEFT_DEV_MAX_OPS 32
 /* Threads of a block at most: the kernel's launch bound, which leaves it 128 registers a thread
  * (a bound of 1024 left 64, and the kernel spilled 244 bytes). */
@@ -47,8 +50,13 @@ struct weft_dev_op {
     uint8_t premul;
     uint8_t postdiv;
     uint8_t block;        /* point-to-point: the block that runs it */
+    uint8_t proto;        /* WEFT_DEV_PROTO_*, chosen alike by every rank (exec/cuda.c) */
     uint32_t sig;         /* signature hash sent with and checked on every slice; 0: no check */
 };
+
+/* struct weft_dev_op.proto: which FIFO of each connection the operation's slices take. */
+#define WEFT_DEV_PROTO_SIMPLE 0 /* dev_fifo.h */
+#define WEFT_DEV_PROTO_LL 1     /* dev_ll.h */
 
 struct weft_dev_params {
     struct weft_dev_comm *comm; /* device address */
@@ -66,6 +74,7 @@ struct weft_dev_comm {
     int32_t nwin;        /* step windows per block: 1 + 2 * nranks */
     int32_t pad;
     uint64_t slot_bytes;  /* payload of a slot, a multiple of 16 */
+    uint64_t ll_payload;  /* data bytes of an LL slot, a multiple of 16 */
     uint64_t timeout_ns;  /* no progress for this long: the kernel gives up (0: never) */
     const uint32_t *abort;         /* pinned host word, device view; nonzero: leave */
     struct weft_dev_stuck *stuck;  /* [nchannels] pinned host records, device view */

@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 dir=${TSAN_BUILD:-build-tsan}
 [ -d "$dir" ] || meson setup "$dir" -Db_sanitize=thread -Dbuildtype=debugoptimized >/dev/null ||
     { echo "tsan: meson setup failed"; exit 1; }
-meson compile -C "$dir" tests/gpu-emu/test_coll tests/gpu-emu/test_emu >/dev/null ||
+meson compile -C "$dir" tests/gpu-emu/test_coll tests/gpu-emu/test_emu tests/gpu-emu/test_kern_unit \
+    >/dev/null ||
     { echo "tsan: build failed"; exit 1; }
 # DEVICES|program arguments
 cases=(
@@ -21,6 +22,9 @@ cases=(
     "2|test_coll multicomm -n 3 -d 2"
     "2|test_coll initrank -n 4 -d 2"
     "2|test_coll initrank -n 3 -d 2 -b"
+    "2|test_coll biggroup -n 3 -d 2"
+    "1|test_kern_unit loopback -s"
+    "1|test_kern_unit wrap"
     "2|test_emu ranks"
     "2|test_emu capture"
     "2|test_emu events"

@@ -220,6 +220,18 @@ int weft_tune_ll(int coll)
     return 1;
 }
 
+/* Bits 1 and 2: LL128 and Simple. */
+int weft_tune_slots(int coll)
+{
+    tune_load();
+    if (coll >= 0 && coll < TUNE_NCOLL)
+        return (tune_cfg.proto[coll] & 6u) != 0;
+    for (int c = 0; c < TUNE_NCOLL; c++)
+        if (!(tune_cfg.proto[c] & 6u))
+            return 0;
+    return 1;
+}
+
 int weft_tune_ll_any(void)
 {
     tune_load();

@@ -37,6 +37,10 @@ unsigned weft_tune_allowed(int coll);
  * scatter, which its per-collective form cannot name, when every collective it names may. */
 int weft_tune_ll(int coll);
 
+/* 1 when NCCL_PROTO lets coll use LL128 or Simple (the slot FIFO), alike for the collectives
+ * it cannot name. */
+int weft_tune_slots(int coll);
+
 /* 1 when NCCL_PROTO lets some collective use LL: connections then get LL FIFOs. */
 int weft_tune_ll_any(void);
 

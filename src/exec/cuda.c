@@ -40,6 +40,7 @@
 #include "cuda/cuda_ops.h"
 #include "dev_fifo.h"
 #include "dev_kernel.h"
+#include "dev_ll.h"
 #include "exec/cuda.h"
 #include "transport.h"
 #include "exec/sig.h"
@@ -51,11 +52,27 @@ WEFT_PARAM(CudaThreads, "WEFT_CUDA_THREADS", -1,
            "emulated one)");
 WEFT_PARAM(CudaSlotBytes, "WEFT_CUDA_SLOT_BYTES", 65536,
            "bytes of one slot of a device FIFO (WEFT_STEPS slots per connection)");
+WEFT_PARAM(CudaLlSlotBytes, "WEFT_CUDA_LL_SLOT_BYTES", 16384,
+           "data bytes of one slot of a device LL FIFO (twice that in lines; WEFT_STEPS slots "
+           "per connection)");
+WEFT_PARAM(CudaLlMaxBytes, "WEFT_CUDA_LL_MAX_BYTES", 65536,
+           "device operations of up to this many bytes (count x element size) take the LL "
+           "protocol where NCCL_PROTO allows both LL and Simple");
 WEFT_PARAM_DECL(Timeout);
 
 /* The emulated build of the kernel (kernels/coll_kernel_emu.cc), and nvcc's, where linked. */
 void weft_coll_kernel_emu(void *params);
 const void *weft_coll_kernel_device_fn(void) __attribute__((weak));
+
+/* weft_cuda_test_kernel's choice (NULL, NULL: the library's kernel). */
+static void (*weft_cuda_test_emu)(void *);
+static const void *weft_cuda_test_dev;
+
+void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn)
+{
+    __atomic_store_n(&weft_cuda_test_emu, emu_fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&weft_cuda_test_dev, device_fn, __ATOMIC_RELEASE);
+}
 
 /*
  * The FIFO memory of the ranks of one communicator in this process, freed by the last of them to
@@ -82,6 +99,7 @@ struct weft_cuda_comm {
     int nch;           /* collective channels (blocks) */
     int nthreads;
     size_t slot_bytes;
+    size_t ll_payload; /* data bytes of an LL slot */
     char *fifo;        /* this rank's FIFO memory (device), owned by the clique once joined */
     char *hfifo;       /* its FIFOs in pinned host memory (peers that cannot reach the device) */
     int fifo_how[WEFT_DEV_NREGIONS]; /* how they were made (struct weft_cuda_clique) */
@@ -338,8 +356,11 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     int64_t sb = weft_param_CudaSlotBytes();
     sb = sb < 256 ? 256 : sb > (1 << 24) ? (1 << 24) : sb;
     cc->slot_bytes = (size_t)sb & ~(size_t)127;
+    int64_t lb = weft_param_CudaLlSlotBytes();
+    lb = lb < WEFT_LL_PACK ? WEFT_LL_PACK : lb > (1 << 22) ? (1 << 22) : lb;
+    cc->ll_payload = (size_t)lb & ~(size_t)(WEFT_LL_PACK - 1);
     int nconn = cc->nch + 1;
-    size_t fifo_bytes = weft_dev_fifo_bytes(nranks, nconn, cc->slot_bytes);
+    size_t fifo_bytes = weft_dev_all_fifo_bytes(nranks, nconn, cc->slot_bytes, cc->ll_payload);
 
     /* 1: which devices reach which, so every rank places every connection's FIFOs alike. */
     reach[me].dev = cc->dev;
@@ -495,6 +516,22 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
             /* .gpu scope only between kernels of this process on one device. */
             k->scope = !remote[p] && !host && peers[p].dev == cc->dev ? WEFT_DEV_SCOPE_GPU
                                                                        : WEFT_DEV_SCOPE_SYS;
+            size_t ll_to = weft_dev_ll_recv_off(c, me, nranks, nconn, cc->slot_bytes,
+                                                cc->ll_payload);
+            size_t ll_from = weft_dev_ll_recv_off(c, p, nranks, nconn, cc->slot_bytes,
+                                                  cc->ll_payload);
+            k->ll_send_rc = (struct weft_dev_recv_ctrl *)(theirs + ll_to);
+            k->ll_send_slots = theirs + ll_to + sizeof(struct weft_dev_recv_ctrl);
+            k->ll_send_sc = (struct weft_dev_send_ctrl *)(mine + weft_dev_ll_head_off(
+                                                                     c, p, nranks, nconn,
+                                                                     cc->slot_bytes,
+                                                                     cc->ll_payload));
+            k->ll_recv_rc = (struct weft_dev_recv_ctrl *)(mine + ll_from);
+            k->ll_recv_slots = mine + ll_from + sizeof(struct weft_dev_recv_ctrl);
+            k->ll_recv_sc = (struct weft_dev_send_ctrl *)(theirs + weft_dev_ll_head_off(
+                                                                       c, me, nranks, nconn,
+                                                                       cc->slot_bytes,
+                                                                       cc->ll_payload));
         }
     }
     size_t conn_bytes = (size_t)nconn * nranks * sizeof(*conns);
@@ -509,6 +546,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     st.local_ranks = comm->hier_k;
     st.nwin = nwin;
     st.slot_bytes = cc->slot_bytes;
+    st.ll_payload = cc->ll_payload;
     st.timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     st.abort = (const uint32_t *)weft_cuda_dev_view(cc->abort_host);
     st.stuck = (struct weft_dev_stuck *)weft_cuda_dev_view(cc->stuck_host);
@@ -526,6 +564,12 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     cc->kernel.device_fn = weft_coll_kernel_device_fn != NULL ? weft_coll_kernel_device_fn()
                                                               : NULL;
     cc->kernel.emu_fn = weft_coll_kernel_emu;
+    void (*test_emu)(void *) = __atomic_load_n(&weft_cuda_test_emu, __ATOMIC_ACQUIRE);
+    const void *test_dev = __atomic_load_n(&weft_cuda_test_dev, __ATOMIC_ACQUIRE);
+    if (test_emu != NULL || test_dev != NULL) {
+        cc->kernel.emu_fn = test_emu;
+        cc->kernel.device_fn = test_dev;
+    }
     free(conns);
     free(peers);
     free(reach);
@@ -541,6 +585,8 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
               "threads, %zu-byte slots, %zu bytes of FIFOs, %d peers in other processes (p2p), "
               "%d peers through host memory", me, cc->dev, ops->name, cc->nch, cc->nthreads,
               cc->slot_bytes, fifo_bytes, nranks - nlocal, nhost);
+              cc->dev, ops->name, cc->nch, cc->nthreads, cc->slot_bytes, cc->ll_payload,
+              fifo_bytes);
     return ncclSuccess;
 err:
     free(conns);
@@ -858,6 +904,20 @@ static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct wef
     return ncclSuccess;
 }
 
+/*
+ * The protocol of a device operation, from values every rank shares (the collective, NCCL's
+ * count x element size, the knobs), so both ends of each connection pick the same FIFO: LL up
+ * to WEFT_CUDA_LL_MAX_BYTES where NCCL_PROTO allows LL and Simple (or LL128, which the device
+ * does not have and which stands for Simple here), only the allowed one otherwise.
+ */
+static int weft_cuda_proto(int coll, size_t bytes)
+{
+    int ll = weft_tune_ll(coll), simple = weft_tune_slots(coll);
+    if (ll && (!simple || bytes <= (size_t)weft_param_CudaLlMaxBytes()))
+        return WEFT_DEV_PROTO_LL;
+    return WEFT_DEV_PROTO_SIMPLE;
+}
+
 /* The parameters of one task. */
 static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struct weft_dev_op *op)
 {
@@ -880,6 +940,7 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
         op->scalar = t->redop.scalar.u64;
         op->scalar_dev = t->redop.scalar_dev;
     }
+    op->proto = (uint8_t)weft_cuda_proto(t->coll, t->count * es);
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
     /* The record ends at the launch: the host does not see a kernel's operations finish. */
@@ -903,20 +964,21 @@ static int weft_cuda_inplace_a2a(const struct weft_task *t)
 }
 
 /*
- * Stages the inputs of comm's in-place all-to-alls in tasks[first, end) (copies on the internal
- * stream, so in stream order) and points the ops there. Grows the staging buffer where needed,
- * which cannot happen under capture.
+ * Stages the inputs of the in-place all-to-alls among tasks[idx[0 .. n-1]] (comm's tasks of one
+ * launch, params->ops[k] being tasks[idx[k]]; copies on the internal stream, so in stream order)
+ * and points the ops there. Grows the staging buffer where needed, which cannot happen under
+ * capture.
  */
 static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_task *tasks,
-                                    int first, int end, struct weft_dev_params *params)
+                                    const int *idx, int n, struct weft_dev_params *params)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     struct weft_cuda_comm *cc = comm->cuda;
     size_t need = 0;
-    for (int t = first; t < end; t++)
-        if (tasks[t].comm == comm && weft_cuda_inplace_a2a(&tasks[t]))
-            need += (tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks + 255) &
-                    ~(size_t)255;
+    for (int k = 0; k < n; k++)
+        if (weft_cuda_inplace_a2a(&tasks[idx[k]]))
+            need += (tasks[idx[k]].count * weft_dtype_size(tasks[idx[k]].dtype) * comm->nranks +
+                     255) & ~(size_t)255;
     if (need == 0)
         return ncclSuccess;
     if (need > cc->stage_bytes) {
@@ -945,19 +1007,71 @@ static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_tas
         cc->stage_bytes = need;
     }
     size_t off = 0;
-    for (int t = first, k = 0; t < end; t++) {
-        if (tasks[t].comm != comm)
-            continue;
-        if (weft_cuda_inplace_a2a(&tasks[t])) {
-            size_t bytes = tasks[t].count * weft_dtype_size(tasks[t].dtype) * comm->nranks;
-            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, tasks[t].sendbuf, bytes, cc->stream),
+    for (int k = 0; k < n; k++) {
+        const struct weft_task *t = &tasks[idx[k]];
+        if (weft_cuda_inplace_a2a(t)) {
+            size_t bytes = t->count * weft_dtype_size(t->dtype) * comm->nranks;
+            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, t->sendbuf, bytes, cc->stream),
                            "cudaMemcpyAsync (all-to-all staging)", comm->rank);
             params->ops[k].sendbuf = cc->stage + off;
             off += (bytes + 255) & ~(size_t)255;
         }
-        k++;
     }
     return ncclSuccess;
+}
+
+/*
+ * The phase of each of comm's tasks (phase[t], -1 for other communicators' tasks), for cutting
+ * a group into launches of at most WEFT_DEV_MAX_OPS operations. A launch's kernel finishes only
+ * when the peers run the partners of its operations, so every rank must cut at points its peers
+ * agree with: the phase of an operation is one its partners share. Collective i of the group has
+ * phase i (every rank issues the same collectives in the same order); the k-th send to peer p,
+ * and the k-th receive from peer p, phase ncoll + k (its partner is the k-th receive from, or
+ * send to, this rank on p). A launch takes a run of whole phases: then by induction on the
+ * phase, every operation's partner runs in a launch that has started or will once the launches
+ * of earlier phases are done, and within a launch an operation waits only for earlier phases of
+ * its own connection (the kernel keeps issue order per peer and direction). Returns the number of
+ * phases, or -1 (logged): out of memory (*res_p = ncclSystemError), or one phase alone holds
+ * more than WEFT_DEV_MAX_OPS operations (point-to-point with more than WEFT_DEV_MAX_OPS / 2 peers
+ * each way in one round; *res_p = ncclInvalidUsage).
+ */
+static int weft_cuda_phases(struct ncclComm *comm, const struct weft_task *tasks, int ntasks,
+                            int *phase, ncclResult_t *res_p)
+{
+    int nranks = comm->nranks, ncoll = 0, nphases = 0;
+    /* queue[2 peer + dir]: operations so far; then widest[p]: operations of phase p */
+    int *queue = calloc(2 * (size_t)nranks + (size_t)ntasks, sizeof(int)),
+        *widest = queue + 2 * nranks;
+    if (queue == NULL) {
+        WEFT_WARN("rank %d: out of memory ordering %d device operations", comm->rank, ntasks);
+        *res_p = ncclSystemError;
+        return -1;
+    }
+    for (int t = 0; t < ntasks; t++)
+        if (tasks[t].comm == comm && tasks[t].coll != WEFT_COLL_SEND &&
+            tasks[t].coll != WEFT_COLL_RECV)
+            ncoll++;
+    for (int t = 0, c = 0; t < ntasks; t++) {
+        phase[t] = -1;
+        if (tasks[t].comm != comm)
+            continue;
+        if (tasks[t].coll == WEFT_COLL_SEND || tasks[t].coll == WEFT_COLL_RECV)
+            phase[t] = ncoll + queue[2 * tasks[t].root + (tasks[t].coll == WEFT_COLL_RECV)]++;
+        else
+            phase[t] = c++;
+        if (phase[t] + 1 > nphases)
+            nphases = phase[t] + 1;
+        if (++widest[phase[t]] > WEFT_DEV_MAX_OPS) {
+            WEFT_WARN("rank %d: more than %d device operations in one round of a group "
+                      "(point-to-point with more than %d peers each way): split the group",
+                      comm->rank, WEFT_DEV_MAX_OPS, WEFT_DEV_MAX_OPS / 2);
+            free(queue);
+            *res_p = ncclInvalidUsage;
+            return -1;
+        }
+    }
+    free(queue);
+    return nphases;
 }
 
 /* The user streams of comm's tasks, without repeats. */
@@ -987,8 +1101,10 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
     ops->get_device(&prev);
     struct ncclComm **comms = calloc((size_t)ntasks, sizeof(*comms));
     struct weft_dev_params *params = malloc(sizeof(*params));
+    int *phase = calloc((size_t)ntasks, sizeof(int));
+    int idx[WEFT_DEV_MAX_OPS];
     weft_cuda_stream_t streams[WEFT_CUDA_MAX_STREAMS];
-    if (comms == NULL || params == NULL) {
+    if (comms == NULL || params == NULL || phase == NULL) {
         WEFT_WARN("out of memory launching %d device operations", ntasks);
         res = ncclSystemError;
         goto out;
@@ -1009,6 +1125,9 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             goto out;
         }
         WEFT_CHECK_GOTO(weft_cuda_comm_check(comm), res, out);
+        /* Before anything is enqueued: the group can be cut into launches. */
+        if (weft_cuda_phases(comm, tasks, ntasks, phase, &res) < 0)
+            goto out;
     }
     /* 1: the internal streams wait for their users' streams. */
     for (int i = 0; i < ncomms; i++) {
@@ -1023,24 +1142,37 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
                                 "cudaStreamWaitEvent", me, res, out);
         }
     }
-    /* 2: one launch per communicator (more where a group holds more than WEFT_DEV_MAX_OPS). */
+    /* 2: one launch per communicator (more where a group holds more than WEFT_DEV_MAX_OPS, cut
+     * at phases, see weft_cuda_phases). */
     for (int i = 0; i < ncomms; i++) {
         struct ncclComm *comm = comms[i];
         struct weft_cuda_comm *cc = comm->cuda;
         WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", comm->rank, res, out);
-        int t = 0;
-        for (;;) {
+        int nphases = weft_cuda_phases(comm, tasks, ntasks, phase, &res);
+        if (nphases < 0)
+            goto out;
+        for (int p0 = 0; p0 < nphases;) {
+            /* phases p0 .. p1-1: as many whole phases as fit */
+            int p1 = p0, n = 0;
+            while (p1 < nphases) {
+                int in = 0;
+                for (int t = 0; t < ntasks; t++)
+                    in += phase[t] == p1;
+                if (n + in > WEFT_DEV_MAX_OPS)
+                    break;
+                n += in;
+                p1++;
+            }
             memset(params, 0, sizeof(*params));
             params->comm = cc->dstate;
-            int first = t;
-            while (t < ntasks && params->nops < WEFT_DEV_MAX_OPS) {
-                if (tasks[t].comm == comm)
-                    weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
-                t++;
+            for (int t = 0; t < ntasks; t++) {
+                if (phase[t] < p0 || phase[t] >= p1)
+                    continue;
+                idx[params->nops] = t;
+                weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
             }
-            if (params->nops == 0)
-                break;
-            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, first, t, params), res, out);
+            p0 = p1;
+            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, idx, params->nops, params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,
@@ -1066,6 +1198,7 @@ out:
     if (WEFT_IS_ERROR(res))
         for (int i = 0; i < ncomms; i++)
             weft_comm_set_error(comms[i], res);
+    free(phase);
     free(params);
     free(comms);
     return res;

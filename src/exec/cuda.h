@@ -65,4 +65,9 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks);
  * them (the abort word) so the error names the dead peer before the kernels' deadline. */
 ncclResult_t weft_cuda_comm_check(struct ncclComm *comm);
 
+/* Tests: communicators set up from now on run this build of the collective kernel (the emulated
+ * GPU's entry and the GPU's, either NULL where absent) instead of the library's; (NULL, NULL)
+ * restores it. For kernels built with test flags (kernels/coll_kernel.cu, WEFT_LL_FLAG_BITS). */
+void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn);
+
 #endif

@@ -5,13 +5,17 @@
  * that keep every intermediate exact, so any reduction order gives the same bits (the reference of
  * tests/common/coll_ref.h, shared with tests/mp/test_colls.c).
  *
- * Usage: test_coll CASE [-n NRANKS] [-d DEVICES] [-s] [-q]
+ * Usage: test_coll CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-a]
  *   sweep      every collective x type x op x count x in/out-of-place (ncclCommInitAll; rank i on
- *              device i % D); -s: all ranks on one user stream inside one group; -q: fewer types
+ *              device i % D); -s: all ranks on one user stream inside one group; -q: fewer types;
+ *              -a: every type and op for every collective (otherwise all-reduce only); the
+ *              protocol is NCCL_PROTO's (unset: LL for the small counts, Simple for the large)
  *   multicomm  one group over two communicators (all-reduce on one, all-gather on the other)
  *   initrank   one thread per rank, each ncclCommInitRank on its device and its own stream
  *              (-b: non-blocking communicators, ncclCommInitRankConfig with blocking = 0)
  *   graph      3 all-reduces captured into a graph, replayed 5 times, checked after each replay
+ *   biggroup   one group of 101 operations per rank (send/recv in orders that differ between
+ *              ranks, an all-reduce): more than one launch holds, cut where every rank agrees
  *   abort      rank 0 launches alone; ncclCommAbort makes its kernel leave within 1 s
  *   timeout    rank 0 launches alone with WEFT_TIMEOUT=2: the error names peer 1
  *   badbuf     a device buffer on a communicator of another device, host/device mix
@@ -50,7 +54,7 @@ static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter"
                                          "gather",    "scatter", "sendrecv",
                                          "p2p-all"};
 
-static int g_n = 2, g_d = 1, g_one_stream, g_quick, g_nonblocking;
+static int g_n = 2, g_d = 1, g_one_stream, g_quick, g_nonblocking, g_all;
 static int g_passed, g_failed, g_printed;
 static const struct weft_cuda_ops *cu;
 
@@ -367,13 +371,14 @@ static int case_sweep(void)
     static const int few_types[] = {ncclFloat32, ncclInt8, ncclBfloat16};
     for (int coll = 0; coll < NCOLLS; coll++) {
         int reducing = coll <= C_REDUCESCATTER;
-        int all_types = coll == C_ALLREDUCE && !g_quick;
+        int all_types = (coll == C_ALLREDUCE || g_all) && !g_quick;
+        int all_ops = coll == C_ALLREDUCE || g_all;
         int ntypes = all_types ? 12 : 3;
         for (int ti = 0; ti < ntypes; ti++) {
             int t = all_types ? ti : few_types[ti];
-            int nops = !reducing ? 1 : coll == C_ALLREDUCE ? NOPS : 2;
+            int nops = !reducing ? 1 : all_ops ? NOPS : 2;
             for (int oi = 0; oi < nops; oi++) {
-                int op = !reducing ? -1 : coll == C_ALLREDUCE ? oi : oi == 0 ? OP_SUM : OP_MAX;
+                int op = !reducing ? -1 : all_ops ? oi : oi == 0 ? OP_SUM : OP_MAX;
                 for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
                     int big = counts[ci] > 60000;
                     /* The large count on a subset of types and ops, to stay fast. */
@@ -701,6 +706,107 @@ static int case_graph(void)
 /* ---- faults ------------------------------------------------------------------------------ */
 
 /* Rank 0 launches an all-reduce its peer never joins. */
+/*
+ * One group of 2 x 50 point-to-point operations per rank (more than one launch holds): rank r
+ * sends 50 messages to r + 1 and receives 50 from r - 1, even ranks all sends first, odd ranks
+ * send and receive in turn, so cutting each rank's list at the same index would leave a launch
+ * waiting for a peer's later launch (a deadlock once the FIFO credit is gone). Sizes vary, every
+ * 10th large (Simple by default), an all-reduce in the middle; every element checked.
+ */
+#define BIG_K 50
+static size_t big_count(int k)
+{
+    return k % 10 == 3 ? 70000 + (size_t)k : 1 + (size_t)(k * 37 % 3000);
+}
+
+static float big_value(int from, int k, size_t i)
+{
+    return (float)((from * 131 + k * 7 + (int)(i % 1000)) % 4096);
+}
+
+static int case_biggroup(void)
+{
+    if (!setup_all())
+        return 1;
+    size_t total = 0, off[BIG_K];
+    for (int k = 0; k < BIG_K; k++) {
+        off[k] = total;
+        total += big_count(k);
+    }
+    float *ds[MAXR], *dr[MAXR], *da[MAXR], *h = malloc(total * sizeof(float));
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&ds[r], total * sizeof(float)));
+        CU(cu->malloc((void **)&dr[r], total * sizeof(float)));
+        CU(cu->malloc((void **)&da[r], 64 * sizeof(float)));
+        for (int k = 0; k < BIG_K; k++)
+            for (size_t i = 0; i < big_count(k); i++)
+                h[off[k] + i] = big_value(r, k, i);
+        CU(cu->memcpy_async(ds[r], h, total * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        for (int i = 0; i < 64; i++)
+            h[i] = (float)(r + i);
+        CU(cu->memcpy_async(da[r], h, 64 * sizeof(float), NULL));
+        CU(cu->memset_async(dr[r], 0, total * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < g_n; r++) {
+        int next = (r + 1) % g_n, prev = (r + g_n - 1) % g_n;
+        /* even ranks: 50 sends, the all-reduce, 50 receives; odd ranks: send k and receive k in
+         * turn, the all-reduce in the middle */
+        for (int j = 0; j < 2 * BIG_K; j++) {
+            int sends = r % 2 == 0 ? j < BIG_K : j % 2 == 0;
+            int k = r % 2 == 0 ? j % BIG_K : j / 2;
+            if (j == BIG_K)
+                check(ncclAllReduce(da[r], da[r], 64, ncclFloat32, ncclSum, g_comms[r],
+                                    g_bufs[r].stream), "ncclAllReduce");
+            if (sends)
+                check(ncclSend(ds[r] + off[k], big_count(k), ncclFloat32, next, g_comms[r],
+                               g_bufs[r].stream), "ncclSend");
+            else
+                check(ncclRecv(dr[r] + off[k], big_count(k), ncclFloat32, prev, g_comms[r],
+                               g_bufs[r].stream), "ncclRecv");
+        }
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    int ok = 1;
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_synchronize(g_bufs[r].stream));
+        ncclResult_t a = ncclSuccess;
+        ok &= check(ncclCommGetAsyncError(g_comms[r], &a), "ncclCommGetAsyncError") &&
+              check(a, "the kernels");
+        int prev = (r + g_n - 1) % g_n;
+        CU(cu->memcpy_async(h, dr[r], total * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        int bad = 0;
+        for (int k = 0; k < BIG_K && !bad; k++)
+            for (size_t i = 0; i < big_count(k); i++)
+                if (h[off[k] + i] != big_value(prev, k, i)) {
+                    fprintf(stderr, "FAIL biggroup: rank %d message %d [%zu] = %g, want %g\n", r,
+                            k, i, h[off[k] + i], big_value(prev, k, i));
+                    bad = 1;
+                    break;
+                }
+        CU(cu->memcpy_async(h, da[r], 64 * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        for (int i = 0; i < 64 && !bad; i++)
+            if (h[i] != (float)(g_n * (g_n - 1) / 2 + g_n * i)) {
+                fprintf(stderr, "FAIL biggroup: rank %d all-reduce [%d] = %g\n", r, i, h[i]);
+                bad = 1;
+            }
+        ok &= !bad;
+        CU(cu->free(ds[r]));
+        CU(cu->free(dr[r]));
+        CU(cu->free(da[r]));
+    }
+    printf("biggroup: %d ranks, %d operations each in one group: %s\n", g_n, 2 * BIG_K + 1,
+           ok ? "ok" : "FAILED");
+    free(h);
+    return finish(ok);
+}
+
 static int launch_lonely(float **d_p)
 {
     if (!setup_all())
@@ -992,7 +1098,7 @@ static int case_badbuf(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-b]\n", argv[0]);
+        fprintf(stderr, "usage: %s CASE [-n NRANKS] [-d DEVICES] [-s] [-q] [-b] [-a]\n", argv[0]);
         return 2;
     }
     const char *c = argv[1];
@@ -1007,6 +1113,8 @@ int main(int argc, char **argv)
             g_quick = 1;
         else if (strcmp(argv[i], "-b") == 0)
             g_nonblocking = 1;
+        else if (strcmp(argv[i], "-a") == 0)
+            g_all = 1;
     }
     if (g_n < 1 || g_n > MAXR || g_d < 1) {
         fprintf(stderr, "bad -n or -d\n");
@@ -1031,6 +1139,8 @@ int main(int argc, char **argv)
         rc = case_graph();
     else if (strcmp(c, "abort") == 0)
         rc = case_abort();
+    else if (strcmp(c, "biggroup") == 0)
+        rc = case_biggroup();
     else if (strcmp(c, "timeout") == 0)
         rc = case_timeout();
     else if (strcmp(c, "badbuf") == 0)

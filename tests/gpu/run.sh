@@ -13,7 +13,8 @@
 # loads here; otherwise the script builds one with the toolkit it finds (meson, ninja -j16).
 #
 # Results (at most 8 files) go under $OUT (the device tool's folder; ./gpu-out otherwise):
-# summary.txt, env.txt, build.log, unit.log, multirank.log, perf.csv, perf.log, sanitizer.log.
+# summary.txt, env.txt, build.log, unit.log (stages unit and kunit), multirank.log, perf.csv,
+# perf.log, sanitizer.log.
 #
 # --dry-run (on the CPU machine, no GPU): checks this script's own tools and its stage list: every
 # binary a case names exists in the build and runs its --help (or the emulated GPU, where the case
@@ -42,8 +43,9 @@ mkdir -p "$out"
 DEADLINE=540 # seconds: the device tool kills a command at 600
 start=$(date +%s)
 # stage name, budget (s), result file
-stages=(preflight:15:env.txt build:150:build.log unit:60:unit.log multirank:150:multirank.log
-        perf:90:perf.log sanitizer:60:sanitizer.log)
+# (kunit writes into unit.log after unit: at most 8 result files.)
+stages=(preflight:15:env.txt build:120:build.log unit:45:unit.log kunit:60:unit.log
+        multirank:140:multirank.log perf:90:perf.log sanitizer:60:sanitizer.log)
 total_pass=0
 total_fail=0
 summary=$out/summary.txt
@@ -64,6 +66,22 @@ unit_cases=(
     "emu=mismatch|20|\$B/tests/gpu-emu/test_coll mismatch -n 2 -d 1"
     "emu=bad-buffers|20|\$B/tests/gpu-emu/test_coll badbuf -n 2 -d 1"
 )
+# Kernel unit tests (tests/gpu-emu/test_kern_unit.c): device reductions bit-equal to the host's
+# for every type x op, Simple and LL loopback at 0 B .. 64 MiB, the LL flag wrap of the 8-bit-flag
+# kernel build, abort and deadline, on each protocol.
+K=\$B/tests/gpu-emu/test_kern_unit
+kunit_cases=(
+    "emu=rules|10|$K rules"
+    "emu=redop-ll|20|env NCCL_PROTO=LL $K redop"
+    "emu=redop-simple|20|env NCCL_PROTO=Simple $K redop"
+    "emu=loopback-ll|30|env NCCL_PROTO=LL $K loopback -f"
+    "emu=loopback-simple|30|env NCCL_PROTO=Simple $K loopback -f"
+    "emu=ll-wrap|20|env NCCL_PROTO=LL $K wrap"
+    "emu=abort-ll|10|env NCCL_PROTO=LL $K abort"
+    "emu=abort-simple|10|env NCCL_PROTO=Simple $K abort"
+    "emu=deadline-ll|15|env NCCL_PROTO=LL WEFT_TIMEOUT=2 $K deadline"
+    "emu=deadline-simple|15|env NCCL_PROTO=Simple WEFT_TIMEOUT=2 $K deadline"
+)
 multirank_cases=(
     "emu=threads-2|50|\$B/tests/gpu-emu/test_coll sweep -n 2 -d 1 -q"
     "emu=threads-4|60|\$B/tests/gpu-emu/test_coll sweep -n 4 -d 1 -q"
@@ -82,8 +100,8 @@ perf_cases=(
 )
 sanitizer_cases=(
     "memcheck|25|compute-sanitizer --tool memcheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll sweep -n 1 -d 1 -q"
-    "racecheck|15|compute-sanitizer --tool racecheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll abort -n 2 -d 1"
-    "synccheck|15|compute-sanitizer --tool synccheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll graph -n 2 -d 1"
+    "racecheck-ll|15|env NCCL_PROTO=LL compute-sanitizer --tool racecheck --error-exitcode 1 $K loopback -s"
+    "synccheck-simple|15|env NCCL_PROTO=Simple compute-sanitizer --tool synccheck --error-exitcode 1 $K loopback -s"
 )
 
 # NVIDIA's libnccl.so.2 from the image's nvidia-nccl-cu13 wheel: runs a command with it first on
@@ -177,12 +195,13 @@ perf_csv() {
 }
 
 dry_run() {
-    local pass=0 fail=0 sum=0 s name budget file nfiles=1
+    local pass=0 fail=0 sum=0 s name budget file nfiles
     for s in "${stages[@]}"; do
         budget=${s#*:}; budget=${budget%%:*}
-        sum=$((sum + budget)); nfiles=$((nfiles + 1))
+        sum=$((sum + budget))
     done
-    nfiles=$((nfiles + 1)) # perf.csv
+    # summary.txt, perf.csv and each stage's file once
+    nfiles=$(( $(for s in "${stages[@]}"; do echo "${s##*:}"; done | sort -u | wc -l) + 2 ))
     if [ "$sum" -le "$DEADLINE" ]; then pass=$((pass + 1)); else
         echo "FAIL: stage budgets add up to $sum s, over the $DEADLINE s deadline"; fail=$((fail + 1)); fi
     if [ "$nfiles" -le 8 ]; then pass=$((pass + 1)); else
@@ -193,7 +212,8 @@ dry_run() {
     done
     [ -e "$build/libnccl.so.2" ] || { echo "FAIL: no build at $build (meson setup $build)"; fail=$((fail + 1)); }
     local c cmd bin tmo
-    for c in "${unit_cases[@]}" "${multirank_cases[@]}" "${perf_cases[@]}" "${sanitizer_cases[@]}"; do
+    for c in "${unit_cases[@]}" "${kunit_cases[@]}" "${multirank_cases[@]}" "${perf_cases[@]}" \
+             "${sanitizer_cases[@]}"; do
         name=${c%%|*}; cmd=${c#*|}; tmo=${cmd%%|*}; cmd=${cmd#*|}
         # the binary a case runs: the first word that names a file of the build
         bin=$(B=$build eval "echo $cmd" | tr ' ' '\n' | grep "^$build/" | head -1)
@@ -220,6 +240,7 @@ if [ "$dry" = 1 ]; then
     exit $?
 fi
 
+started="" # result files begun by this run (two stages may share one)
 for s in "${stages[@]}"; do
     name=${s%%:*}; rest=${s#*:}; budget=${rest%%:*}; file=${rest#*:}
     now=$(elapsed)
@@ -229,12 +250,13 @@ for s in "${stages[@]}"; do
     fi
     end=$(($(date +%s) + budget))
     log=$out/$file
-    : >"$log"
+    case " $started " in *" $file "*) ;; *) : >"$log"; started="$started $file" ;; esac
     echo "--- stage $name (budget $budget s, at $now s)"
     case "$name" in
     preflight) stage_preflight "$log" ;;
     build) stage_build "$log" "$end" ;;
     unit) run_cases unit "$log" "$end" "${unit_cases[@]}" ;;
+    kunit) run_cases kunit "$log" "$end" "${kunit_cases[@]}" ;;
     multirank) run_cases multirank "$log" "$end" "${multirank_cases[@]}" ;;
     perf) run_cases perf "$log" "$end" "${perf_cases[@]}"; perf_csv "$log" ;;
     sanitizer)
