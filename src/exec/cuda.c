@@ -582,11 +582,10 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
      * weft_cuda_comm_check) while this runs on the communicator's stream. */
     __atomic_store_n(&comm->cuda, cc, __ATOMIC_RELEASE);
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA executor on device %d (%s): %d channels x %d "
-              "threads, %zu-byte slots, %zu bytes of FIFOs, %d peers in other processes (p2p), "
-              "%d peers through host memory", me, cc->dev, ops->name, cc->nch, cc->nthreads,
-              cc->slot_bytes, fifo_bytes, nranks - nlocal, nhost);
-              cc->dev, ops->name, cc->nch, cc->nthreads, cc->slot_bytes, cc->ll_payload,
-              fifo_bytes);
+              "threads, %zu-byte slots, %zu-byte LL slots, %zu bytes of FIFOs, %d peers in "
+              "other processes (p2p), %d peers through host memory", me, cc->dev, ops->name,
+              cc->nch, cc->nthreads, cc->slot_bytes, cc->ll_payload, fifo_bytes, nranks - nlocal,
+              nhost);
     return ncclSuccess;
 err:
     free(conns);
