@@ -15,8 +15,11 @@
  *     (advanced by the kernel), the step windows, the ring order;
  *   - pinned host memory for the abort word and the stuck record;
  *   - an internal stream and two events.
+ * Peers on other hosts: both ends of the connection in this rank's pinned host memory (its host
+ * FIFOs, and a shadow of the peer's receive block), bridged over TCP by the device socket proxy
+ * (transports/socket/dev_socket.c).
  * Scope: WEFT_SCOPE_GPU for peers of this process on this device, WEFT_SCOPE_SYS for the others
- * (other devices, host-memory FIFOs, other processes).
+ * (other devices, host-memory FIFOs, other processes, other hosts).
  *
  * A submission's device tasks launch in three passes over their communicators so that ranks
  * sharing one user stream cannot deadlock: every user stream records ev_in and every internal
