@@ -10,9 +10,9 @@
 #                                              PROG ARGS on every rank (tests/gpu-emu/test_coll_mp
 #                                              sweep -q under WEFT_CUDA=emu:D: device buffers
 #                                              across hosts, checked element by element)
-#   net.sh DRIVER devkill PROG                 3 hosts x 2 ranks of PROG kill (test_coll_mp: the last
-#                                              rank SIGKILLs itself mid-collective on device
-#                                              buffers); every survivor must name it ("kill: ok")
+#   net.sh DRIVER devkill PROG                 3 hosts x 2 ranks of PROG kill (test_coll_mp:
+#                                              the last rank SIGKILLs itself mid-collective on
+#                                              device buffers); every survivor must name it
 #   net.sh DRIVER kill                         3 hosts x 2 ranks; rank 5 is killed mid-run; the
 #                                              others must fail naming it and its host
 #   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
@@ -177,7 +177,8 @@ dev)
     for r in "${!status[@]}"; do
         [ "${status[r]}" = 77 ] && skip "rank $r: no device"
         [ "${status[r]}" = 0 ] || { echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
-        grep -q " passed, 0 failed" "$logs/rank$r" || { echo "FAIL: rank $r reported no pass"; exit 1; }
+        grep -q " passed, 0 failed" "$logs/rank$r" ||
+            { echo "FAIL: rank $r reported no pass"; exit 1; }
     done
     echo "PASS: device buffers on $nh hosts x $rph ranks: $*"
     ;;
@@ -194,7 +195,8 @@ devkill)
             continue
         fi
         [ "${status[r]}" = 0 ] || { echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
-        grep -q "kill: ok" "$logs/rank$r" || { echo "FAIL: rank $r did not name the victim"; exit 1; }
+        grep -q "kill: ok" "$logs/rank$r" ||
+            { echo "FAIL: rank $r did not name the victim"; exit 1; }
     done
     echo "PASS: every survivor named peer $victim on weft-c (device buffers)"
     ;;

@@ -21,10 +21,12 @@
  * slot_bytes = the device slot size) and its frames: DATA (step, bytes, sig; the payload
  * follows), CREDIT (step = steps the receiving kernel freed), BYE. A connection carries each
  * channel's steps in order. The rx thread reads every connection (poll, 100 ms, abort flag); the
- * tx thread polls the shadows (sleeping when idle) and writes; two threads, so a blocked write
- * never stops this rank from reading. A connection that ends without BYE, or a write that makes
- * no progress for WEFT_TIMEOUT, marks its peer dead: the kernels are stopped (abort word) and the
- * executor's error names that peer.
+ * tx thread polls the shadows (sleeping 20 us to 1 ms when idle) and writes; two threads, so a
+ * blocked write never stops this rank from reading. A connection that ends without BYE (or a
+ * bad frame) marks its peer dead: the kernels are stopped (abort word) and the executor's error
+ * names that peer. A write that fails or makes no progress for WEFT_TIMEOUT only stops the
+ * writes to that peer (a peer that closed after its BYE is no error; a dead one ends its
+ * connection, which the rx thread sees; a stuck one leaves the kernels to their deadline).
  */
 #include <errno.h>
 #include <poll.h>
@@ -197,8 +199,7 @@ static int ds_tx_peer(struct weft_dev_sock *s, struct weft_dev_sock_peer *p, int
 static void *ds_tx_main(void *arg)
 {
     struct weft_dev_sock *s = arg;
-    uint64_t flush_end = 0;
-    unsigned idle = 0;
+    uint64_t flush_end = 0, idle_since = 0;
     for (;;) {
         int moved = 0, pending = 0;
         for (int i = 0; i < s->npeers; i++)
@@ -215,12 +216,17 @@ static void *ds_tx_main(void *arg)
                 break;
         }
         if (moved) {
-            idle = 0;
+            idle_since = 0;
             continue;
         }
-        /* Idle: sleep, longer the longer nothing moves (8 ranks share 2 cores). */
-        idle = idle < 10 ? idle + 1 : idle;
-        struct timespec ts = {0, (long)(idle < 3 ? 5000 : idle < 6 ? 50000 : 500000)};
+        /* Idle: sleep, longer the longer nothing moves (8 ranks share 2 cores): 20 us for the
+         * first 2 ms (the next slice of a running collective), then 200 us, 1 ms after 100 ms. */
+        uint64_t now = weft_socket_now_ns();
+        if (idle_since == 0)
+            idle_since = now;
+        uint64_t idle = now - idle_since;
+        long ns = idle < 2000000ull ? 20000 : idle < 100000000ull ? 200000 : 1000000;
+        struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
     }
     if (!__atomic_load_n(&s->comm->abort_flag, __ATOMIC_ACQUIRE)) {
