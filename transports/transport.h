@@ -111,6 +111,28 @@ struct weft_dev_transport {
 
 extern const struct weft_dev_transport weft_dev_transport_p2p;
 
+/*
+ * Device FIFOs across hosts (transports/socket/dev_socket.c): a proxy of this rank bridges the
+ * connections with peers on other hosts (xhost[p] != 0) over TCP. Both ends of such a connection
+ * live in this rank's pinned host memory, mapped for the device: the receive block and the head
+ * word in its host FIFOs (`fifo`, the host view, dev_fifo.h layout), and for each such peer a
+ * shadow (`shadow[p]`, weft_dev_sock_shadow_bytes, zeroed) that stands in for the peer's memory:
+ * the kernel posts its sends to p into weft_dev_sock_send_rc (tail, bytes, sig, then the slots)
+ * and frees p's steps into weft_dev_sock_recv_sc. Collective over the communicator (every rank
+ * calls it when any pair of ranks is on two hosts). A peer found dead sets *dead_peer (when -1)
+ * and *abort_word. Close stops the proxy (posted data is handed to TCP first, within 5 s) after
+ * this rank's kernels are done; the memory stays the caller's.
+ */
+size_t weft_dev_sock_shadow_bytes(int nconn, size_t slot_bytes);
+struct weft_dev_recv_ctrl *weft_dev_sock_send_rc(int nconn, size_t slot_bytes, char *shadow,
+                                                 int c);
+struct weft_dev_send_ctrl *weft_dev_sock_recv_sc(int nconn, size_t slot_bytes, char *shadow,
+                                                 int c);
+ncclResult_t weft_dev_sock_setup(struct ncclComm *comm, const uint8_t *xhost, int nconn,
+                                 size_t slot_bytes, char *fifo, char *const *shadow,
+                                 int *dead_peer, uint32_t *abort_word, void **state_p);
+ncclResult_t weft_dev_sock_close(struct ncclComm *comm, void *state);
+
 extern const struct weft_transport weft_transport_shm;
 extern const struct weft_transport weft_transport_socket;
 

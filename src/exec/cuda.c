@@ -15,8 +15,11 @@
  *     (advanced by the kernel), the step windows, the ring order;
  *   - pinned host memory for the abort word and the stuck record;
  *   - an internal stream and two events.
+ * Peers on other hosts: both ends of the connection in this rank's pinned host memory (its host
+ * FIFOs, and a shadow of the peer's receive block), bridged over TCP by the device socket proxy
+ * (transports/socket/dev_socket.c).
  * Scope: WEFT_SCOPE_GPU for peers of this process on this device, WEFT_SCOPE_SYS for the others
- * (other devices, host-memory FIFOs, other processes).
+ * (other devices, host-memory FIFOs, other processes, other hosts).
  *
  * A submission's device tasks launch in three passes over their communicators so that ranks
  * sharing one user stream cannot deadlock: every user stream records ev_in and every internal
@@ -104,6 +107,8 @@ struct weft_cuda_comm {
     char *hfifo;       /* its FIFOs in pinned host memory (peers that cannot reach the device) */
     int fifo_how[WEFT_DEV_NREGIONS]; /* how they were made (struct weft_cuda_clique) */
     void *p2p;         /* the p2p transport's state: peers' FIFO memory mapped here */
+    char *shadow;      /* pinned host: the shadows of peers on other hosts (weft_dev_sock_*) */
+    void *net;         /* the device socket proxy's state (peers on other hosts), or NULL */
     struct weft_cuda_clique *clique; /* NULL until joined */
     struct weft_dev_comm *dstate; /* device */
     struct weft_step *steps;      /* device */
@@ -252,6 +257,11 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
         ops->free(cc->dstate);
     if (cc->p2p != NULL)
         weft_dev_transport_p2p.close(comm, cc->p2p);
+    /* The proxy writes into this rank's host FIFOs and shadows: stopped before they go. */
+    if (cc->net != NULL)
+        weft_dev_sock_close(comm, cc->net);
+    if (cc->shadow != NULL)
+        ops->host_free(cc->shadow);
     if (cc->clique != NULL) {
         /* Our kernels are done (stream synchronised above); the last rank of this process frees
          * every FIFO of the process's ranks. */
@@ -292,6 +302,11 @@ static int weft_cuda_same_process(const struct ncclComm *comm, int a, int b)
     return pa->pid == pb->pid && pa->pid_ns == pb->pid_ns && pa->host_hash == pb->host_hash;
 }
 
+static int weft_cuda_other_host(const struct ncclComm *comm, int a, int b)
+{
+    return comm->peer_info[a].host_hash != comm->peer_info[b].host_hash;
+}
+
 /* Whether the FIFOs between ranks a and b live in pinned host memory: their devices differ and
  * one cannot map the other's memory. From exchanged values, so both ends agree. */
 static int weft_cuda_host_fifo(const struct weft_cuda_reach *reach, int a, int b)
@@ -309,16 +324,19 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     int nranks = comm->nranks, me = comm->rank, prev = -1;
     ncclResult_t res = ncclSuccess;
     /* Every rank decides alike, from the exchanged peer info: a device on every rank, and every
-     * pair either in one process (raw pointers) or reachable through the p2p transport. */
-    int all_dev = 1, one_process = 1, reachable = 1;
+     * pair in one process (raw pointers), reachable through the p2p transport, or on two hosts
+     * (the device socket proxy). */
+    int all_dev = 1, one_process = 1, reachable = 1, multi_host = 0;
     for (int p = 0; p < nranks; p++) {
         all_dev &= comm->peer_info[p].cuda_dev >= 0;
         one_process &= weft_cuda_same_process(comm, p, me);
+        multi_host |= weft_cuda_other_host(comm, p, 0);
     }
     for (int a = 0; a < nranks && all_dev; a++)
         for (int b = a + 1; b < nranks; b++)
             reachable &= weft_cuda_same_process(comm, a, b) ||
-                         weft_dev_transport_p2p.can_connect(comm, a, b);
+                         weft_dev_transport_p2p.can_connect(comm, a, b) ||
+                         weft_cuda_other_host(comm, a, b);
     comm->cuda_multiproc = all_dev && !reachable;
     if (!all_dev || !reachable) {
         if (comm->cuda_bound)
@@ -330,11 +348,13 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     struct weft_cuda_peer *peers = calloc((size_t)nranks, sizeof(*peers));
     struct weft_cuda_reach *reach = calloc((size_t)nranks, sizeof(*reach));
     uint8_t *remote = calloc((size_t)nranks, 1);
+    uint8_t *xhost = calloc((size_t)nranks, 1);
+    char **shadows = calloc((size_t)nranks, sizeof(char *));
     uint8_t *want = calloc((size_t)nranks * WEFT_DEV_NREGIONS, 1);
     void **mapped = calloc((size_t)nranks * WEFT_DEV_NREGIONS, sizeof(void *));
     struct weft_dev_conn *conns = NULL;
     if (cc == NULL || peers == NULL || reach == NULL || remote == NULL || want == NULL ||
-        mapped == NULL) {
+        mapped == NULL || xhost == NULL || shadows == NULL) {
         WEFT_WARN("rank %d: out of memory for the CUDA executor", me);
         res = ncclSystemError;
         free(cc);
@@ -371,13 +391,16 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         reach[me].access |= (uint64_t)(can != 0) << d;
     }
     WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, reach, sizeof(*reach)), res, err);
-    int need_host = 0, leader = me, nlocal = 0;
+    int need_host = 0, leader = me, nlocal = 0, nxhost = 0;
     for (int p = 0; p < nranks; p++) {
-        need_host |= weft_cuda_host_fifo(reach, me, p);
+        /* Peers on other hosts: host FIFOs here, bridged by the proxy (nothing mapped). */
+        xhost[p] = weft_cuda_other_host(comm, me, p);
+        nxhost += xhost[p];
+        need_host |= xhost[p] || weft_cuda_host_fifo(reach, me, p);
         remote[p] = !weft_cuda_same_process(comm, me, p);
-        if (remote[p])
+        if (remote[p] && !xhost[p])
             want[p * WEFT_DEV_NREGIONS + weft_cuda_host_fifo(reach, me, p)] = 1;
-        else {
+        else if (!remote[p]) {
             nlocal++;
             leader = p < leader ? p : leader;
         }
@@ -408,6 +431,15 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
                         me, res, err);
     if (cc->hfifo != NULL)
         memset(cc->hfifo, 0, fifo_bytes);
+    size_t shadow_bytes = weft_dev_sock_shadow_bytes(nconn, cc->slot_bytes);
+    if (nxhost > 0) {
+        WEFT_CUDA_CALL_GOTO(ops->host_alloc((void **)&cc->shadow, (size_t)nxhost * shadow_bytes),
+                            "cudaHostAlloc (FIFO shadows)", me, res, err);
+        memset(cc->shadow, 0, (size_t)nxhost * shadow_bytes);
+        for (int p = 0, i = 0; p < nranks; p++)
+            if (xhost[p])
+                shadows[p] = cc->shadow + (size_t)i++ * shadow_bytes;
+    }
     int nwin = 1 + 2 * nranks;
     size_t step_bytes = (size_t)cc->nch * (size_t)nwin * WEFT_DEV_WINDOW * sizeof(struct weft_step);
     WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->steps, step_bytes), "cudaMalloc (steps)", me,
@@ -466,6 +498,11 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
                                                      mapped, &cc->p2p),
                         res, err);
     }
+    /* 4: the proxy to peers on other hosts (collective when any pair is on two hosts). */
+    if (multi_host)
+        WEFT_CHECK_GOTO(weft_dev_sock_setup(comm, xhost, nconn, cc->slot_bytes, cc->hfifo,
+                                            shadows, &cc->dead_peer, cc->abort_host, &cc->net),
+                        res, err);
     for (int p = 0; p < nranks; p++) {
         if (remote[p] || peers[p].dev == cc->dev || weft_cuda_host_fifo(reach, me, p))
             continue;
@@ -487,13 +524,15 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     for (int p = 0; p < nranks; p++) {
         /* Per peer: device memory, or host memory mapped for both devices; raw pointers within
          * the process, the p2p transport's mappings across processes. */
-        int host = weft_cuda_host_fifo(reach, me, p);
+        int host = xhost[p] || weft_cuda_host_fifo(reach, me, p);
         char *mine = host ? weft_cuda_dev_view(cc->hfifo) : cc->fifo;
-        char *theirs = remote[p] ? mapped[p * WEFT_DEV_NREGIONS + host]
-                                 : (char *)(uintptr_t)(host ? peers[p].hfifo : peers[p].fifo);
-        if (host)
+        char *theirs = xhost[p]    ? (char *)weft_cuda_dev_view(cc->shadow) +
+                                         (shadows[p] - cc->shadow)
+                       : remote[p] ? mapped[p * WEFT_DEV_NREGIONS + host]
+                                   : (char *)(uintptr_t)(host ? peers[p].hfifo : peers[p].fifo);
+        if (host && !xhost[p])
             theirs = weft_cuda_dev_view(theirs);
-        nhost += host;
+        nhost += host && !xhost[p];
         if (theirs == NULL) {
             WEFT_WARN("rank %d: no FIFO memory of peer %d mapped", me, p);
             res = ncclInternalError;
@@ -513,6 +552,11 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
             k->recv_sc = (struct weft_dev_send_ctrl *)(theirs + weft_dev_head_off(
                                                                     c, me, nranks, nconn,
                                                                     cc->slot_bytes));
+            if (xhost[p]) { /* the shadow of the peer's memory (weft_dev_sock_*) */
+                k->send_rc = weft_dev_sock_send_rc(nconn, cc->slot_bytes, theirs, c);
+                k->send_slots = (char *)(k->send_rc + 1);
+                k->recv_sc = weft_dev_sock_recv_sc(nconn, cc->slot_bytes, theirs, c);
+            }
             /* .gpu scope only between kernels of this process on one device. */
             k->scope = !remote[p] && !host && peers[p].dev == cc->dev ? WEFT_DEV_SCOPE_GPU
                                                                        : WEFT_DEV_SCOPE_SYS;
@@ -574,6 +618,8 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     free(peers);
     free(reach);
     free(remote);
+    free(xhost);
+    free(shadows);
     free(want);
     free(mapped);
     if (prev >= 0)
@@ -583,15 +629,17 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     __atomic_store_n(&comm->cuda, cc, __ATOMIC_RELEASE);
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA executor on device %d (%s): %d channels x %d "
               "threads, %zu-byte slots, %zu-byte LL slots, %zu bytes of FIFOs, %d peers in "
-              "other processes (p2p), %d peers through host memory", me, cc->dev, ops->name,
-              cc->nch, cc->nthreads, cc->slot_bytes, cc->ll_payload, fifo_bytes, nranks - nlocal,
-              nhost);
+              "other processes (p2p), %d peers through host memory, %d on other hosts (socket "
+              "proxy)", me, cc->dev, ops->name, cc->nch, cc->nthreads, cc->slot_bytes,
+              cc->ll_payload, fifo_bytes, nranks - nlocal - nxhost, nhost, nxhost);
     return ncclSuccess;
 err:
     free(conns);
     free(peers);
     free(reach);
     free(remote);
+    free(xhost);
+    free(shadows);
     free(want);
     free(mapped);
     if (cc != NULL)
@@ -907,10 +955,15 @@ static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct wef
  * The protocol of a device operation, from values every rank shares (the collective, NCCL's
  * count x element size, the knobs), so both ends of each connection pick the same FIFO: LL up
  * to WEFT_CUDA_LL_MAX_BYTES where NCCL_PROTO allows LL and Simple (or LL128, which the device
- * does not have and which stands for Simple here), only the allowed one otherwise.
+ * does not have and which stands for Simple here), only the allowed one otherwise; Simple
+ * whenever the communicator spans hosts.
  */
-static int weft_cuda_proto(int coll, size_t bytes)
+static int weft_cuda_proto(const struct ncclComm *comm, int coll, size_t bytes)
 {
+    /* The device socket proxy (ranks on other hosts) bridges the Simple FIFOs only; nhosts is the
+     * same on every rank. */
+    if (comm->nhosts > 1)
+        return WEFT_DEV_PROTO_SIMPLE;
     int ll = weft_tune_ll(coll), simple = weft_tune_slots(coll);
     if (ll && (!simple || bytes <= (size_t)weft_param_CudaLlMaxBytes()))
         return WEFT_DEV_PROTO_LL;
@@ -939,7 +992,7 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
         op->scalar = t->redop.scalar.u64;
         op->scalar_dev = t->redop.scalar_dev;
     }
-    op->proto = (uint8_t)weft_cuda_proto(t->coll, t->count * es);
+    op->proto = (uint8_t)weft_cuda_proto(comm, t->coll, t->count * es);
     int dir = t->coll == WEFT_COLL_RECV;
     op->block = (uint8_t)((2 * t->root + dir) % comm->cuda->nch);
     /* The record ends at the launch: the host does not see a kernel's operations finish. */

@@ -4,10 +4,10 @@
  * stream with events. Every CUDA call goes through weft_cuda() (src/cuda/cuda_ops.h), so the same
  * code drives a real GPU and the emulated one.
  *
- * Scope of this version: ranks on one host, as threads of one process or as processes (any number
- * per device, one or several devices; processes share FIFO memory through the p2p transport,
- * transports/p2p); a communicator whose ranks are on several hosts keeps the host path for host
- * buffers and refuses device buffers (ncclInvalidUsage).
+ * Scope of this version: ranks as threads of one process or as processes (any number per device,
+ * one or several devices; processes of one host share FIFO memory through the p2p transport,
+ * transports/p2p), on one or several hosts (peers on other hosts through the device socket proxy,
+ * transports/socket/dev_socket.c).
  *
  * Threads: the hooks below are called by the thread that owns the communicator (init, submit,
  * destroy), except weft_cuda_comm_abort (any thread).

@@ -6,6 +6,13 @@
 #
 #   net.sh DRIVER colls HOSTS RANKS_PER_HOST   every collective, checked element by element
 #                                              (WEFT_NET_PLACEMENT=rr: ranks round robin)
+#   net.sh DRIVER dev HOSTS RANKS_PER_HOST PROG ARGS...
+#                                              PROG ARGS on every rank (tests/gpu-emu/test_coll_mp
+#                                              sweep -q under WEFT_CUDA=emu:D: device buffers
+#                                              across hosts, checked element by element)
+#   net.sh DRIVER devkill PROG                 3 hosts x 2 ranks of PROG kill (test_coll_mp:
+#                                              the last rank SIGKILLs itself mid-collective on
+#                                              device buffers); every survivor must name it
 #   net.sh DRIVER kill                         3 hosts x 2 ranks; rank 5 is killed mid-run; the
 #                                              others must fail naming it and its host
 #   net.sh DRIVER bench PERF [SIZE]            all_reduce_perf busbw across 2 hosts vs iperf3
@@ -159,6 +166,39 @@ colls)
         [ "${status[r]}" = 0 ] || { echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
     done
     echo "PASS: every collective on $nh hosts x $rph ranks"
+    ;;
+dev)
+    nh=$1 rph=$2
+    shift 2
+    hosts "$nh"
+    launch "$nh" "$rph" "$@"
+    collect 55
+    show_logs
+    for r in "${!status[@]}"; do
+        [ "${status[r]}" = 77 ] && skip "rank $r: no device"
+        [ "${status[r]}" = 0 ] || { echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
+        grep -q " passed, 0 failed" "$logs/rank$r" ||
+            { echo "FAIL: rank $r reported no pass"; exit 1; }
+    done
+    echo "PASS: device buffers on $nh hosts x $rph ranks: $*"
+    ;;
+devkill)
+    nh=3 rph=2 victim=5
+    hosts $nh
+    launch $nh $rph "$1" kill
+    collect 55
+    show_logs
+    for r in "${!status[@]}"; do
+        [ "${status[r]}" = 77 ] && skip "rank $r: no device"
+        if [ "$r" = $victim ]; then
+            [ "${status[r]}" = 137 ] || { echo "FAIL: victim exited with ${status[r]}"; exit 1; }
+            continue
+        fi
+        [ "${status[r]}" = 0 ] || { echo "FAIL: rank $r exited with ${status[r]}"; exit 1; }
+        grep -q "kill: ok" "$logs/rank$r" ||
+            { echo "FAIL: rank $r did not name the victim"; exit 1; }
+    done
+    echo "PASS: every survivor named peer $victim on weft-c (device buffers)"
     ;;
 kill)
     nh=3 rph=2 victim=5

@@ -26,6 +26,13 @@
  *   BYE     the sender is closing the communicator; nothing follows but EOF
  * `check` is weft_sock_check() of the other fields, so a stream that lost its framing is caught
  * at the next header.
+ *
+ * Device connections (socket/dev_socket.c, the CUDA executor's FIFOs across hosts) use the same
+ * handshake and frames on a listener of their own, one connection per pair of ranks: the hello
+ * says nthreads = nsocks = 1, nchannels = the executor's connection channels, ll_fifos = 2
+ * (never a host connection's value) and the device slot size; DATA carries a slice of the
+ * kernel's FIFO (bytes at most the slot size, sig the slot's signature word), CREDIT the steps
+ * the receiving kernel freed, and every channel's steps travel in order.
  */
 #ifndef WEFT_TRANSPORTS_SOCKET_H
 #define WEFT_TRANSPORTS_SOCKET_H
