@@ -295,7 +295,7 @@ static int weft_exec_machine_crowded(void)
 {
     static uint64_t checked_ns;
     static int crowded, ncpu;
-    uint64_t now = weft_time_ns();
+    uint64_t now = weft_time_coarse_ns(); /* called on every wait: the cheap clock */
     if (now - __atomic_load_n(&checked_ns, __ATOMIC_RELAXED) < 100000000ull)
         return __atomic_load_n(&crowded, __ATOMIC_RELAXED);
     __atomic_store_n(&checked_ns, now, __ATOMIC_RELAXED);

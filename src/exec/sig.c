@@ -10,6 +10,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "exec/wait.h"
 #include "core/group.h"
 #include "core/param.h"
 #include "exec/lane.h"
@@ -31,15 +32,6 @@ WEFT_PARAM_DECL(Timeout);
 #define WEFT_SIG_GATHER_NS 1000000000ull
 /* A blocked operation tells every rank where it is after this long (or sooner, see below). */
 #define WEFT_SIG_TELL_NS 1000000000ull
-
-/* Start and end of every operation: the coarse clock (a few ns; ticks of 1-4 ms, plenty for a
- * hang report) rather than clock_gettime(CLOCK_MONOTONIC), ~20 ns on the 8 B fast path. */
-static uint64_t sig_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int weft_sig_enabled(void)
 {
@@ -149,7 +141,7 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
     r->sig.nfused = n;
     uint32_t h32 = (uint32_t)(h ^ (h >> 32));
     r->sig.hash = h32 != 0 ? h32 : 1;
-    r->start_ns = sig_now();
+    r->start_ns = weft_time_coarse_ns();
     r->end_ns = 0;
     r->op_seq = comm->op_seq;
     r->failed = 0;
@@ -160,7 +152,7 @@ void weft_sig_end(struct ncclComm *comm, uint64_t rec, int failed)
 {
     struct weft_sig_comm *s = comm->sig;
     struct weft_op_rec *r = &s->hist[rec % WEFT_SIG_HISTORY];
-    r->end_ns = sig_now();
+    r->end_ns = weft_time_coarse_ns();
     r->failed = failed;
     if (!failed && !sig_is_p2p(r->sig.coll))
         s->last_coll = r->sig;
@@ -463,7 +455,7 @@ static void sig_report_print(struct ncclComm *comm, const struct weft_sig_wait *
     if (t == NULL)
         return;
     t->len = 0;
-    uint64_t now = sig_now();
+    uint64_t now = weft_time_coarse_ns();
     const struct weft_peer_info *self = &comm->peer_info[comm->rank];
     char a[160];
     sig_text_add(t, "weft hang report (%s): rank %d of %d (host %s, pid %d), communicator 0x%llx\n",

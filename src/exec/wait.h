@@ -72,4 +72,13 @@ static inline uint64_t weft_time_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The same clock at the kernel's tick (a few ms): for per-operation records and rate limits,
+ * where it costs a few ns against ~20 for the precise one (8 B all-reduce takes ~350 ns). */
+static inline uint64_t weft_time_coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 #endif
