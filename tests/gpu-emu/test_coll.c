@@ -36,8 +36,10 @@
 #include <unistd.h>
 
 #include "../common/coll_ref.h"
+#include "coll_cases.h"
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
+#include "emu_check.h"
 #include "nccl.h"
 #include "redop.h"
 #include "weft.h"
@@ -45,45 +47,10 @@
 #define MAXR 8
 #define MAX_FAIL_PRINT 20
 
-enum {
-    C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_ALLTOALL, C_GATHER,
-    C_SCATTER, C_SENDRECV, C_P2PALL, NCOLLS
-};
-static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter",
-                                         "allgather", "broadcast", "alltoall",
-                                         "gather",    "scatter", "sendrecv",
-                                         "p2p-all"};
 
 static int g_n = 2, g_d = 1, g_one_stream, g_quick, g_nonblocking, g_all;
 static int g_passed, g_failed, g_printed;
 static const struct weft_cuda_ops *cu;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        int e_ = (call);                                                                           \
-        if (e_ != 0) {                                                                             \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                  \
-                    cu->error_string(e_));                                                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static int check(ncclResult_t res, const char *what)
-{
-    if (res != ncclSuccess) {
-        fprintf(stderr, "FAIL %s: %s (%s)\n", what, ncclGetErrorString(res),
-                ncclGetLastError(NULL));
-        return 0;
-    }
-    return 1;
-}
 
 /* ---- one configuration over all ranks ---------------------------------------------------- */
 
@@ -129,10 +96,9 @@ static void fail(const char *what, int coll, int t, int op, size_t count, int in
                 inplace ? "in-place" : "out-of-place", r, i, got, want);
 }
 
-/* Element i of what rank r contributes (reductions: op's values; others: OP_SUM's). */
 static double contrib(int coll, int t, int op, int r, size_t i)
 {
-    return input_value(t, coll <= C_REDUCESCATTER ? op : OP_SUM, r, i, g_n);
+    return coll_contrib(coll, t, op, r, i, g_n);
 }
 
 static ncclRedOp_t make_op(int r, int t, int op)
@@ -260,21 +226,7 @@ static void run_one(int coll, int t, int op, size_t count, int inplace, int root
             continue;
         int rok = 1;
         for (size_t i = 0; i < nout && rok; i++) {
-            double want;
-            switch (coll) {
-            case C_ALLREDUCE:
-            case C_REDUCE: want = expected_reduce(t, op, i, n); break;
-            case C_REDUCESCATTER: want = expected_reduce(t, op, (size_t)r * count + i, n); break;
-            case C_ALLGATHER:
-            case C_GATHER: want = contrib(coll, t, op, (int)(i / count), i % count); break;
-            case C_BROADCAST: want = contrib(coll, t, op, root, i); break;
-            case C_ALLTOALL:
-            case C_P2PALL:
-                want = contrib(coll, t, op, (int)(i / count), (size_t)r * count + i % count);
-                break;
-            case C_SCATTER: want = contrib(coll, t, op, root, (size_t)r * count + i); break;
-            default: want = contrib(coll, t, op, (r + n - 1) % n, i); break;
-            }
+            double want = coll_want(coll, t, op, r, root, n, count, i);
             unsigned char wbits[8];
             store(t, wbits, 0, round_to(t, want));
             if (memcmp(out + i * es, wbits, es) != 0) {

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../common/coll_ref.h"
+#include "coll_cases.h"
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
 #include "nccl.h"
@@ -33,14 +34,6 @@
 
 #define MAX_FAIL_PRINT 20
 
-enum {
-    C_ALLREDUCE, C_REDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_ALLTOALL, C_GATHER,
-    C_SCATTER, C_SENDRECV, C_P2PALL, NCOLLS
-};
-static const char *coll_names[NCOLLS] = {"allreduce", "reduce",  "reducescatter",
-                                         "allgather", "broadcast", "alltoall",
-                                         "gather",    "scatter", "sendrecv",
-                                         "p2p-all"};
 
 static int g_me, g_n, g_quick, g_sync;
 static int g_passed, g_failed, g_printed;
@@ -111,7 +104,7 @@ static void fail(const char *what, int coll, int t, int op, size_t count, int in
 
 static double contrib(int coll, int t, int op, int r, size_t i)
 {
-    return input_value(t, coll <= C_REDUCESCATTER ? op : OP_SUM, r, i, g_n);
+    return coll_contrib(coll, t, op, r, i, g_n);
 }
 
 static ncclRedOp_t make_op(int t, int op)
@@ -221,21 +214,7 @@ static void run_one(int coll, int t, int op, size_t count, int inplace, int root
     if ((coll == C_REDUCE || coll == C_GATHER) && r != root)
         return;
     for (size_t i = 0; i < nout; i++) {
-        double want;
-        switch (coll) {
-        case C_ALLREDUCE:
-        case C_REDUCE: want = expected_reduce(t, op, i, n); break;
-        case C_REDUCESCATTER: want = expected_reduce(t, op, (size_t)r * count + i, n); break;
-        case C_ALLGATHER:
-        case C_GATHER: want = contrib(coll, t, op, (int)(i / count), i % count); break;
-        case C_BROADCAST: want = contrib(coll, t, op, root, i); break;
-        case C_ALLTOALL:
-        case C_P2PALL:
-            want = contrib(coll, t, op, (int)(i / count), (size_t)r * count + i % count);
-            break;
-        case C_SCATTER: want = contrib(coll, t, op, root, (size_t)r * count + i); break;
-        default: want = contrib(coll, t, op, (r + n - 1) % n, i); break;
-        }
+        double want = coll_want(coll, t, op, r, root, n, count, i);
         unsigned char wbits[8];
         store(t, wbits, 0, round_to(t, want));
         if (memcmp(out + i * es, wbits, es) != 0) {

@@ -32,6 +32,7 @@
 
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
+#include "emu_check.h"
 #include "dev_ll.h"
 #include "exec/cuda.h"
 #include "kern_unit.h"
@@ -40,33 +41,6 @@
 
 static const struct weft_cuda_ops *cu;
 static int g_full, g_small, g_passed, g_failed;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        int e_ = (call);                                                                           \
-        if (e_ != 0) {                                                                             \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                  \
-                    cu->error_string(e_));                                                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static int check(ncclResult_t res, const char *what)
-{
-    if (res != ncclSuccess) {
-        fprintf(stderr, "FAIL %s: %s (%s)\n", what, ncclGetErrorString(res),
-                ncclGetLastError(NULL));
-        return 0;
-    }
-    return 1;
-}
 
 static void tally(int ok, const char *what)
 {
