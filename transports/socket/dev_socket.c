@@ -287,7 +287,7 @@ static void ds_rx_frame(struct weft_dev_sock *s, struct weft_dev_sock_peer *p)
     if (weft_socket_recv_all(p->fd, data, f.bytes, deadline, &s->comm->abort_flag, what) !=
         ncclSuccess) {
         __atomic_store_n(&p->gone, 1, __ATOMIC_RELEASE);
-        ds_peer_dead(s, p, "receiving a slice");
+        ds_peer_dead(s, p, "the connection ended inside a slice, without BYE (the peer died?)");
         return;
     }
     rc->bytes[slot] = f.bytes;
