@@ -28,8 +28,10 @@ WEFT_PARAM_DECL(Timeout);
 
 /* Bootstrap tag of every note (outside the split tags, 0x5753xxxx). */
 #define WEFT_SIG_TAG (0x57530000 - 0x100)
-/* How long a rank that failed on a mismatch waits for the other side's signature. */
-#define WEFT_SIG_GATHER_NS 1000000000ull
+/* How long a rank that failed on a mismatch waits for the other side's signature: the wait ends
+ * when it arrives (milliseconds on an idle machine); 1 s was too short for a rank descheduled on
+ * a loaded machine (sig-root in CI, 2 cores running tests in parallel). */
+#define WEFT_SIG_GATHER_NS 5000000000ull
 /* A blocked operation tells every rank where it is after this long (or sooner, see below). */
 #define WEFT_SIG_TELL_NS 1000000000ull
 
