@@ -1,36 +1,54 @@
 #!/usr/bin/env bash
 # The GPU check: one command for a machine with one NVIDIA GPU (an H200 here), inside 9 minutes.
 #
-#   tests/gpu/run.sh [--dry-run] [--build DIR]
+#   tests/gpu/run.sh [--dry-run] [--build DIR] [--only STAGE,...]
 #
 # Stages run in order, each with its own budget; a stage that would start with less time left
 # than its budget prints `SKIPPED: <stage> (budget)` instead of running into the device tool's
-# kill. Every stage ends with an `N passed, N failed` line; the last line of the run adds them up.
-# A case is one command with its own timeout (the rest of its stage's budget at most).
+# kill. Every stage ends with an `N passed, N failed, N skipped` line; the last line of the run
+# adds them up. A case is one command with its own timeout (the rest of its stage's budget at
+# most); a case that exits 77 is skipped, not failed, and its summary line gives the reason (the
+# last `SKIP...` line it printed): torch without CUDA, no wheel NCCL, perf tools without -R.
+#
+# Stages: preflight, build, unit (1 process), kunit (kernel unit tests), multirank (threads and
+# processes on the one GPU), perf (nccl-tests tables, Weft and the wheel's NCCL), mplat (8 B
+# all-reduce latency of 2 and 4 processes over cuMem and legacy IPC beside 2 and 4 threads, -S
+# time-targeted; summary line: the ratio procs/threads), reg (busbw at 1 MiB and 64 MiB with and
+# without -R 1, nccl-tests' --local_register: ncclMemAlloc + ncclCommRegister), torch (PyTorch's
+# nccl backend on Weft: tests/gpu/torch_check.py through LD_PRELOAD, which LD_LIBRARY_PATH loads,
+# 2 processes on the GPU, and the wheel's NCCL as the baseline), sanitizer.
+#
+# --only runs just the stages named (a rerun of one stage; or, with WEFT_CUDA=emu:1 on a machine
+# without a GPU, the stages whose cases can run on the emulated GPU: mplat, reg, torch).
 #
 # Build: a build carried from the CPU machine (--build DIR, default build-gpu, made with
 # `meson setup build-gpu -Dcuda=enabled -Dbuildtype=release`) is used as it is when its library
 # loads here; otherwise the script builds one with the toolkit it finds (meson, ninja -j16).
 #
 # Results (at most 8 files) go under $OUT (the device tool's folder; ./gpu-out otherwise):
-# summary.txt, env.txt, build.log, unit.log (stages unit and kunit), multirank.log, perf.csv,
-# perf.log, sanitizer.log.
+# summary.txt, env.txt, build.log, unit.log (stages unit, kunit and sanitizer), multirank.log,
+# perf.log (stages perf, mplat and reg), perf.csv (their rows at 8 B, 1 MiB, 64 MiB, 1 GiB),
+# torch.log.
 #
 # --dry-run (on the CPU machine, no GPU): checks this script's own tools and its stage list: every
-# binary a case names exists in the build and runs its --help (or the emulated GPU, where the case
-# can run there), the budgets add up to the deadline, and the result files stay within 8. It costs
-# no device minutes, so a script bug is found before a lease is spent on it.
+# binary a case names exists in the build (and the case runs on the emulated GPU, where it can),
+# each torch case's script compiles (as python3 -m py_compile) and its command runs here to 0 or 77
+# (skipped: no CUDA torch here), the perf tools say whether they have -R, the budgets add up to
+# the deadline, and the result files stay within 8. It costs no device minutes, so a script bug
+# is found before a lease is spent on it.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 dry=0
 build=""
+only=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --dry-run) dry=1 ;;
     --build) build=$2; shift ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    --only) only=,$2,; shift ;;
+    -h | --help) awk 'NR > 1 && /^set -u/ { exit } NR > 1' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1"; exit 2 ;;
     esac
     shift
@@ -43,11 +61,15 @@ mkdir -p "$out"
 DEADLINE=540 # seconds: the device tool kills a command at 600
 start=$(date +%s)
 # stage name, budget (s), result file
-# (kunit writes into unit.log after unit: at most 8 result files.)
-stages=(preflight:15:env.txt build:120:build.log unit:45:unit.log kunit:60:unit.log
-        multirank:140:multirank.log perf:90:perf.log sanitizer:60:sanitizer.log)
+# (Stages share files so that there are at most 8: kunit and sanitizer write into unit.log, mplat
+# and reg into perf.log.) The budgets add up to DEADLINE, so every stage runs even if each one
+# takes all of its budget; a carried build leaves build's 90 s unused.
+stages=(preflight:10:env.txt build:90:build.log unit:35:unit.log kunit:45:unit.log
+        multirank:110:multirank.log perf:60:perf.log mplat:40:perf.log reg:30:perf.log
+        torch:90:torch.log sanitizer:30:unit.log)
 total_pass=0
 total_fail=0
+total_skip=0
 summary=$out/summary.txt
 : >"$summary"
 
@@ -98,14 +120,55 @@ perf_cases=(
     "weft-2ranks|30|\$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 2 -c 0"
     "nvidia-1rank|25|nccl_wheel \$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 1 -c 0"
 )
+# Multi-process latency (issue 13 items 2 and 6): without MPS the GPU time-slices between
+# processes, so ranks as processes on one GPU wait for each other's time slice; threads of one
+# process share a context and run concurrently. 8 B all-reduce, iterations from a 0.2 s time
+# target (-S), 2 and 4 ranks each way, both handle paths for processes.
+P=\$B/perf/all_reduce_perf
+L="-b 8 -e 8 -S 0.2 -w 5 -c 1"
+mplat_cases=(
+    "emu=threads-2|15|$P -t 2 $L"
+    "emu=threads-4|15|$P -t 4 $L"
+    "emu=procs-2-cumem|15|\$B/tools/weftrun -n 2 --timeout 13 $P $L"
+    "emu=procs-2-legacy|15|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 2 --timeout 13 $P $L"
+    "emu=procs-4-cumem|15|\$B/tools/weftrun -n 4 --timeout 13 $P $L"
+    "emu=procs-4-legacy|15|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 4 --timeout 13 $P $L"
+)
+# Registered against unregistered buffers (nccl-tests' -R 1: ncclMemAlloc + ncclCommRegister),
+# 2 ranks on the GPU in one process, device buffers, rows at 1 MiB and 64 MiB. with_reg adds -R 1
+# where the tool has it and skips the case ("SKIP: no -R") where it does not.
+G="-g 2 -b 1M -e 64M -f 64 -n 20 -w 3 -c 1"
+reg_cases=(
+    "ar-unreg|10|\$B/perf/all_reduce_perf $G"
+    "ar-reg|10|with_reg \$B/perf/all_reduce_perf $G"
+    "ag-unreg|10|\$B/perf/all_gather_perf $G"
+    "ag-reg|10|with_reg \$B/perf/all_gather_perf $G"
+    "rs-unreg|10|\$B/perf/reduce_scatter_perf $G"
+    "rs-reg|10|with_reg \$B/perf/reduce_scatter_perf $G"
+)
+# PyTorch on Weft (tests/gpu/torch_check.py; it exits 77 where torch or its CUDA is absent). Every
+# check prints `TORCH ok|FAIL|skip ...` into torch.log. LD_PRELOAD puts Weft first whatever torch's
+# own library path says; the ldpath case only reports which libnccl.so.2 LD_LIBRARY_PATH gives
+# torch (the torch stage's summary line says it). The wheel's NCCL refuses two ranks on one GPU, so
+# 2 processes are Weft only; nvidia-1proc is the timing baseline (and checks the checks).
+TC="python3 $here/torch_check.py --lib \$B/libnccl.so.2"
+PRE="env LD_PRELOAD=\$B/libnccl.so.2"
+torch_cases=(
+    "py=weft-1proc-preload|40|$PRE $TC --expect weft --timing"
+    "py=weft-1proc-ldpath|20|env LD_LIBRARY_PATH=\$B\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} $TC --probe"
+    "py=nvidia-1proc|35|$TC --expect nvidia --timing"
+    "py=weft-2proc-1gpu|70|$PRE $TC --nproc 2 --timeout 65 --expect weft --timing"
+)
 sanitizer_cases=(
     "memcheck|25|compute-sanitizer --tool memcheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll sweep -n 1 -d 1 -q"
     "racecheck-ll|15|env NCCL_PROTO=LL compute-sanitizer --tool racecheck --error-exitcode 1 $K loopback -s"
     "synccheck-simple|15|env NCCL_PROTO=Simple compute-sanitizer --tool synccheck --error-exitcode 1 $K loopback -s"
 )
 
+# Helpers a case's command may name: each case runs as `bash -c CMD` under timeout, so they are
+# exported functions.
 # NVIDIA's libnccl.so.2 from the image's nvidia-nccl-cu13 wheel: runs a command with it first on
-# the library path.
+# the library path (exit 77, skipped, without the wheel).
 nccl_wheel_dir() {
     python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' \
         2>/dev/null
@@ -113,18 +176,47 @@ nccl_wheel_dir() {
 nccl_wheel() {
     local d
     d=$(nccl_wheel_dir)
-    [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] || { echo "no nvidia-nccl wheel"; return 3; }
+    [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] || { echo "SKIP: no nvidia-nccl wheel"; return 77; }
     LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+}
+# has_reg TOOL: whether the perf tool takes -R (its --help lists local_register and no longer
+# says "Not supported: -R").
+has_reg() {
+    local h
+    h=$("$1" -h 2>&1)
+    case "$h" in
+    *"Not supported: -R"*) return 1 ;;
+    *local_register*) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+# with_reg TOOL ARGS...: runs TOOL -R 1 ARGS... (registered buffers), exit 77 without -R.
+with_reg() {
+    has_reg "$1" || { echo "SKIP: no -R in $1"; return 77; }
+    local tool=$1
+    shift
+    "$tool" -R 1 "$@"
+}
+export -f nccl_wheel_dir nccl_wheel has_reg with_reg
+
+# run_case TIMEOUT CMD: runs one case's command line (B = the build folder) under timeout.
+run_case() {
+    B=$build timeout -k 5 "$1" bash -c "$2"
+}
+
+# skip_reason FILE: the last SKIP line a case printed (its reason for exit 77).
+skip_reason() {
+    grep -ao 'SKIP[^[:cntrl:]]*' "$1" | tail -1 | cut -c1-160
 }
 
 # run_cases STAGE LOG BUDGET_END CASE... : runs each case with min(its timeout, time left).
 run_cases() {
     local stage=$1 log=$2 end=$3
     shift 3
-    local pass=0 fail=0 c name tmo cmd left
+    local pass=0 fail=0 skip=0 c name tmo cmd left out=$log.case
     for c in "$@"; do
         name=${c%%|*}; c=${c#*|}; tmo=${c%%|*}; cmd=${c#*|}
-        name=${name#emu=}
+        name=${name#*=}
         left=$((end - $(date +%s)))
         if [ "$left" -lt 3 ]; then
             say "SKIPPED: $stage/$name (budget)"
@@ -134,17 +226,22 @@ run_cases() {
         [ "$tmo" -le "$left" ] || tmo=$left
         echo "=== $stage/$name: $cmd" >>"$log"
         local t0=$(date +%s)
-        B=$build eval "timeout -k 5 $tmo $cmd" >>"$log" 2>&1
+        run_case "$tmo" "$cmd" >"$out" 2>&1
         local rc=$?
+        cat "$out" >>"$log"
         if [ $rc = 0 ]; then
             pass=$((pass + 1)); echo "    ok   $stage/$name ($(($(date +%s) - t0)) s)"
+        elif [ $rc = 77 ]; then
+            skip=$((skip + 1)); say "SKIPPED: $stage/$name ($(skip_reason "$out"))"
         else
             fail=$((fail + 1)); echo "    FAIL $stage/$name (exit $rc, $(($(date +%s) - t0)) s)"
             echo "--- exit $rc" >>"$log"
         fi
     done
+    rm -f "$out"
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
-    say "$stage: $pass passed, $fail failed"
+    total_skip=$((total_skip + skip))
+    say "$stage: $pass passed, $fail failed, $skip skipped"
 }
 
 stage_preflight() {
@@ -160,38 +257,118 @@ stage_preflight() {
     } >"$log" 2>&1
     if nvidia-smi -L >/dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
-    say "preflight: $pass passed, $fail failed ($(nvidia-smi -L 2>/dev/null | head -1))"
+    say "preflight: $pass passed, $fail failed, 0 skipped ($(nvidia-smi -L 2>/dev/null | head -1))"
+}
+
+# has_kernels BUILD: whether the build's library holds nvcc's kernels (a -Dcuda=enabled build;
+# one made without the toolkit has only the emulated GPU).
+has_kernels() {
+    LC_ALL=C grep -qa nv_fatbin "$1/libnccl.so.2"
 }
 
 stage_build() {
-    local log=$1 end=$2
-    if [ -e "$build/libnccl.so.2" ] && "$build/tools/weft-info" >/dev/null 2>&1; then
-        echo "using the carried build $build" >"$log"
-        say "build: 1 passed, 0 failed (carried $build)"
-        total_pass=$((total_pass + 1))
-        return
-    fi
-    echo "building $build" >"$log"
+    local log=$1 end=$2 b local=$top/build-gpu-local
+    : >"$log"
+    # the carried build, or one this script made here before (a rerun on the same machine)
+    for b in "$build" "$local"; do
+        [ -e "$b/libnccl.so.2" ] || continue
+        if ! "$b/tools/weft-info" >/dev/null 2>&1; then
+            echo "$b does not run here" >>"$log"
+        elif ! has_kernels "$b"; then
+            echo "$b has no CUDA kernels (made without nvcc)" >>"$log"
+        else
+            echo "using the build $b" >>"$log"
+            build=$b
+            say "build: 1 passed, 0 failed, 0 skipped (using $build)"
+            total_pass=$((total_pass + 1))
+            return
+        fi
+    done
+    # a fresh folder where the carried one is unusable (configured elsewhere, or without CUDA)
+    [ ! -e "$build" ] || { build=$local; rm -rf "$build"; }
+    echo "building $build" >>"$log"
     local left=$((end - $(date +%s)))
     if (cd "$top" && timeout "$left" meson setup "$build" -Dcuda=enabled -Dbuildtype=release \
             >>"$log" 2>&1 && timeout "$((end - $(date +%s)))" ninja -C "$build" -j16 \
             >>"$log" 2>&1); then
-        say "build: 1 passed, 0 failed (built here)"
+        say "build: 1 passed, 0 failed, 0 skipped (built here)"
         total_pass=$((total_pass + 1))
     else
         tail -40 "$log" >"$log.tail"; mv "$log.tail" "$log"
-        say "build: 0 passed, 1 failed (see build.log)"
+        say "build: 0 passed, 1 failed, 0 skipped (see build.log)"
         total_fail=$((total_fail + 1))
     fi
 }
 
-# perf.csv: the rows of the perf tools' tables at 8 B, 1 MiB, 64 MiB and 1 GiB, one per case.
+# perf.csv: the rows of the perf tools' tables (stages perf, mplat and reg, all in perf.log) at
+# 8 B, 1 MiB, 64 MiB and 1 GiB, one per case and size: the out-of-place columns. Rows that weftrun
+# prefixed with "[rank] " count too.
 perf_csv() {
     local log=$1 csv=$out/perf.csv
     echo "case,bytes,time_us,algbw_GBs,busbw_GBs" >"$csv"
-    awk '/^=== perf\// { split($2, a, "/"); name = substr(a[2], 1, length(a[2]) - 1) }
+    awk '/^=== [a-z]+\// { split($2, a, "/"); name = substr(a[2], 1, length(a[2]) - 1); next }
+         { sub(/^\[[0-9]+\] +/, "") }
          $1 ~ /^[0-9]+$/ && ($1 == 8 || $1 == 1048576 || $1 == 67108864 || $1 == 1073741824) {
              printf "%s,%s,%s,%s,%s\n", name, $1, $6, $7, $8 }' "$log" >>"$csv"
+}
+
+# csv_get CASE BYTES COLUMN: one value of perf.csv (empty when the case has no such row).
+csv_get() {
+    awk -F, -v c="$1" -v b="$2" -v k="$3" '$1 == c && $2 == b { print $k; exit }' "$out/perf.csv"
+}
+
+# ratio A B: A / B to one decimal, or "?" when either is missing or B is 0.
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "?";
+                                     else printf "%.1f", a / b }'
+}
+
+# The mplat summary: 8 B all-reduce time of processes against threads, and whether it is over
+# the 10x at which the issue wants a copy-engine path.
+mplat_summary() {
+    local n t p r line="" worst=0
+    for n in 2 4; do
+        t=$(csv_get threads-$n 8 3)
+        for p in cumem legacy; do
+            r=$(ratio "$(csv_get procs-$n-$p 8 3)" "$t")
+            line="$line; $n procs $p $(csv_get procs-$n-$p 8 3) us / $n threads ${t:-?} us = ${r}x"
+            [ "$r" = "?" ] || worst=$(awk -v a="$r" -v w="$worst" 'BEGIN { print (a > w) ? a : w }')
+        done
+    done
+    say "mplat: 8 B all-reduce, processes/threads on one GPU${line}"
+    if awk -v w="$worst" 'BEGIN { exit !(w > 10) }'; then
+        say "mplat: processes are over 10x threads (${worst}x): the copy-engine path is wanted"
+    fi
+}
+
+# The reg summary: busbw registered against unregistered, per tool and size.
+reg_summary() {
+    local t b u g line=""
+    for t in ar ag rs; do
+        for b in 1048576 67108864; do
+            u=$(csv_get $t-unreg $b 5); g=$(csv_get $t-reg $b 5)
+            line="$line; $t $((b >> 20)) MiB ${u:-?} -> ${g:-?} GB/s ($(ratio "$g" "$u")x)"
+        done
+    done
+    say "reg: busbw unregistered -> registered (-R 1)${line}"
+}
+
+# The torch summary: which library LD_LIBRARY_PATH gave torch, and Weft against the wheel's NCCL
+# at one process (the TORCH time lines of torch_check.py).
+torch_summary() {
+    local log=$1 probe tw tn t2
+    probe=$(awk '/^=== torch\/weft-1proc-ldpath/ { on = 1; next } /^=== / { on = 0 }
+                 on && /TORCH (ok|FAIL) library/ { match($0, /weft=(yes|no)/);
+                     print substr($0, RSTART + 5, RLENGTH - 5) }' "$log" | tail -1)
+    case "$probe" in
+    yes) probe="Weft" ;; no) probe="NVIDIA's (torch's own path wins)" ;; *) probe="? (no probe)" ;;
+    esac
+    tw=$(grep -ao 'lib=weft ranks=1 [^[:cntrl:]]*' "$log" | tail -1)
+    tn=$(grep -ao 'lib=nvidia ranks=1 [^[:cntrl:]]*' "$log" | tail -1)
+    say "torch: LD_LIBRARY_PATH=build gives torch ${probe}; LD_PRELOAD: see weft-1proc-preload"
+    t2=$(grep -ao 'lib=weft ranks=2 [^[:cntrl:]]*' "$log" | tail -1)
+    say "torch: ${tw:-lib=weft ranks=1: no timing}; ${tn:-lib=nvidia ranks=1: no timing}"
+    say "torch: ${t2:-lib=weft ranks=2: no timing}"
 }
 
 dry_run() {
@@ -206,31 +383,58 @@ dry_run() {
         echo "FAIL: stage budgets add up to $sum s, over the $DEADLINE s deadline"; fail=$((fail + 1)); fi
     if [ "$nfiles" -le 8 ]; then pass=$((pass + 1)); else
         echo "FAIL: $nfiles result files, over 8"; fail=$((fail + 1)); fi
-    for t in timeout awk python3 date tee; do
+    for t in timeout awk python3 date tee bash; do
         if command -v "$t" >/dev/null; then pass=$((pass + 1)); else
             echo "FAIL: no $t"; fail=$((fail + 1)); fi
     done
     [ -e "$build/libnccl.so.2" ] || { echo "FAIL: no build at $build (meson setup $build)"; fail=$((fail + 1)); }
-    local c cmd bin tmo
+    if [ -e "$build/libnccl.so.2" ] && ! has_kernels "$build"; then
+        echo "    note: $build has no CUDA kernels (no nvcc): carried to the GPU, it would be" \
+             "rebuilt there (build stage); carry a -Dcuda=enabled build"
+    fi
+    local c cmd bin tmo rc tmp=/tmp/weft-gpu-dry.$$
+    # (python3 -m py_compile's check, without writing __pycache__ into the source tree)
+    if python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' \
+            "$here/torch_check.py" 2>"$tmp"; then
+        pass=$((pass + 1)); echo "    ok   torch_check.py compiles"
+    else
+        fail=$((fail + 1)); echo "FAIL: torch_check.py does not compile:"; cat "$tmp"
+    fi
     for c in "${unit_cases[@]}" "${kunit_cases[@]}" "${multirank_cases[@]}" "${perf_cases[@]}" \
-             "${sanitizer_cases[@]}"; do
+             "${mplat_cases[@]}" "${reg_cases[@]}" "${torch_cases[@]}" "${sanitizer_cases[@]}"; do
         name=${c%%|*}; cmd=${c#*|}; tmo=${cmd%%|*}; cmd=${cmd#*|}
-        # the binary a case runs: the first word that names a file of the build
-        bin=$(B=$build eval "echo $cmd" | tr ' ' '\n' | grep "^$build/" | head -1)
-        if [ -z "$bin" ] || [ ! -x "$bin" ]; then
-            echo "FAIL: ${name#emu=}: $bin not built"; fail=$((fail + 1)); continue
+        # the binary a case runs: the first word that names a file of the build (the library
+        # for the torch cases)
+        bin=$(B=$build eval "echo $cmd" | tr ' =' '\n\n' | grep "^$build/" | head -1)
+        if [ -z "$bin" ] || [ ! -e "$bin" ]; then
+            echo "FAIL: ${name#*=}: $bin not built"; fail=$((fail + 1)); continue
         fi
         case "$name" in
         emu=*)
-            if B=$build WEFT_CUDA=emu:1 eval "timeout -k 5 $tmo $cmd" >/tmp/weft-gpu-dry.$$ 2>&1; then
+            if WEFT_CUDA=emu:1 run_case "$tmo" "$cmd" >"$tmp" 2>&1; then
                 pass=$((pass + 1)); echo "    ok   ${name#emu=} on the emulated GPU"
             else
-                fail=$((fail + 1)); echo "FAIL: ${name#emu=} on the emulated GPU:"; tail -5 /tmp/weft-gpu-dry.$$
+                fail=$((fail + 1)); echo "FAIL: ${name#emu=} on the emulated GPU:"; tail -5 "$tmp"
             fi ;;
-        *) pass=$((pass + 1)); echo "    ok   $name: $bin exists" ;;
+        py=*)
+            # here (no GPU) the case must skip, or pass where torch has a GPU
+            run_case "$tmo" "$cmd" >"$tmp" 2>&1
+            rc=$?
+            case $rc in
+            0) pass=$((pass + 1)); echo "    ok   ${name#py=} ran" ;;
+            77) pass=$((pass + 1))
+                echo "    ok   ${name#py=} skips here ($(skip_reason "$tmp"))" ;;
+            *) fail=$((fail + 1)); echo "FAIL: ${name#py=} exits $rc:"; tail -5 "$tmp" ;;
+            esac ;;
+        *)
+            pass=$((pass + 1)); echo "    ok   $name: $bin exists"
+            case "$cmd" in
+            with_reg*) if has_reg "$bin"; then echo "         (it has -R)"; else
+                           echo "         (no -R in this tree: the case will say SKIPPED)"; fi ;;
+            esac ;;
         esac
     done
-    rm -f /tmp/weft-gpu-dry.$$
+    rm -f "$tmp"
     echo "dry-run: $pass passed, $fail failed"
     [ "$fail" = 0 ]
 }
@@ -243,6 +447,7 @@ fi
 started="" # result files begun by this run (two stages may share one)
 for s in "${stages[@]}"; do
     name=${s%%:*}; rest=${s#*:}; budget=${rest%%:*}; file=${rest#*:}
+    case "$only" in "" | *,$name,*) ;; *) continue ;; esac
     now=$(elapsed)
     if [ $((now + budget)) -gt "$DEADLINE" ]; then
         say "SKIPPED: $name (budget)"
@@ -259,6 +464,9 @@ for s in "${stages[@]}"; do
     kunit) run_cases kunit "$log" "$end" "${kunit_cases[@]}" ;;
     multirank) run_cases multirank "$log" "$end" "${multirank_cases[@]}" ;;
     perf) run_cases perf "$log" "$end" "${perf_cases[@]}"; perf_csv "$log" ;;
+    mplat) run_cases mplat "$log" "$end" "${mplat_cases[@]}"; perf_csv "$log"; mplat_summary ;;
+    reg) run_cases reg "$log" "$end" "${reg_cases[@]}"; perf_csv "$log"; reg_summary ;;
+    torch) run_cases torch "$log" "$end" "${torch_cases[@]}"; torch_summary "$log" ;;
     sanitizer)
         if command -v compute-sanitizer >/dev/null; then
             run_cases sanitizer "$log" "$end" "${sanitizer_cases[@]}"
@@ -267,5 +475,5 @@ for s in "${stages[@]}"; do
         fi ;;
     esac
 done
-say "total: $total_pass passed, $total_fail failed in $(elapsed) s"
+say "total: $total_pass passed, $total_fail failed, $total_skip skipped in $(elapsed) s"
 [ "$total_fail" = 0 ]
