@@ -234,7 +234,7 @@ run_cases() {
         elif [ $rc = 77 ]; then
             skip=$((skip + 1)); say "SKIPPED: $stage/$name ($(skip_reason "$out"))"
         else
-            fail=$((fail + 1)); echo "    FAIL $stage/$name (exit $rc, $(($(date +%s) - t0)) s)"
+            fail=$((fail + 1)); say "    FAIL $stage/$name (exit $rc, $(($(date +%s) - t0)) s)"
             echo "--- exit $rc" >>"$log"
         fi
     done

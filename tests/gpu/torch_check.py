@@ -44,7 +44,8 @@ what differed on which rank) or `TORCH skip <check> (why)`:
             line.
 
 Exit: 0 when every check passes, 1 on any FAIL, 77 (with `SKIP: why`) when torch, its CUDA
-device (nccl) or its distributed package is absent, 2 on a usage error.
+device (nccl) or its distributed package is absent, 2 on a usage error. A torch that is there
+but fails to import, or sees no CUDA device where /dev/nvidiactl exists, is a FAIL.
 """
 import argparse
 import ctypes
@@ -616,8 +617,11 @@ def main():
     try:
         import torch
         import torch.distributed as dist
-    except ImportError as e:
+    except ModuleNotFoundError as e:
         skip(f"no torch ({e})")
+    except Exception as e:  # torch is there but does not load (a symbol the library lacks?)
+        print(f"TORCH FAIL import torch: {type(e).__name__}: {e}", flush=True)
+        return 1
     gloo = args.backend == "gloo"
     if not dist.is_available():
         skip(f"torch {torch.__version__} has no torch.distributed")
@@ -627,6 +631,10 @@ def main():
         dev = torch.device("cpu")
     else:
         if not torch.cuda.is_available():
+            if os.path.exists("/dev/nvidiactl"):  # a GPU machine: not a reason to skip
+                print(f"TORCH FAIL cuda: torch {torch.__version__} sees no CUDA device, but "
+                      "/dev/nvidiactl exists", flush=True)
+                return 1
             skip(f"torch {torch.__version__} sees no CUDA device")
         if not dist.is_nccl_available():
             skip(f"torch {torch.__version__} has no nccl backend")
