@@ -65,7 +65,7 @@ start=$(date +%s)
 # and reg into perf.log.) The budgets add up to DEADLINE, so every stage runs even if each one
 # takes all of its budget; a carried build leaves build's 90 s unused.
 stages=(preflight:10:env.txt build:90:build.log unit:35:unit.log kunit:45:unit.log
-        multirank:110:multirank.log perf:60:perf.log mplat:40:perf.log reg:30:perf.log
+        multirank:100:multirank.log perf:55:perf.log mplat:40:perf.log reg:45:perf.log
         torch:90:torch.log sanitizer:30:unit.log)
 total_pass=0
 total_fail=0
@@ -135,16 +135,24 @@ mplat_cases=(
     "emu=procs-4-legacy|15|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 4 --timeout 13 $P $L"
 )
 # Registered against unregistered buffers (nccl-tests' -R 1: ncclMemAlloc + ncclCommRegister),
-# 2 ranks on the GPU in one process, device buffers, rows at 1 MiB and 64 MiB. with_reg adds -R 1
-# where the tool has it and skips the case ("SKIP: no -R") where it does not.
-G="-g 2 -b 1M -e 64M -f 64 -n 20 -w 3 -c 1"
+# rows at 1 MiB and 64 MiB: device buffers, 2 ranks on the GPU in one process; and host buffers
+# (-H 1), 2 processes, where Weft's zero-copy path for registered buffers is. with_reg adds -R 1,
+# or skips the case with the reason (no -R in this tree; -R 1 refusing device buffers).
+G="-b 1M -e 64M -f 64 -n 20 -w 3 -c 1"
+W2="\$B/tools/weftrun -n 2 --timeout 8"
 reg_cases=(
-    "ar-unreg|10|\$B/perf/all_reduce_perf $G"
-    "ar-reg|10|with_reg \$B/perf/all_reduce_perf $G"
-    "ag-unreg|10|\$B/perf/all_gather_perf $G"
-    "ag-reg|10|with_reg \$B/perf/all_gather_perf $G"
-    "rs-unreg|10|\$B/perf/reduce_scatter_perf $G"
-    "rs-reg|10|with_reg \$B/perf/reduce_scatter_perf $G"
+    "ar-unreg|10|\$B/perf/all_reduce_perf -g 2 $G"
+    "ar-reg|10|with_reg \$B/perf/all_reduce_perf -g 2 $G"
+    "ag-unreg|10|\$B/perf/all_gather_perf -g 2 $G"
+    "ag-reg|10|with_reg \$B/perf/all_gather_perf -g 2 $G"
+    "rs-unreg|10|\$B/perf/reduce_scatter_perf -g 2 $G"
+    "rs-reg|10|with_reg \$B/perf/reduce_scatter_perf -g 2 $G"
+    "ar-host-unreg|10|$W2 \$B/perf/all_reduce_perf -H 1 $G"
+    "ar-host-reg|10|with_reg $W2 \$B/perf/all_reduce_perf -H 1 $G"
+    "ag-host-unreg|10|$W2 \$B/perf/all_gather_perf -H 1 $G"
+    "ag-host-reg|10|with_reg $W2 \$B/perf/all_gather_perf -H 1 $G"
+    "rs-host-unreg|10|$W2 \$B/perf/reduce_scatter_perf -H 1 $G"
+    "rs-host-reg|10|with_reg $W2 \$B/perf/reduce_scatter_perf -H 1 $G"
 )
 # PyTorch on Weft (tests/gpu/torch_check.py; it exits 77 where torch or its CUDA is absent). Every
 # check prints `TORCH ok|FAIL|skip ...` into torch.log. LD_PRELOAD puts Weft first whatever torch's
@@ -179,23 +187,28 @@ nccl_wheel() {
     [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] || { echo "SKIP: no nvidia-nccl wheel"; return 77; }
     LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
 }
-# has_reg TOOL: whether the perf tool takes -R (its --help lists local_register and no longer
-# says "Not supported: -R").
+# has_reg TOOL: whether the perf tool takes -R (its --help lists -R,--local_register).
 has_reg() {
-    local h
-    h=$("$1" -h 2>&1)
-    case "$h" in
-    *"Not supported: -R"*) return 1 ;;
-    *local_register*) return 0 ;;
-    *) return 1 ;;
-    esac
+    case "$("$1" -h 2>&1)" in *"-R,--local_register"*) return 0 ;; *) return 1 ;; esac
 }
-# with_reg TOOL ARGS...: runs TOOL -R 1 ARGS... (registered buffers), exit 77 without -R.
+# with_reg CMD...: runs CMD with -R 1 (registered buffers) after its perf tool (the first word
+# ending in _perf; CMD may start with weftrun). Exit 77 where the tool has no -R, or where its -R 1
+# refuses device buffers (the zero-copy path of registered buffers is for host buffers first).
 with_reg() {
-    has_reg "$1" || { echo "SKIP: no -R in $1"; return 77; }
-    local tool=$1
-    shift
-    "$tool" -R 1 "$@"
+    local a tool="" args=() out rc
+    for a in "$@"; do
+        args+=("$a")
+        if [ -z "$tool" ] && [[ "$a" == *_perf ]]; then tool=$a; args+=(-R 1); fi
+    done
+    [ -n "$tool" ] || { echo "with_reg: no perf tool in: $*"; return 2; }
+    has_reg "$tool" || { echo "SKIP: no -R in $tool"; return 77; }
+    out=$("${args[@]}" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    case "$rc:$out" in
+    2:*"needs Weft on host buffers"*) echo "SKIP: -R 1 takes host buffers only (-H 1)"; return 77 ;;
+    esac
+    return $rc
 }
 export -f nccl_wheel_dir nccl_wheel has_reg with_reg
 
@@ -206,7 +219,7 @@ run_case() {
 
 # skip_reason FILE: the last SKIP line a case printed (its reason for exit 77).
 skip_reason() {
-    grep -ao 'SKIP[^[:cntrl:]]*' "$1" | tail -1 | cut -c1-160
+    grep -ao 'SKIP[^[:cntrl:]]*' "$1" | tail -1 | sed 's/^SKIP[A-Z]*:* *//' | cut -c1-160
 }
 
 # run_cases STAGE LOG BUDGET_END CASE... : runs each case with min(its timeout, time left).
@@ -344,7 +357,7 @@ mplat_summary() {
 # The reg summary: busbw registered against unregistered, per tool and size.
 reg_summary() {
     local t b u g line=""
-    for t in ar ag rs; do
+    for t in ar ag rs ar-host ag-host rs-host; do
         for b in 1048576 67108864; do
             u=$(csv_get $t-unreg $b 5); g=$(csv_get $t-reg $b 5)
             line="$line; $t $((b >> 20)) MiB ${u:-?} -> ${g:-?} GB/s ($(ratio "$g" "$u")x)"
@@ -429,8 +442,10 @@ dry_run() {
         *)
             pass=$((pass + 1)); echo "    ok   $name: $bin exists"
             case "$cmd" in
-            with_reg*) if has_reg "$bin"; then echo "         (it has -R)"; else
-                           echo "         (no -R in this tree: the case will say SKIPPED)"; fi ;;
+            with_reg*)
+                bin=$(B=$build eval "echo $cmd" | tr ' ' '\n' | grep '_perf$' | head -1)
+                if has_reg "$bin"; then echo "         (it has -R)"; else
+                    echo "         (no -R in this tree: the case will say SKIPPED)"; fi ;;
             esac ;;
         esac
     done
