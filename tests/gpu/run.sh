@@ -23,7 +23,8 @@
 #
 # Build: a build carried from the CPU machine (--build DIR, default build-gpu, made with
 # `meson setup build-gpu -Dcuda=enabled -Dbuildtype=release`) is used as it is when its library
-# loads here; otherwise the script builds one with the toolkit it finds (meson, ninja -j16).
+# loads here and holds the CUDA kernels; otherwise the script builds one with the toolkit it finds
+# (meson, ninja -j16), in a fresh folder build-gpu-local where the carried one is unusable.
 #
 # Results (at most 8 files) go under $OUT (the device tool's folder; ./gpu-out otherwise):
 # summary.txt, env.txt, build.log, unit.log (stages unit, kunit and sanitizer), multirank.log,
@@ -63,10 +64,10 @@ start=$(date +%s)
 # stage name, budget (s), result file
 # (Stages share files so that there are at most 8: kunit and sanitizer write into unit.log, mplat
 # and reg into perf.log.) The budgets add up to DEADLINE, so every stage runs even if each one
-# takes all of its budget; a carried build leaves build's 90 s unused.
-stages=(preflight:10:env.txt build:90:build.log unit:35:unit.log kunit:45:unit.log
+# takes all of its budget; a carried build leaves build's 80 s unused.
+stages=(preflight:10:env.txt build:80:build.log unit:35:unit.log kunit:45:unit.log
         multirank:100:multirank.log perf:55:perf.log mplat:40:perf.log reg:45:perf.log
-        torch:90:torch.log sanitizer:30:unit.log)
+        torch:100:torch.log sanitizer:30:unit.log)
 total_pass=0
 total_fail=0
 total_skip=0
@@ -406,6 +407,7 @@ dry_run() {
              "rebuilt there (build stage); carry a -Dcuda=enabled build"
     fi
     local c cmd bin tmo rc tmp=/tmp/weft-gpu-dry.$$
+    : >"$tmp.perf"
     # (python3 -m py_compile's check, without writing __pycache__ into the source tree)
     if python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' \
             "$here/torch_check.py" 2>"$tmp"; then
@@ -428,7 +430,12 @@ dry_run() {
                 pass=$((pass + 1)); echo "    ok   ${name#emu=} on the emulated GPU"
             else
                 fail=$((fail + 1)); echo "FAIL: ${name#emu=} on the emulated GPU:"; tail -5 "$tmp"
-            fi ;;
+            fi
+            # the perf tables, for the perf.csv check below
+            case "$cmd" in
+            *_perf*) { echo "=== dry/${name#emu=}: $cmd"; cat "$tmp"; } >>"$tmp.perf" ;;
+            esac
+            ;;
         py=*)
             # here (no GPU) the case must skip, or pass where torch has a GPU
             run_case "$tmo" "$cmd" >"$tmp" 2>&1
@@ -449,7 +456,19 @@ dry_run() {
             esac ;;
         esac
     done
-    rm -f "$tmp"
+    # perf.csv from those tables: a row at 8 B for every mplat case, so its summary has numbers
+    local keep=$out n
+    out=$tmp.d
+    mkdir -p "$out"
+    perf_csv "$tmp.perf"
+    for c in "${mplat_cases[@]}"; do
+        n=${c%%|*}; n=${n#emu=}
+        if [ -n "$(csv_get "$n" 8 3)" ]; then pass=$((pass + 1)); else
+            fail=$((fail + 1)); echo "FAIL: perf.csv has no 8 B row for mplat/$n"; fi
+    done
+    echo "    ok   perf.csv rows: $(($(wc -l <"$out/perf.csv") - 1)) from the emulated perf cases"
+    out=$keep
+    rm -rf "$tmp" "$tmp.perf" "$tmp.d"
     echo "dry-run: $pass passed, $fail failed"
     [ "$fail" = 0 ]
 }
