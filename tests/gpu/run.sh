@@ -340,12 +340,13 @@ ratio() {
 # The mplat summary: 8 B all-reduce time of processes against threads, and whether it is over
 # the 10x at which the issue wants a copy-engine path.
 mplat_summary() {
-    local n t p r line="" worst=0
+    local n t p v r line="" worst=0
     for n in 2 4; do
         t=$(csv_get threads-$n 8 3)
         for p in cumem legacy; do
-            r=$(ratio "$(csv_get procs-$n-$p 8 3)" "$t")
-            line="$line; $n procs $p $(csv_get procs-$n-$p 8 3) us / $n threads ${t:-?} us = ${r}x"
+            v=$(csv_get procs-$n-$p 8 3)
+            r=$(ratio "$v" "$t")
+            line="$line; $n procs $p ${v:-?} us / $n threads ${t:-?} us = ${r}x"
             [ "$r" = "?" ] || worst=$(awk -v a="$r" -v w="$worst" 'BEGIN { print (a > w) ? a : w }')
         done
     done
@@ -367,19 +368,22 @@ reg_summary() {
     say "reg: busbw unregistered -> registered (-R 1)${line}"
 }
 
-# The torch summary: which library LD_LIBRARY_PATH gave torch, and Weft against the wheel's NCCL
-# at one process (the TORCH time lines of torch_check.py).
+# The torch summary: which library LD_PRELOAD and LD_LIBRARY_PATH gave torch (the library
+# line of the weft-1proc-preload and weft-1proc-ldpath cases), and Weft against the wheel's NCCL
+# (the TORCH time lines of torch_check.py).
+torch_lib() {
+    local w
+    w=$(awk -v c="=== torch/$2:" 'index($0, c) == 1 { on = 1; next } /^=== / { on = 0 }
+            on && /TORCH (ok|FAIL) library/ && match($0, /weft=(yes|no)/) {
+                print substr($0, RSTART + 5, RLENGTH - 5) }' "$1" | tail -1)
+    case "$w" in yes) echo "Weft" ;; no) echo "NVIDIA's" ;; *) echo "? (no library line)" ;; esac
+}
 torch_summary() {
-    local log=$1 probe tw tn t2
-    probe=$(awk '/^=== torch\/weft-1proc-ldpath/ { on = 1; next } /^=== / { on = 0 }
-                 on && /TORCH (ok|FAIL) library/ { match($0, /weft=(yes|no)/);
-                     print substr($0, RSTART + 5, RLENGTH - 5) }' "$log" | tail -1)
-    case "$probe" in
-    yes) probe="Weft" ;; no) probe="NVIDIA's (torch's own path wins)" ;; *) probe="? (no probe)" ;;
-    esac
+    local log=$1 tw tn t2
+    say "torch: LD_PRELOAD=build/libnccl.so.2 gives torch $(torch_lib "$log" weft-1proc-preload);" \
+        "LD_LIBRARY_PATH=build gives torch $(torch_lib "$log" weft-1proc-ldpath)"
     tw=$(grep -ao 'lib=weft ranks=1 [^[:cntrl:]]*' "$log" | tail -1)
     tn=$(grep -ao 'lib=nvidia ranks=1 [^[:cntrl:]]*' "$log" | tail -1)
-    say "torch: LD_LIBRARY_PATH=build gives torch ${probe}; LD_PRELOAD: see weft-1proc-preload"
     t2=$(grep -ao 'lib=weft ranks=2 [^[:cntrl:]]*' "$log" | tail -1)
     say "torch: ${tw:-lib=weft ranks=1: no timing}; ${tn:-lib=nvidia ranks=1: no timing}"
     say "torch: ${t2:-lib=weft ranks=2: no timing}"
