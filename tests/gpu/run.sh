@@ -177,16 +177,26 @@ sanitizer_cases=(
 # Helpers a case's command may name: each case runs as `bash -c CMD` under timeout, so they are
 # exported functions.
 # NVIDIA's libnccl.so.2 from the image's nvidia-nccl-cu13 wheel: runs a command with it first on
-# the library path (exit 77, skipped, without the wheel).
+# the library path (exit 77, skipped, without the wheel). The perf tools then dlopen a CUDA runtime
+# (perf/devmem.c): the cu13 wheels keep libcudart.so.13 in nvidia/cu13/lib, so that folder and the
+# toolkit's come after the NCCL one.
 nccl_wheel_dir() {
     python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' \
         2>/dev/null
 }
+cudart_wheel_dir() {
+    python3 -c 'import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], "lib"))' \
+        2>/dev/null
+}
 nccl_wheel() {
-    local d
+    local d r p
     d=$(nccl_wheel_dir)
     [ -n "$d" ] && [ -e "$d/libnccl.so.2" ] || { echo "SKIP: no nvidia-nccl wheel"; return 77; }
-    LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+    p=$d
+    for r in "$(cudart_wheel_dir)" /usr/local/cuda/lib64; do
+        [ -z "$r" ] || [ ! -e "$r/libcudart.so.13" ] || p=$p:$r
+    done
+    LD_LIBRARY_PATH=$p${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
 }
 # has_reg TOOL: whether the perf tool takes -R (its --help lists -R,--local_register).
 has_reg() {
@@ -211,7 +221,7 @@ with_reg() {
     esac
     return $rc
 }
-export -f nccl_wheel_dir nccl_wheel has_reg with_reg
+export -f nccl_wheel_dir cudart_wheel_dir nccl_wheel has_reg with_reg
 
 # run_case TIMEOUT CMD: runs one case's command line (B = the build folder) under timeout.
 run_case() {
@@ -267,7 +277,9 @@ stage_preflight() {
         meson --version 2>&1 || python3 -m mesonbuild.mesonmain --version 2>&1
         compute-sanitizer --version 2>&1 | head -2
         command -v nvidia-cuda-mps-control || echo "no nvidia-cuda-mps-control"
-        echo "nvidia nccl wheel: $(nccl_wheel_dir)"
+        echo "nvidia nccl wheel: $(nccl_wheel_dir); cu13 runtime wheel: $(cudart_wheel_dir)"
+        python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())' 2>&1 |
+            tail -1
     } >"$log" 2>&1
     if nvidia-smi -L >/dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
