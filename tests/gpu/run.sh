@@ -278,8 +278,6 @@ stage_preflight() {
         compute-sanitizer --version 2>&1 | head -2
         command -v nvidia-cuda-mps-control || echo "no nvidia-cuda-mps-control"
         echo "nvidia nccl wheel: $(nccl_wheel_dir); cu13 runtime wheel: $(cudart_wheel_dir)"
-        python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())' 2>&1 |
-            tail -1
     } >"$log" 2>&1
     if nvidia-smi -L >/dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
