@@ -397,6 +397,10 @@ torch_summary() {
     t2=$(grep -ao 'lib=weft ranks=2 [^[:cntrl:]]*' "$log" | tail -1)
     say "torch: ${tw:-lib=weft ranks=1: no timing}; ${tn:-lib=nvidia ranks=1: no timing}"
     say "torch: ${t2:-lib=weft ranks=2: no timing}"
+    # the first failed checks, named by case (torch.log has them all)
+    awk '/^=== torch\// { split($2, a, "/"); c = substr(a[2], 1, length(a[2]) - 1); next }
+         /TORCH FAIL/ && n++ < 6 { print "torch: " c ": " substr($0, index($0, "TORCH FAIL"), 200) }' \
+        "$log" | while IFS= read -r line; do say "$line"; done
 }
 
 dry_run() {
