@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "algo/sched.h"
 #include "core/auth.h"
@@ -340,6 +343,37 @@ static int weft_zcopy_map_all(struct weft_zcopy_op *zc)
     return 1;
 }
 
+/*
+ * Copies a reduced piece (in cache) to an output in memory. On x86-64 with streaming stores: a
+ * plain store to a line not in cache first reads it (read for ownership), a third more memory
+ * traffic; glibc's memcpy streams only copies of megabytes. 2 ranks, all-reduce of 64 MiB: memcpy
+ * took 50% of the time, the reduction 22%. weft_zcopy_data ends with a store fence, so that the
+ * done message (a release store) is not seen before the data.
+ */
+static void weft_zcopy_put(char *dst, const char *src, size_t bytes)
+{
+#if defined(__x86_64__)
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > bytes)
+        head = bytes;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, dst += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
+    }
+#endif
+    memcpy(dst, src, bytes);
+}
+
 /* dst[0 .. m) = the rank-order reduction of in[k][0 .. m) over every rank k. */
 static void weft_zcopy_reduce(const struct weft_zcopy_op *zc, void *dst, size_t off, size_t m)
 {
@@ -381,9 +415,17 @@ static void weft_zcopy_data(struct weft_zcopy_op *zc, char *tmp)
     for (size_t e = lo; e < hi; e += piece) {
         size_t m = hi - e < piece ? hi - e : piece;
         weft_zcopy_reduce(zc, tmp, e, m);
-        for (int k = 0; k < n; k++)
-            memcpy(zc->out[k] + e * es, tmp, m * es);
+        /* In place the output lines were just read, so they are in cache: plain stores. */
+        for (int k = 0; k < n; k++) {
+            if (zc->out[k] == zc->in[k])
+                memcpy(zc->out[k] + e * es, tmp, m * es);
+            else
+                weft_zcopy_put(zc->out[k] + e * es, tmp, m * es);
+        }
     }
+#if defined(__x86_64__)
+    _mm_sfence();
+#endif
 }
 
 int weft_zcopy_next(struct weft_zcopy_op *zc, struct weft_lane *lane)
