@@ -309,6 +309,27 @@ static int rank_main(int rank, ncclUniqueId id)
     }
     int want = strcmp(g_case, "reg") == 0 || strcmp(g_case, "sub") == 0;
     run_all(&b, 1, want);
+    if (want) {
+        /* Two zero-copy all-reduces of one group, in place on either buffer: they run in issue
+         * order on the same connections, both right. */
+        size_t count = 5000;
+        for (size_t i = 0; i < count; i++) {
+            store(ncclInt32, b.send, i, input_value(ncclInt32, OP_SUM, rank, i, g_nranks));
+            store(ncclInt32, b.recv, i, input_value(ncclInt32, OP_MAX, rank, i, g_nranks));
+        }
+        uint64_t before = weft_zcopy_count(b.comm);
+        ncclGroupStart();
+        ncclAllReduce(b.send, b.send, count, ncclInt32, ncclSum, b.comm, NULL);
+        ncclAllReduce(b.recv, b.recv, count, ncclInt32, ncclMax, b.comm, NULL);
+        int ok = check(ncclGroupEnd(), rank, "group of two all-reduces") &&
+                 weft_zcopy_count(b.comm) == before + 2;
+        for (size_t i = 0; i < count && ok; i++)
+            ok = load(ncclInt32, b.send, i) == expected_reduce(ncclInt32, OP_SUM, i, g_nranks) &&
+                 load(ncclInt32, b.recv, i) == expected_reduce(ncclInt32, OP_MAX, i, g_nranks);
+        if (!ok)
+            fprintf(stderr, "rank %d: FAIL group of two zero-copy all-reduces\n", rank);
+        result(ok);
+    }
     bufs_free(&b, memalloc);
     if (!check(ncclCommDestroy(b.comm), rank, "ncclCommDestroy"))
         return 1;
