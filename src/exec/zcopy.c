@@ -34,15 +34,19 @@ WEFT_PARAM(ZcopyMinBytes, "WEFT_ZCOPY_MIN_BYTES", 262144,
 #define WEFT_ZCOPY_PIECE 65536
 
 /*
- * The descriptor every rank sends (uint64_t words). Version 1. The nonce; the operator's scalar
- * (PreMulSum's may differ per rank: rank k's input is pre-multiplied by rank k's). For each of
+ * The descriptor every rank sends (uint64_t words). Version 1. The nonce; the call (collective,
+ * datatype, operator kind) and count: a rank whose peers called something else votes no, so the
+ * normal path reports the mismatch (with the signature check off, too) instead of reading past a
+ * peer's buffer; the operator's scalar (PreMulSum's may differ per rank: rank k's input is
+ * pre-multiplied by rank k's). For each of
  * the send and recv
  * buffers: flags (WEFT_ZCOPY_REG: registered on this communicator; WEFT_ZCOPY_MEMFD: inside an
  * ncclMemAlloc block, so another process may map it), the memfd's number in the owner, its
  * st_dev, st_ino and size, the offset in it, and the raw pointer.
  */
 #define WEFT_ZCOPY_VERSION 1
-enum { ZD_VERSION, ZD_NONCE, ZD_SCALAR, ZD_BUF, ZD_BUF_WORDS = 7, ZD_WORDS = ZD_BUF + 2 * ZD_BUF_WORDS };
+enum { ZD_VERSION, ZD_NONCE, ZD_CALL, ZD_COUNT, ZD_SCALAR, ZD_BUF };
+enum { ZD_BUF_WORDS = 7, ZD_WORDS = ZD_BUF + 2 * ZD_BUF_WORDS };
 enum { ZB_FLAGS, ZB_FD, ZB_DEV, ZB_INO, ZB_SIZE, ZB_OFFSET, ZB_PTR };
 #define WEFT_ZCOPY_REG 0x1u
 #define WEFT_ZCOPY_MEMFD 0x2u
@@ -289,6 +293,9 @@ struct weft_zcopy_op *weft_zcopy_begin(const struct weft_task *task, struct weft
     weft_zcopy_sizes(task, &in, &out);
     zc->desc[ZD_VERSION] = WEFT_ZCOPY_VERSION;
     zc->desc[ZD_NONCE] = weft_zcopy_nonce();
+    zc->desc[ZD_CALL] = (uint64_t)task->coll | (uint64_t)task->dtype << 8 |
+                        (uint64_t)(task->has_redop ? task->redop.kind + 1 : 0) << 16;
+    zc->desc[ZD_COUNT] = task->count;
     zc->desc[ZD_SCALAR] = task->has_redop ? task->redop.scalar.u64 : 0;
     weft_zcopy_describe(comm, task->sendbuf, in, &zc->desc[ZD_BUF]);
     weft_zcopy_describe(comm, task->recvbuf, out, &zc->desc[ZD_BUF + ZD_BUF_WORDS]);
@@ -322,7 +329,8 @@ static int weft_zcopy_map_all(struct weft_zcopy_op *zc)
     int push = task->coll == WEFT_COLL_ALLREDUCE;
     for (int p = 0; p < comm->nranks; p++) {
         const uint64_t *d = &zc->descs[(size_t)p * ZD_WORDS];
-        if (d[ZD_VERSION] != WEFT_ZCOPY_VERSION)
+        if (d[ZD_VERSION] != WEFT_ZCOPY_VERSION || d[ZD_CALL] != zc->desc[ZD_CALL] ||
+            d[ZD_COUNT] != zc->desc[ZD_COUNT])
             return 0;
         if (zc->op != NULL) {
             zc->ops[p] = *zc->op;
@@ -349,8 +357,8 @@ static int weft_zcopy_map_all(struct weft_zcopy_op *zc)
  * line not in cache first reads it (read for ownership), a third more memory traffic, and
  * glibc's memcpy streams only copies larger than a share of the last-level cache (which this
  * 2-core VM reports as 480 MiB: never). 2 ranks, all-reduce of 64 MiB: memcpy took 50% of the
- * time, the reduction 22%; reduce-scatter 48% and 32%. weft_zcopy_data ends with a store fence, so that the
- * done message (a release store) is not seen before the data.
+ * time, the reduction 22%; reduce-scatter 48% and 32%. weft_zcopy_data ends with a store fence,
+ * so that the done message (a release store) is not seen before the data.
  */
 static void weft_zcopy_put(char *dst, const char *src, size_t bytes)
 {

@@ -12,6 +12,7 @@
  *   dereg    registered, then deregistered before use: falls back
  *   threads  ranks as threads of one process (ncclCommInitAll), malloc buffers registered
  *   kill     rank 1 is killed as it issues a zero-copy all-reduce: the others fail naming it
+ *   mismatch rank 0 all-reduces another count: every rank fails, none crashes
  * WEFT_ZCOPY_MIN_BYTES is set to 4096 so that small counts keep the test fast.
  */
 #include <signal.h>
@@ -294,6 +295,20 @@ static int rank_main(int rank, ncclUniqueId id)
         result(ncclCommDeregister(b.comm, old) == ncclInvalidArgument &&
                ncclCommDeregister(b.comm, &b) == ncclInvalidArgument &&
                strstr(ncclGetLastError(b.comm), "not a registration handle") != NULL);
+    }
+    if (strcmp(g_case, "mismatch") == 0) {
+        /* rank 0 all-reduces one element more: every rank fails (the exchange carries the
+         * signature; and a peer that called something else gets a no vote), none reads past a
+         * peer's buffer */
+        size_t count = 5000 + (rank == 0);
+        fill(&b, C_ALLREDUCE, ncclFloat32, OP_SUM, count, 0);
+        ncclResult_t res = issue(&b, C_ALLREDUCE, ncclFloat32, count, 0);
+        int ok = res != ncclSuccess && ncclGetLastError(b.comm)[0] != '\0';
+        if (!ok)
+            fprintf(stderr, "rank %d: FAIL mismatch: result %d\n", rank, res);
+        result(ok);
+        ncclCommAbort(b.comm);
+        return !ok;
     }
     if (strcmp(g_case, "kill") == 0) {
         /* rank 1 dies as it issues its first operation (WEFT_FAULT, set by main) */
