@@ -610,6 +610,7 @@ struct perf_args {
     int repeats;        /* -k: timed runs per row; the row shows their median */
     int report_cputime, parallel_init, stream_null;
     int nthreads, ngpus, graph_launches, host_buffers;
+    int local_register; /* -R 1: buffers from the backend's reg_alloc (ncclMemAlloc, registered) */
     const char *json_path;
     int ntypes;
     const struct perf_type *types[PERF_MAX_TYPES];
@@ -623,6 +624,7 @@ struct perf_slot {
     struct perf_ctx *ctx;
     char *send_base, *recv_base; /* 64-byte aligned (device: as cudaMalloc returned) */
     void *send_alloc, *recv_alloc;
+    void *send_reg, *recv_reg; /* -R 1: registration handles (send_alloc/recv_alloc: reg_alloc's) */
     char *stage, *expect;
     void *stage_alloc, *expect_alloc;
     ncclRedOp_t nccl_op; /* this communicator's op of the current test (mulsum: its PreMulSum) */
@@ -1409,6 +1411,8 @@ static void usage(const char *prog)
            "[-J,--output_file <file> JSON lines, one per measurement] \n\t"
            "[-u,--unalign <num elements>] \n\t"
            "[-H,--host_buffers <0/1> host memory even where a GPU is (default: 0)] \n\t"
+           "[-R,--local_register <0/1> 1: buffers from ncclMemAlloc, registered with "
+           "ncclCommRegister (host buffers, Weft only; default: 0)] \n\t"
            "[-S,--time_target <seconds>] iterations per size for timed runs of about this long "
            "(replaces -n; default 0: -n)\n\t"
            "[-k,--repeats <1-64>] timed runs per row: the row shows their median time and "
@@ -1418,7 +1422,7 @@ static void usage(const char *prog)
            "i of a process on GPU i mod (GPUs of the host), several ranks may share one.\n"
            "Buffers are device memory where a GPU backend is (Weft: WEFT_CUDA=emu:N or a GPU;\n"
            "another libnccl.so.2: the CUDA runtime), host memory otherwise or with -H 1.\n"
-           "Not supported: -R (registration), -D (device API).\n",
+           "Not supported: -R 2 (symmetric registration), -D (device API).\n",
            prog, prog);
 }
 
@@ -1691,9 +1695,13 @@ static int parse_args(struct perf_args *a, int argc, char **argv, const char *pr
             a->graph_launches = (int)v;
             break;
         case 'R':
-            if (v != 0)
-                PERF_ARG_ERROR("-R %ld: buffer registration is not supported by the perf tools",
+            if (v != 0 && v != 1)
+                PERF_ARG_ERROR("-R %ld: only -R 0 and -R 1 (local registration) are supported",
                                v);
+            if (v == 1 && be->reg_alloc == NULL)
+                PERF_ARG_ERROR("-R 1: %s has no buffer registration in the perf tools",
+                               be->name);
+            a->local_register = (int)v;
             break;
         case 'D':
             if (v != 0)
@@ -1813,8 +1821,22 @@ static void allocate_buffers(struct perf_state *st)
     /* 64-byte aligned; -u shifts each call's pointers by that many elements (call_buffers). */
     for (int i = 0; i < st->team.n; i++) {
         struct perf_slot *sl = &st->slots[i];
-        sl->send_base = rank_buffer(st, i, buf + slack, &sl->send_alloc);
-        sl->recv_base = rank_buffer(st, i, buf + slack, &sl->recv_alloc);
+        if (a->local_register) {
+            /* ncclMemAlloc is host memory in Weft: -R 1 asks for host buffers. */
+            if (st->dev_bufs || strcmp(sl->ctx->library, "weft") != 0) {
+                fprintf(stderr, "perf: -R 1 needs Weft on host buffers (-H 1)\n");
+                exit(2);
+            }
+            PERF_CHECK(st, st->be->reg_alloc(sl->ctx, buf + slack, &sl->send_alloc,
+                                             &sl->send_reg));
+            PERF_CHECK(st, st->be->reg_alloc(sl->ctx, buf + slack, &sl->recv_alloc,
+                                             &sl->recv_reg));
+            sl->send_base = sl->send_alloc;
+            sl->recv_base = sl->recv_alloc;
+        } else {
+            sl->send_base = rank_buffer(st, i, buf + slack, &sl->send_alloc);
+            sl->recv_base = rank_buffer(st, i, buf + slack, &sl->recv_alloc);
+        }
         if (a->check)
             sl->expect = aligned_buffer(expect + PERF_ALIGN, &sl->expect_alloc);
         if (st->dev_bufs)
@@ -1826,8 +1848,13 @@ static void free_buffers(struct perf_state *st)
 {
     for (int i = 0; i < st->team.n; i++) {
         struct perf_slot *sl = &st->slots[i];
-        rank_buffer_free(st, i, sl->send_alloc);
-        rank_buffer_free(st, i, sl->recv_alloc);
+        if (st->a.local_register) {
+            PERF_CHECK(st, st->be->reg_free(sl->ctx, sl->send_alloc, sl->send_reg));
+            PERF_CHECK(st, st->be->reg_free(sl->ctx, sl->recv_alloc, sl->recv_reg));
+        } else {
+            rank_buffer_free(st, i, sl->send_alloc);
+            rank_buffer_free(st, i, sl->recv_alloc);
+        }
         free(sl->expect_alloc);
         free(sl->stage_alloc);
     }
@@ -2563,6 +2590,28 @@ static ncclResult_t nccl_be_abort(const struct perf_ctx *ctx)
     return ctx->comm != NULL ? ncclCommAbort(ctx->comm) : ncclSuccess;
 }
 
+/* -R 1 (nccl-tests' --local_register): ncclMemAlloc'd, zeroed (pages faulted in before anything
+ * is timed), registered on the rank's communicator. */
+static ncclResult_t nccl_be_reg_alloc(const struct perf_ctx *ctx, size_t bytes, void **p_p,
+                                      void **handle_p)
+{
+    ncclResult_t res = ncclMemAlloc(p_p, bytes);
+    if (res != ncclSuccess)
+        return res;
+    memset(*p_p, 0, bytes);
+    res = ncclCommRegister(ctx->comm, *p_p, bytes, handle_p);
+    if (res != ncclSuccess)
+        ncclMemFree(*p_p);
+    return res;
+}
+
+static ncclResult_t nccl_be_reg_free(const struct perf_ctx *ctx, void *p, void *handle)
+{
+    ncclResult_t res = ncclCommDeregister(ctx->comm, handle);
+    ncclResult_t res2 = ncclMemFree(p);
+    return res != ncclSuccess ? res : res2;
+}
+
 const struct perf_backend perf_nccl_backend = {
     .name = "NCCL",
     .caps = PERF_BE_DEVICE,
@@ -2571,6 +2620,8 @@ const struct perf_backend perf_nccl_backend = {
     .fini = nccl_be_fini,
     .comm_init = nccl_be_comm_init,
     .comm_fini = nccl_be_comm_fini,
+    .reg_alloc = nccl_be_reg_alloc,
+    .reg_free = nccl_be_reg_free,
     .comm_device = nccl_be_comm_device,
     .barrier = nccl_be_barrier,
     .reduce_double = nccl_be_reduce_double,

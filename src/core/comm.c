@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/fault.h"
+#include "core/mem.h"
 #include "core/param.h"
 #include "core/trace.h"
 #include "algo/sched.h"
@@ -24,6 +25,7 @@
 #include "exec/sig.h"
 #include "exec/stream.h"
 #include "exec/wait.h"
+#include "exec/zcopy.h"
 #include "transport.h"
 
 int weft_host_oversubscribed;
@@ -232,6 +234,9 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
     free(comm->ring);
     free(comm->ring_pos);
     weft_sig_fini(comm);
+    weft_zcopy_fini(comm);
+    weft_mem_reg_drop(comm);
+    pthread_mutex_destroy(&comm->reg_lock);
     pthread_mutex_destroy(&comm->ticket_lock);
     pthread_cond_destroy(&comm->ticket_cond);
     comm->magic = WEFT_COMM_DEAD;
@@ -359,13 +364,14 @@ WEFT_PARAM_DECL(SocketNthreads);
 WEFT_PARAM_DECL(NsocksPerthread);
 WEFT_PARAM_DECL(DirectMaxBytes);  /* algo/tuner.c */
 WEFT_PARAM_DECL(FuseBytes);       /* exec/host.c */
+WEFT_PARAM_DECL(ZcopyMinBytes);   /* exec/zcopy.c */
 
 /* The knobs of WEFT_NSETTINGS, in the order of weft_peer_info.settings. */
 static const char *const weft_setting_names[WEFT_NSETTINGS] = {
     "WEFT_HOST_NCHANNELS", "WEFT_SHM_SLOT_BYTES",   "WEFT_SOCKET_SLOT_BYTES",
     "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_ALGO/WEFT_ALGO",
     "NCCL_PROTO",          "WEFT_DIRECT_MAX_BYTES", "WEFT_FUSE_BYTES",
-    "WEFT_DETERMINISTIC",
+    "WEFT_DETERMINISTIC",  "WEFT_ZCOPY_MIN_BYTES",
 };
 #define WEFT_SETTING_HASHED(i) ((i) == 5 || (i) == 6) /* masks fingerprinted: no value to print */
 
@@ -381,6 +387,7 @@ void weft_comm_settings(int nchannels, int64_t *v)
     v[7] = weft_param_DirectMaxBytes();
     v[8] = weft_param_FuseBytes();
     v[9] = weft_tune_deterministic();
+    v[10] = weft_param_ZcopyMinBytes();
 }
 
 /*
@@ -640,6 +647,7 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
         return res;
     }
     pthread_mutex_init(&comm->ticket_lock, NULL);
+    pthread_mutex_init(&comm->reg_lock, NULL);
     pthread_cond_init(&comm->ticket_cond, NULL);
     *comm_p = comm;
     return ncclSuccess;

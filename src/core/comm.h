@@ -27,17 +27,20 @@ struct weft_bootstrap;
 struct weft_transport;
 struct weft_stream;
 struct weft_cuda_comm;
+struct weft_reg;
+struct weft_zcopy_map;
 
 /*
  * Settings that shape the wire or a schedule (channels, slot sizes, socket links, algorithm and
  * protocol restrictions, the direct and fusion limits): every rank must hold the same, and init
  * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
  */
-#define WEFT_NSETTINGS 10
+#define WEFT_NSETTINGS 11
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
- * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. */
-#define WEFT_PEER_INFO_VERSION 5
+ * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. Version 6:
+ * WEFT_ZCOPY_MIN_BYTES among them. */
+#define WEFT_PEER_INFO_VERSION 6
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;
@@ -159,6 +162,14 @@ struct ncclComm {
     struct weft_stream *async_stream; /* non-blocking communicators run all their work here */
 
     struct weft_user_op user_ops[WEFT_MAX_USER_OPS];
+
+    /* Buffers registered with ncclCommRegister (core/mem.c; any thread, under reg_lock), and
+     * the peers' registered buffers this rank mapped for zero-copy collectives (exec/zcopy.c;
+     * the executing thread, under reg_lock too), unmapped when the communicator is freed. */
+    pthread_mutex_t reg_lock;
+    struct weft_reg *regs;
+    struct weft_zcopy_map *zcopy_maps;
+    uint64_t zcopy_ops; /* collectives that ran zero-copy (tests read it: weft_zcopy_count) */
 
     /* The CUDA executor (exec/cuda.c): cuda_bound when the process has a device (cuda_dev is
      * then this rank's); cuda is its device state, NULL without one; cuda_multiproc when every

@@ -88,7 +88,7 @@ ncclResult_t weft_mem_free(void *ptr)
     return ncclSuccess;
 }
 
-int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p)
+int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p, size_t *block_p)
 {
     int fd = -1;
     const char *p = ptr;
@@ -97,6 +97,8 @@ int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p)
         if (p >= b->ptr && size <= b->size && (size_t)(p - b->ptr) <= b->size - size) {
             fd = b->fd;
             *offset_p = (size_t)(p - b->ptr);
+            if (block_p != NULL)
+                *block_p = b->size;
             break;
         }
     }
@@ -106,13 +108,13 @@ int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p)
 
 #define WEFT_REG_MAGIC 0x7765667472656731ull /* "weftreg1" */
 
+/* A registration: on its communicator's list (comm->regs, under comm->reg_lock). */
 struct weft_reg {
     uint64_t magic;
     struct ncclComm *comm;
-    void *buff;
+    struct weft_reg *next;
+    char *buff;
     size_t size;
-    int fd; /* memfd when the buffer lies in an ncclMemAlloc allocation, else -1 */
-    size_t offset;
 };
 
 ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, void **handle_p)
@@ -134,9 +136,14 @@ ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, v
     r->comm = comm;
     r->buff = buff;
     r->size = size;
-    r->fd = size > 0 ? weft_mem_lookup(buff, size, &r->offset) : -1;
+    size_t offset;
+    int fd = size > 0 ? weft_mem_lookup(buff, size, &offset, NULL) : -1;
+    pthread_mutex_lock(&comm->reg_lock);
+    r->next = comm->regs;
+    comm->regs = r;
+    pthread_mutex_unlock(&comm->reg_lock);
     WEFT_INFO(WEFT_LOG_REG, "rank %d: registered %p (%zu bytes, %s)", comm->rank, buff, size,
-              r->fd >= 0 ? "shareable" : "private");
+              fd >= 0 ? "shareable" : "private");
     *handle_p = r;
     return ncclSuccess;
 }
@@ -145,8 +152,17 @@ ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle)
 {
     if (handle == NULL)
         return ncclSuccess;
-    struct weft_reg *r = handle;
-    if (r->magic != WEFT_REG_MAGIC || r->comm != comm) {
+    /* Found on this communicator's list, or refused without being dereferenced (another
+     * communicator's handle, one already deregistered, or garbage). */
+    pthread_mutex_lock(&comm->reg_lock);
+    struct weft_reg **it = &comm->regs;
+    while (*it != NULL && *it != handle)
+        it = &(*it)->next;
+    struct weft_reg *r = *it;
+    if (r != NULL)
+        *it = r->next;
+    pthread_mutex_unlock(&comm->reg_lock);
+    if (r == NULL) {
         WEFT_WARN("ncclCommDeregister: %p is not a registration handle of this communicator",
                   handle);
         return ncclInvalidArgument;
@@ -154,4 +170,27 @@ ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle)
     r->magic = 0;
     free(r);
     return ncclSuccess;
+}
+
+int weft_mem_reg_covers(struct ncclComm *comm, const void *ptr, size_t bytes)
+{
+    const char *p = ptr;
+    int found = 0;
+    pthread_mutex_lock(&comm->reg_lock);
+    for (const struct weft_reg *r = comm->regs; r != NULL && !found; r = r->next)
+        found = p >= r->buff && bytes <= r->size && (size_t)(p - r->buff) <= r->size - bytes;
+    pthread_mutex_unlock(&comm->reg_lock);
+    return found;
+}
+
+void weft_mem_reg_drop(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&comm->reg_lock);
+    while (comm->regs != NULL) {
+        struct weft_reg *r = comm->regs;
+        comm->regs = r->next;
+        r->magic = 0;
+        free(r);
+    }
+    pthread_mutex_unlock(&comm->reg_lock);
 }

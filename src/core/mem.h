@@ -4,7 +4,8 @@
  * ncclMemAlloc hands out page-aligned memory backed by a memfd, so that local peers can map the
  * very same pages (through the fd, e.g. pidfd_getfd or /proc/<pid>/fd) and move data with one
  * copy instead of two. A registry maps each allocation to its fd. ncclCommRegister records a
- * buffer (and the fd when the buffer lies in an ncclMemAlloc allocation) in a handle.
+ * buffer on the communicator's list (comm->regs); the host executor's zero-copy collectives
+ * (exec/zcopy.c) ask whether a buffer is registered, and map a peer's through its memfd.
  */
 #ifndef WEFT_CORE_MEM_H
 #define WEFT_CORE_MEM_H
@@ -17,10 +18,15 @@ struct ncclComm;
 
 ncclResult_t weft_mem_alloc(void **ptr_p, size_t size);
 ncclResult_t weft_mem_free(void *ptr);
-/* The memfd and offset behind ptr if it lies in an ncclMemAlloc allocation; -1 otherwise. */
-int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p);
+/* The memfd and offset behind ptr if it lies in an ncclMemAlloc allocation (and, when block_p is
+ * not NULL, the allocation's mapped size); -1 otherwise. */
+int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p, size_t *block_p);
 
 ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, void **handle_p);
 ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle);
+/* 1 when [ptr, ptr + bytes) lies inside one buffer registered on comm. Any thread. */
+int weft_mem_reg_covers(struct ncclComm *comm, const void *ptr, size_t bytes);
+/* Frees every registration left on comm (at destroy). */
+void weft_mem_reg_drop(struct ncclComm *comm);
 
 #endif

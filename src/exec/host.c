@@ -32,6 +32,7 @@
 #include "exec/lane.h"
 #include "exec/sig.h"
 #include "exec/wait.h"
+#include "exec/zcopy.h"
 
 WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
            "seconds an operation may wait for a peer without any progress before it fails");
@@ -61,6 +62,8 @@ struct weft_exec_lane {
     int key_peer; /* point-to-point: the peer; collectives: -1 */
     int key_dir;  /* point-to-point: 0 send, 1 receive */
     uint64_t done_ns; /* WEFT_TRACE_FILE: when the lane finished (weft_exec_trace) */
+    struct weft_zcopy_op *zc; /* a zero-copy candidate's lane (exec/zcopy.h), else NULL */
+    int zc_ctl;               /* 1: its controller (channel 0); 0: gated until it decides */
 };
 
 
@@ -130,6 +133,15 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             el->seq = seq;
             el->rec = recs[t];
             el->done_ns = 0;
+            el->zc = NULL;
+            el->zc_ctl = c == 0;
+            if (!p2p && (c == 0 ? weft_zcopy_candidate(task) : lanes[n - c].zc != NULL)) {
+                el->zc = c == 0 ? weft_zcopy_begin(task, &el->lane) : lanes[n - c].zc;
+                if (el->zc == NULL)
+                    return ncclSystemError;
+                if (c > 0)
+                    weft_zcopy_gate(el->zc, &el->lane);
+            }
             el->prev_same = -1;
             for (int j = n - 1; j >= 0; j--) {
                 if (lanes[j].task->comm == comm && lanes[j].key_chan == el->key_chan &&
@@ -166,6 +178,8 @@ static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_
         }
         if (el->prev_same >= 0 && !weft_lane_done(&lanes[el->prev_same].lane))
             continue;
+        if (__builtin_expect(el->zc != NULL, 0) && !el->zc_ctl && !weft_zcopy_decided(el->zc))
+            continue;
         int peer = -1, send = 0;
         int r = weft_lane_progress(&el->lane, &peer, &send);
         if (r < 0) {
@@ -173,6 +187,12 @@ static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_
             return -1;
         }
         moved |= r;
+        /* A zero-copy controller's phase ended: the next one starts (exec/zcopy.h). */
+        if (__builtin_expect(el->zc != NULL, 0) && el->zc_ctl && weft_lane_done(&el->lane) &&
+            weft_zcopy_next(el->zc, &el->lane)) {
+            moved = 1;
+            continue;
+        }
         if (weft_lane_done(&el->lane)) {
             ndone++;
             if (__builtin_expect(el->task->enq_ns != 0, 0))
