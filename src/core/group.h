@@ -54,7 +54,8 @@ ncclResult_t weft_group_simulate_end(ncclSimInfo_t *info);
  */
 ncclResult_t weft_submit(struct weft_task *tasks, int ntasks);
 
-/* Runs tasks to completion in the calling thread (exec/host.c). */
+/* Runs tasks to completion in the calling thread (exec/host.c); the caller holds comm->busy of
+ * every communicator of the tasks (core/submit.c). */
 ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks);
 
 #endif

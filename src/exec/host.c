@@ -586,8 +586,7 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
         weft_arena_reset();
         return res;
     }
-    for (int t = 0; t < ntasks; t++)
-        __atomic_fetch_add(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
+    /* comm->busy is held by the caller (core/submit.c) for every communicator of the tasks. */
     uint64_t start_ns = ntasks > 0 && tasks[0].enq_ns != 0 ? weft_trace_now_ns() : 0;
     res = weft_exec_run(lanes, nlanes);
     if (start_ns != 0 && res == ncclSuccess)
@@ -596,7 +595,6 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
         weft_sig_end(tasks[t].comm, recs[t], res != ncclSuccess);
         if (res != ncclSuccess)
             weft_comm_set_error(tasks[t].comm, res);
-        __atomic_fetch_sub(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
     }
     weft_exec_unfuse(orig_tasks, fused, nfused, res == ncclSuccess);
     weft_arena_reset();
