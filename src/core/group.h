@@ -27,7 +27,7 @@ struct weft_task {
     const char *api;         /* public name, for messages */
     const void *stream;      /* the user's cudaStream_t: NULL, a Weft host stream, or foreign */
     int on_device;           /* buffers are CUDA memory: the CUDA executor runs it (exec/cuda.h) */
-    uint64_t enq_ns;         /* WEFT_TRACE_FILE: when the call was made (core/trace.h), else 0 */
+    uint64_t enq_ns;         /* WEFT_TRACE_FILE: when the call was made (weft_time_ns), else 0 */
 };
 
 /* Runs the task now (no group open) or records it; an error is reported at group end. */

@@ -149,7 +149,8 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
     r->sig.nfused = n;
     uint32_t h32 = (uint32_t)(h ^ (h >> 32));
     r->sig.hash = h32 != 0 ? h32 : 1;
-    r->start_ns = weft_time_coarse_ns();
+    r->precise = merged->enq_ns != 0;
+    r->start_ns = r->precise ? weft_time_ns() : weft_time_coarse_ns();
     r->end_ns = 0;
     r->op_seq = comm->op_seq;
     r->failed = 0;
@@ -160,7 +161,7 @@ void weft_sig_end(struct ncclComm *comm, uint64_t rec, int failed)
 {
     struct weft_sig_comm *s = comm->sig;
     struct weft_op_rec *r = &s->hist[rec % WEFT_SIG_HISTORY];
-    r->end_ns = weft_time_coarse_ns();
+    r->end_ns = r->precise ? weft_time_ns() : weft_time_coarse_ns();
     r->failed = failed;
     if (!failed && !sig_is_p2p(r->sig.coll))
         s->last_coll = r->sig;
@@ -193,6 +194,11 @@ int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec
 const struct weft_op_sig *weft_sig_of(const struct ncclComm *comm, uint64_t rec)
 {
     return &comm->sig->hist[rec % WEFT_SIG_HISTORY].sig;
+}
+
+const struct weft_op_rec *weft_sig_rec(const struct ncclComm *comm, uint64_t rec)
+{
+    return &comm->sig->hist[rec % WEFT_SIG_HISTORY];
 }
 
 static const char *sig_coll_api(int coll)
@@ -464,7 +470,7 @@ static void sig_report_print(struct ncclComm *comm, const struct weft_sig_wait *
     if (t == NULL)
         return;
     t->len = 0;
-    uint64_t now = weft_time_coarse_ns();
+    uint64_t now = weft_time_ns(); /* not before any record's time, coarse or precise */
     const struct weft_peer_info *self = &comm->peer_info[comm->rank];
     char a[160];
     sig_text_add(t, "weft hang report (%s): rank %d of %d (host %s, pid %d), communicator 0x%llx\n",
