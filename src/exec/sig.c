@@ -61,6 +61,7 @@ ncclResult_t weft_sig_init(struct ncclComm *comm)
         return ncclSystemError;
     }
     s->p2p_seq = seq;
+    s->prefix_of.coll = -1;
     s->notes = notes;
     s->unreachable = unreachable;
     comm->sig = s;
@@ -90,8 +91,9 @@ static int sig_is_p2p(int coll)
     return coll == WEFT_COLL_SEND || coll == WEFT_COLL_RECV;
 }
 
-/* A send is hashed as the matching receive hashes it: (sender, receiver, their pair's count). */
-static uint64_t sig_hash_one(const struct ncclComm *comm, const struct weft_op_sig *g)
+/* A send is hashed as the matching receive hashes it: (sender, receiver, their pair's count).
+ * Everything but the sequence number (mixed in last, by sig_hash_one). */
+static uint64_t sig_hash_prefix(const struct ncclComm *comm, const struct weft_op_sig *g)
 {
     uint64_t h = 0x6a09e667f3bcc909ull;
     if (sig_is_p2p(g->coll)) {
@@ -102,8 +104,26 @@ static uint64_t sig_hash_one(const struct ncclComm *comm, const struct weft_op_s
         h = sig_mix(h, (uint64_t)(uint32_t)g->coll | ((uint64_t)(uint32_t)g->root << 32));
     }
     h = sig_mix(h, (uint64_t)(uint32_t)g->dtype | ((uint64_t)(uint32_t)g->redop << 32));
-    h = sig_mix(h, g->count);
-    return sig_mix(h, g->seq);
+    return sig_mix(h, g->count);
+}
+
+static uint64_t sig_hash_one(const struct ncclComm *comm, const struct weft_op_sig *g)
+{
+    return sig_mix(sig_hash_prefix(comm, g), g->seq);
+}
+
+/* sig_hash_one through the communicator's one-entry cache of prefixes (~10 ns less per
+ * operation when the call repeats, the 8 B path's case). */
+static uint64_t sig_hash_cached(const struct ncclComm *comm, struct weft_sig_comm *s,
+                                const struct weft_op_sig *g)
+{
+    struct weft_op_sig *k = &s->prefix_of;
+    if (k->coll != g->coll || k->root != g->root || k->dtype != g->dtype ||
+        k->redop != g->redop || k->count != g->count) {
+        *k = *g;
+        s->prefix = sig_hash_prefix(comm, g);
+    }
+    return sig_mix(s->prefix, g->seq);
 }
 
 static void sig_from_task(const struct weft_task *t, struct weft_op_sig *g)
@@ -142,7 +162,7 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
             r->sig.seq = seq;
         g.seq = seq;
         if (gp == &r->sig)
-            h = sig_hash_one(comm, &r->sig);
+            h = sig_hash_cached(comm, s, &r->sig);
         else
             h = k == 0 ? sig_hash_one(comm, &g) : sig_mix(h, sig_hash_one(comm, &g));
     }

@@ -101,6 +101,10 @@ struct weft_sig_comm {
     uint64_t reported;  /* the operation (hist index + 1) whose report was printed */
     uint64_t mismatch_seq; /* MISMATCH notes about collectives before this one are old news */
     uint32_t report_req; /* weftCommHangReport asked for one */
+    /* The hash of the last unfused operation's signature without its sequence number (exec/sig.c):
+     * a program repeats the same call, and then only the sequence number is mixed in. */
+    struct weft_op_sig prefix_of; /* seq and hash unused; coll -1: none yet */
+    uint64_t prefix;
 };
 
 ncclResult_t weft_sig_init(struct ncclComm *comm);
