@@ -133,7 +133,7 @@ uint64_t weft_sched_max_steps(const struct weft_sched_args *args);
 /*
  * Writes the steps of args.rank into steps[0 .. max) in execution order and returns how many.
  * Steps with count 0 are never emitted. Returns UINT64_MAX if the arguments are not supported
- * (unknown collective/algorithm pair) or max is too small.
+ * (unknown collective/algorithm pair) or max is too small (then steps[0 .. max) may be written).
  */
 uint64_t weft_sched_build(const struct weft_sched_args *args, struct weft_step *steps, uint64_t max);
 

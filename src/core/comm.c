@@ -694,36 +694,44 @@ ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniq
 
 uint64_t weft_comm_ticket_take(struct ncclComm *comm)
 {
-    pthread_mutex_lock(&comm->ticket_lock);
-    uint64_t t = comm->issued++;
-    pthread_mutex_unlock(&comm->ticket_lock);
-    return t;
+    return __atomic_fetch_add(&comm->issued, 1, __ATOMIC_ACQ_REL);
 }
 
 ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket)
 {
+    /* Its turn already came (the inline path's common case): no lock. completed is written only
+     * by the holder of the running ticket, so it cannot move past ticket meanwhile. */
+    if (__atomic_load_n(&comm->completed, __ATOMIC_ACQUIRE) == ticket) {
+        __atomic_store_n(&comm->ticket_running, 1, __ATOMIC_RELAXED);
+        return ncclSuccess;
+    }
     uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     uint64_t seen = UINT64_MAX, idle_since = 0;
     pthread_mutex_lock(&comm->ticket_lock);
-    while (comm->completed < ticket) {
+    /* Counted before completed is read again (both sequentially consistent): the finishing
+     * thread either sees this waiter and wakes it, or this read sees its ticket done. */
+    __atomic_fetch_add(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
+    ncclResult_t res = ncclSuccess;
+    uint64_t done;
+    while ((done = __atomic_load_n(&comm->completed, __ATOMIC_SEQ_CST)) < ticket) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
-            pthread_mutex_unlock(&comm->ticket_lock);
             WEFT_WARN("rank %d: communicator aborted while work waited for its turn", comm->rank);
-            return ncclInvalidUsage;
+            res = ncclInvalidUsage;
+            break;
         }
         /* Running work has deadlines of its own; the clock runs only while none runs. */
         uint64_t now = weft_time_ns();
-        if (comm->completed != seen || comm->ticket_running) {
-            seen = comm->completed;
+        if (done != seen || __atomic_load_n(&comm->ticket_running, __ATOMIC_RELAXED)) {
+            seen = done;
             idle_since = now;
         } else if (now - idle_since > timeout_ns) {
-            pthread_mutex_unlock(&comm->ticket_lock);
             WEFT_WARN("rank %d: work %llu waited %llu s for work %llu of this communicator, "
                       "which never started (WEFT_TIMEOUT)",
                       comm->rank, (unsigned long long)ticket,
                       (unsigned long long)((now - idle_since) / 1000000000ull),
                       (unsigned long long)seen);
-            return ncclSystemError;
+            res = ncclSystemError;
+            break;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -734,18 +742,23 @@ ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket)
         }
         pthread_cond_timedwait(&comm->ticket_cond, &comm->ticket_lock, &ts);
     }
-    comm->ticket_running = 1;
+    __atomic_fetch_sub(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
+    if (res == ncclSuccess)
+        __atomic_store_n(&comm->ticket_running, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&comm->ticket_lock);
-    return ncclSuccess;
+    return res;
 }
 
 void weft_comm_ticket_done(struct ncclComm *comm)
 {
-    pthread_mutex_lock(&comm->ticket_lock);
-    comm->completed++;
-    comm->ticket_running = 0;
-    pthread_cond_broadcast(&comm->ticket_cond);
-    pthread_mutex_unlock(&comm->ticket_lock);
+    __atomic_store_n(&comm->ticket_running, 0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&comm->completed, 1, __ATOMIC_SEQ_CST);
+    /* The broadcast takes the lock, so a waiter between its check and its sleep still hears it. */
+    if (__atomic_load_n(&comm->ticket_waiters, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&comm->ticket_lock);
+        pthread_cond_broadcast(&comm->ticket_cond);
+        pthread_mutex_unlock(&comm->ticket_lock);
+    }
 }
 
 ncclResult_t weft_comm_async_state(struct ncclComm *comm)
@@ -760,8 +773,7 @@ ncclResult_t weft_comm_async_state(struct ncclComm *comm)
         return err;
     if (comm->blocking)
         return ncclSuccess;
-    pthread_mutex_lock(&comm->ticket_lock);
-    int busy = comm->completed < comm->issued;
-    pthread_mutex_unlock(&comm->ticket_lock);
+    int busy = __atomic_load_n(&comm->completed, __ATOMIC_ACQUIRE) <
+               __atomic_load_n(&comm->issued, __ATOMIC_ACQUIRE);
     return busy ? ncclInProgress : ncclSuccess;
 }

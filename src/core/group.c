@@ -11,6 +11,7 @@
 #include "core/trace.h"
 #include "exec/cuda.h"
 #include "exec/stream.h"
+#include "exec/wait.h"
 
 struct weft_init_job {
     struct ncclComm **comm_p;
@@ -288,7 +289,7 @@ ncclResult_t weft_group_record(ncclResult_t res)
 ncclResult_t weft_group_enqueue(const struct weft_task *task)
 {
     struct weft_group *g = &weft_group_state;
-    uint64_t enq_ns = weft_trace_enabled() ? weft_trace_now_ns() : 0;
+    uint64_t enq_ns = weft_trace_enabled() ? weft_time_ns() : 0;
     if (g->depth == 0) {
         struct weft_task copy = *task;
         copy.enq_ns = enq_ns;

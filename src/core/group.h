@@ -27,7 +27,7 @@ struct weft_task {
     const char *api;         /* public name, for messages */
     const void *stream;      /* the user's cudaStream_t: NULL, a Weft host stream, or foreign */
     int on_device;           /* buffers are CUDA memory: the CUDA executor runs it (exec/cuda.h) */
-    uint64_t enq_ns;         /* WEFT_TRACE_FILE: when the call was made (core/trace.h), else 0 */
+    uint64_t enq_ns;         /* WEFT_TRACE_FILE: when the call was made (weft_time_ns), else 0 */
 };
 
 /* Runs the task now (no group open) or records it; an error is reported at group end. */
@@ -54,7 +54,8 @@ ncclResult_t weft_group_simulate_end(ncclSimInfo_t *info);
  */
 ncclResult_t weft_submit(struct weft_task *tasks, int ntasks);
 
-/* Runs tasks to completion in the calling thread (exec/host.c). */
+/* Runs tasks to completion in the calling thread (exec/host.c); the caller holds comm->busy of
+ * every communicator of the tasks (core/submit.c). */
 ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks);
 
 #endif

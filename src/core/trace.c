@@ -28,6 +28,7 @@ struct weft_trace_rec {
 
 struct weft_trace {
     pthread_mutex_t lock;
+    uint64_t mono_to_real; /* CLOCK_REALTIME - CLOCK_MONOTONIC when the trace was created */
     struct weft_trace_rec *recs;
     size_t nrecs, cap, dropped;
     uint64_t *lanes;
@@ -36,14 +37,21 @@ struct weft_trace {
 
 int weft_trace_enabled(void)
 {
-    const char *f = weft_param_TraceFile();
-    return f != NULL && *f != '\0';
+    /* Asked on every operation: cached (-1: not read yet). */
+    static int enabled = -1;
+    int e = __atomic_load_n(&enabled, __ATOMIC_RELAXED);
+    if (__builtin_expect(e < 0, 0)) {
+        const char *f = weft_param_TraceFile();
+        e = f != NULL && *f != '\0';
+        __atomic_store_n(&enabled, e, __ATOMIC_RELAXED);
+    }
+    return e;
 }
 
-uint64_t weft_trace_now_ns(void)
+static uint64_t weft_trace_clock_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -60,6 +68,8 @@ struct weft_trace *weft_trace_get(struct ncclComm *comm)
         t = calloc(1, sizeof(*t));
         if (t != NULL) {
             pthread_mutex_init(&t->lock, NULL);
+            t->mono_to_real = weft_trace_clock_ns(CLOCK_REALTIME) -
+                              weft_trace_clock_ns(CLOCK_MONOTONIC);
             __atomic_store_n(&comm->trace, t, __ATOMIC_RELEASE);
         }
     }
@@ -104,9 +114,14 @@ void weft_trace_record(struct ncclComm *comm, const struct weft_trace_op *op)
     r->op = *op;
     r->op.nch = (int)nl;
     r->op.lane_end_ns = NULL;
+    r->op.enq_ns += t->mono_to_real;
+    r->op.start_ns += op->start_ns != 0 ? t->mono_to_real : 0;
+    r->op.end_ns += op->end_ns != 0 ? t->mono_to_real : 0;
     r->lane_first = (uint32_t)t->nlanes;
-    if (nl > 0)
-        memcpy(t->lanes + t->nlanes, op->lane_end_ns, nl * sizeof(uint64_t));
+    for (size_t i = 0; i < nl; i++) {
+        uint64_t e = op->lane_end_ns[i];
+        t->lanes[t->nlanes + i] = e != 0 ? e + t->mono_to_real : 0;
+    }
     t->nlanes += nl;
 out:
     pthread_mutex_unlock(&t->lock);

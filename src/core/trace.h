@@ -10,9 +10,14 @@
  * operation's path. At most WEFT_TRACE_MAX_OPS operations are kept; later ones are counted.
  *
  * WEFT_TRACE_FILE expands %r (the rank in the communicator), %n (its size), %h (host), %p (pid)
- * and %c (the communicator's hash, for programs with several communicators per rank). Times are
- * CLOCK_REALTIME microseconds, so files from several hosts line up as far as their clocks agree.
- * Thread-safe: a communicator's records are taken under its trace's lock.
+ * and %c (the communicator's hash, for programs with several communicators per rank). Times in
+ * the file are CLOCK_REALTIME microseconds, so files from several hosts line up as far as their
+ * clocks agree. Thread-safe: a communicator's records are taken under its trace's lock.
+ *
+ * The times an operation's record gives (struct weft_trace_op) are the executor's one
+ * per-operation record (exec/sig.h, struct weft_op_rec), read on CLOCK_MONOTONIC (weft_time_ns,
+ * exec/wait.h): the trace converts them to CLOCK_REALTIME with the offset between the two clocks
+ * taken when the communicator's trace is created.
  */
 #ifndef WEFT_CORE_TRACE_H
 #define WEFT_CORE_TRACE_H
@@ -27,15 +32,13 @@ struct weft_trace;
 /* Nonzero when WEFT_TRACE_FILE is set (read once). */
 int weft_trace_enabled(void);
 
-/* Wall-clock nanoseconds (CLOCK_REALTIME), the traces' time base. */
-uint64_t weft_trace_now_ns(void);
-
 /* The communicator's trace (created on first use; NULL when tracing is off or memory is short). */
 struct weft_trace *weft_trace_get(struct ncclComm *comm);
 
 /* One operation: api (public name), collective, count, datatype (ncclDataType_t), algorithm
  * (enum weft_algo or -1), nch lane end times lane_end_ns[nch] (may be NULL when nch is 0),
- * device 1 for the CUDA executor (then start_ns is the launch and end_ns 0). */
+ * device 1 for the CUDA executor (then start_ns is the launch and end_ns 0). Times:
+ * CLOCK_MONOTONIC nanoseconds (see above). */
 struct weft_trace_op {
     const char *api;
     int coll, dtype, algo, root, device, nch;

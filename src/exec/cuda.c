@@ -1004,7 +1004,7 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
         struct weft_trace_op tr = {
             .api = t->api, .coll = t->coll, .dtype = t->dtype, .algo = op->algo,
             .root = t->root, .device = 1, .seq = op->seq, .count = t->count,
-            .enq_ns = t->enq_ns, .start_ns = weft_trace_now_ns(),
+            .enq_ns = t->enq_ns, .start_ns = weft_sig_rec(comm, rec)->start_ns,
         };
         weft_trace_record(comm, &tr);
     }

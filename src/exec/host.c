@@ -86,18 +86,22 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         uint64_t seq = ++comm->op_seq;
         int p2p = weft_task_is_p2p(task);
         int nch = p2p ? 1 : comm->nchannels;
+        int algo = weft_tune_algo(task->coll, task->count * es, &comm->tune);
+        /* Element sizes are powers of two: a shift, not a 64-bit division (~40 cycles). */
+        uint64_t chunk = (weft_slot_payload(comm->slot_bytes) * WEFT_CHUNK_SLOTS) >>
+                         __builtin_ctzll(es);
         for (int c = 0; c < nch; c++) {
             struct weft_exec_lane *el = &lanes[n];
             struct weft_sched_args args = {
                 .coll = task->coll,
-                .algo = weft_tune_algo(task->coll, task->count * es, &comm->tune),
+                .algo = algo,
                 .count = task->count,
                 .nranks = comm->nranks,
                 .rank = comm->rank,
                 .root = task->root,
                 .channel = c,
                 .nchannels = nch,
-                .chunk = (weft_slot_payload(comm->slot_bytes) * WEFT_CHUNK_SLOTS) / es,
+                .chunk = chunk,
                 .ring = comm->ring,
                 .ring_pos = comm->ring_pos,
                 .local_ranks = comm->hier_k,
@@ -196,7 +200,7 @@ static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_
         if (weft_lane_done(&el->lane)) {
             ndone++;
             if (__builtin_expect(el->task->enq_ns != 0, 0))
-                el->done_ns = weft_trace_now_ns();
+                el->done_ns = weft_time_ns();
         }
         else if (r == 0 && peer >= 0) {
             block->lane = i;
@@ -564,12 +568,13 @@ static void weft_exec_unfuse(const struct weft_task *tasks, const struct weft_fu
     }
 }
 
-/* WEFT_TRACE_FILE: each task's times and its lanes' (lanes of a task are consecutive). */
-static void weft_exec_trace(const struct weft_exec_lane *lanes, int nlanes, uint64_t start_ns)
+/* WEFT_TRACE_FILE: each task's times (its record in comm->sig, exec/sig.h) and its lanes' (lanes
+ * of a task are consecutive). */
+static void weft_exec_trace(const struct weft_exec_lane *lanes, int nlanes)
 {
-    uint64_t end_ns = weft_trace_now_ns();
     for (int i = 0; i < nlanes;) {
         const struct weft_task *task = lanes[i].task;
+        const struct weft_op_rec *rec = weft_sig_rec(task->comm, lanes[i].rec);
         uint64_t ends[WEFT_MAX_CHANNELS + 1];
         int nch = 0;
         for (; i < nlanes && lanes[i].task == task; i++)
@@ -581,8 +586,8 @@ static void weft_exec_trace(const struct weft_exec_lane *lanes, int nlanes, uint
             .algo = weft_task_is_p2p(task) ? -1
                     : weft_tune_algo_quiet(task->coll, task->count * es, &task->comm->tune, NULL),
             .root = task->root, .device = 0, .nch = nch, .seq = lanes[i - 1].seq,
-            .count = task->count, .enq_ns = task->enq_ns, .start_ns = start_ns,
-            .end_ns = end_ns, .lane_end_ns = ends,
+            .count = task->count, .enq_ns = task->enq_ns, .start_ns = rec->start_ns,
+            .end_ns = rec->end_ns, .lane_end_ns = ends,
         };
         weft_trace_record(task->comm, &op);
     }
@@ -606,18 +611,15 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
         weft_arena_reset();
         return res;
     }
-    for (int t = 0; t < ntasks; t++)
-        __atomic_fetch_add(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
-    uint64_t start_ns = ntasks > 0 && tasks[0].enq_ns != 0 ? weft_trace_now_ns() : 0;
+    /* comm->busy is held by the caller (core/submit.c) for every communicator of the tasks. */
     res = weft_exec_run(lanes, nlanes);
-    if (start_ns != 0 && res == ncclSuccess)
-        weft_exec_trace(lanes, nlanes, start_ns);
     for (int t = 0; t < ntasks; t++) {
         weft_sig_end(tasks[t].comm, recs[t], res != ncclSuccess);
         if (res != ncclSuccess)
             weft_comm_set_error(tasks[t].comm, res);
-        __atomic_fetch_sub(&tasks[t].comm->busy, 1, __ATOMIC_SEQ_CST);
     }
+    if (ntasks > 0 && tasks[0].enq_ns != 0 && res == ncclSuccess)
+        weft_exec_trace(lanes, nlanes);
     weft_exec_unfuse(orig_tasks, fused, nfused, res == ncclSuccess);
     weft_arena_reset();
     return res;

@@ -59,13 +59,19 @@ struct weft_op_sig {
     uint32_t hash;  /* what travels on the wire; never 0 (0: unchecked) */
 };
 
-/* One entry of a communicator's recent operations. */
+/*
+ * One entry of a communicator's recent operations: the one record of each operation, for the
+ * hang report and the trace file (core/trace.h) alike. Times are CLOCK_MONOTONIC: precise
+ * (weft_time_ns) when the operation is traced (its task's enq_ns is set), else the coarse clock
+ * (weft_time_coarse_ns: a few ns, against ~20 on the 8 B path).
+ */
 struct weft_op_rec {
     struct weft_op_sig sig;
     uint64_t start_ns;
     uint64_t end_ns; /* 0 while it runs */
     uint64_t op_seq; /* comm->op_seq when it began (the number older messages give) */
     int failed;
+    int precise; /* traced: the precise clock */
 };
 
 /* A note one rank sends another through the bootstrap (exec/sig.c). */
@@ -95,6 +101,10 @@ struct weft_sig_comm {
     uint64_t reported;  /* the operation (hist index + 1) whose report was printed */
     uint64_t mismatch_seq; /* MISMATCH notes about collectives before this one are old news */
     uint32_t report_req; /* weftCommHangReport asked for one */
+    /* The hash of the last unfused operation's signature without its sequence number (exec/sig.c):
+     * a program repeats the same call, and then only the sequence number is mixed in. */
+    struct weft_op_sig prefix_of; /* seq and hash unused; coll -1: none yet */
+    uint64_t prefix;
 };
 
 ncclResult_t weft_sig_init(struct ncclComm *comm);
@@ -118,6 +128,8 @@ int weft_sig_find(const struct ncclComm *comm, uint32_t hash, uint64_t *rec_p);
 int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec_p);
 /* The signature of a recorded operation. */
 const struct weft_op_sig *weft_sig_of(const struct ncclComm *comm, uint64_t rec);
+/* The whole record (its times, for the trace). */
+const struct weft_op_rec *weft_sig_rec(const struct ncclComm *comm, uint64_t rec);
 
 /* Writes "ncclAllReduce(count 1000, float, sum) #17" into buf. */
 void weft_sig_format(const struct weft_op_sig *sig, char *buf, size_t len);

@@ -96,15 +96,18 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
     /* rank r contributes 2^r: a sum shows whose data it holds */
     for (int i = 0; i < 4 * N_BIG; i++)
         buf[i] = (float)(1 << rank);
-    ncclResult_t warm = ncclAllReduce(buf, out, 4096, ncclFloat, ncclSum, comm, NULL);
+    /* dtype, op: #1 has #2's count, so that only the datatype (the op) tells rank 0's #2 from #1:
+     * the signature hash keeps the last call's prefix (exec/sig.c), which must not be reused. */
+    size_t warm_n = strcmp(c, "dtype") == 0 || strcmp(c, "op") == 0 ? N_BIG : 4096;
+    ncclResult_t warm = ncclAllReduce(buf, out, warm_n, ncclFloat, ncclSum, comm, NULL);
     if (warm != ncclSuccess) {
         dprintf(g_stderr, "rank %d: warm-up all-reduce gave %d: %s\n", rank, warm,
                 ncclGetLastError(NULL));
         return 1;
     }
-    for (int i = 0; i < 4096; i++)
+    for (size_t i = 0; i < warm_n; i++)
         if (out[i] != (float)((1 << nranks) - 1)) {
-            dprintf(g_stderr, "rank %d: warm-up all-reduce out[%d] = %g\n", rank, i, out[i]);
+            dprintf(g_stderr, "rank %d: warm-up all-reduce out[%zu] = %g\n", rank, i, out[i]);
             return 1;
         }
     memset(out, 0, 4 * N_BIG * sizeof(float));
