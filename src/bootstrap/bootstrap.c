@@ -3,10 +3,13 @@
  * messages and the collectives built on them. The id layout and wire format are in wire.h; the
  * root thread is in root.c.
  */
+#include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -47,16 +50,23 @@ struct weft_bootstrap {
     int64_t timeout_s;
     volatile uint32_t *abort_flag;
     int listen_fd;
-    union weft_sockaddr *addrs;     /* every rank's listen address */
-    int *send_fd;                   /* per peer: connection we made (we write), -1 until used */
-    int *recv_fd;                   /* per peer: connection it made (we read), -1 until accepted */
+    union weft_sockaddr *addrs; /* every rank's listen address */
+    int *send_fd;               /* per peer: connection we made (we write), -1 until used */
+    /* Per peer: connection it made (we read), -1 until admitted. The admission thread sets an
+     * entry (from -1 only, atomically); the caller's thread reads it and closes it. */
+    int *recv_fd;
     struct weft_bs_msg *unexpected; /* FIFO, oldest first */
     struct weft_bs_msg **unexpected_tail;
     size_t unexpected_count, unexpected_bytes;
-    struct weft_bs_pending *pending; /* accepted, handshake not done; served by every wait */
-    int npending, pending_cap;
-    struct pollfd *pfds; /* 3 + pending_cap */
     int32_t coll_seq;
+    /* Admission thread: the only user of listen_fd, pending and pfds. */
+    pthread_t admit_thread;
+    int admit_running;
+    int admitted_fd; /* eventfd: the thread adds 1 after each admission (wakes a waiting call) */
+    int stop_fd;     /* eventfd: weft_bootstrap_close() ends the thread */
+    struct weft_bs_pending *pending; /* accepted, handshake not done */
+    int npending, pending_cap;
+    struct pollfd *pfds; /* 2 + pending_cap */
 };
 
 /* A message being written while we wait for another one (ring steps send and receive at once). */
@@ -151,7 +161,14 @@ static ncclResult_t weft_bs_out_progress(struct weft_bs_out *o)
     return ncclSuccess;
 }
 
-/* ---- admission: every wait also serves the listening socket and unfinished handshakes ---- */
+/*
+ * ---- admission: a thread per handle answers every incoming handshake ----
+ * The first message to a rank opens a connection whose handshake the receiver must answer (two
+ * round trips). Answering it from the receiver's own waits held the sender up for as long as the
+ * receiver was busy elsewhere, asleep in user code or descheduled (notes sent with short limits
+ * were lost under load). The thread answers at once, whatever the receiver's caller does, and
+ * connections stay lazy (n-1 links per rank at most, a full mesh only where all pairs talk).
+ */
 
 static void weft_bs_pending_drop(struct weft_bootstrap *bs, int i, const char *why)
 {
@@ -174,7 +191,7 @@ static ncclResult_t weft_bs_accept_new(struct weft_bootstrap *bs)
             struct weft_bs_pending *p = realloc(bs->pending, cap * sizeof(*p));
             if (p != NULL)
                 bs->pending = p;
-            struct pollfd *pfds = realloc(bs->pfds, (cap + 3) * sizeof(*pfds));
+            struct pollfd *pfds = realloc(bs->pfds, (cap + 2) * sizeof(*pfds));
             if (pfds != NULL)
                 bs->pfds = pfds;
             if (p == NULL || pfds == NULL) {
@@ -220,7 +237,7 @@ static void weft_bs_pending_read(struct weft_bootstrap *bs, int i)
         return;
     const char *why = weft_bs_connect_parse(c->msg, sizeof(c->msg), bs->magic, bs->nranks,
                                             bs->key, &c->nonces, &rank);
-    if (why == NULL && bs->recv_fd[rank] >= 0)
+    if (why == NULL && __atomic_load_n(&bs->recv_fd[rank], __ATOMIC_ACQUIRE) >= 0)
         why = "that rank is already connected";
     if (why != NULL) {
         weft_bs_pending_drop(bs, i, why);
@@ -236,41 +253,120 @@ static void weft_bs_pending_read(struct weft_bootstrap *bs, int i)
         weft_bs_pending_drop(bs, i, "closed during the handshake");
         return;
     }
-    bs->recv_fd[rank] = c->fd;
+    int none = -1;
+    if (!__atomic_compare_exchange_n(&bs->recv_fd[rank], &none, c->fd, 0, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED)) {
+        weft_bs_pending_drop(bs, i, "that rank is already connected");
+        return;
+    }
     bs->pending[i] = bs->pending[--bs->npending];
+    uint64_t one = 1;
+    ssize_t wr = write(bs->admitted_fd, &one, sizeof(one));
+    (void)wr; /* only fails when the counter is huge: the waiter is awake then anyway */
 }
 
 /*
- * One poll for fd's events, writing `out` (may be NULL) whenever its socket has room, and serving
- * the listening socket and the handshakes of incoming connections meanwhile, so that no stray,
- * silent or hostile connection ever holds a wait up, and two ranks connecting to each other at
- * once each answer the other's handshake.
+ * The admission thread: sleeps in poll() on the listening socket, the unfinished handshakes and
+ * stop_fd (no timeout unless a handshake is unfinished: it must end within WEFT_BS_ADMIT_MS).
+ * It waits for nothing else, so it needs no deadline or abort check; close() ends it.
+ */
+static void *weft_bs_admit_main(void *arg)
+{
+    struct weft_bootstrap *bs = arg;
+    const uint64_t admit_ns = WEFT_BS_ADMIT_MS * 1000000ull;
+    for (;;) {
+        uint64_t now = weft_socket_now_ns();
+        int timeout_ms = -1;
+        for (int i = bs->npending - 1; i >= 0; i--)
+            if (now - bs->pending[i].since >= admit_ns)
+                weft_bs_pending_drop(bs, i, "no handshake within WEFT_BS_ADMIT_MS");
+        for (int i = 0; i < bs->npending; i++) {
+            int left = (int)((bs->pending[i].since + admit_ns - now) / 1000000ull) + 1;
+            if (timeout_ms < 0 || left < timeout_ms)
+                timeout_ms = left;
+        }
+        int n = bs->npending;
+        struct pollfd *pfd = bs->pfds;
+        pfd[0] = (struct pollfd){.fd = bs->stop_fd, .events = POLLIN};
+        pfd[1] = (struct pollfd){.fd = bs->listen_fd, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            pfd[2 + i] = (struct pollfd){.fd = bs->pending[i].fd, .events = POLLIN};
+        if (poll(pfd, 2 + n, timeout_ms) < 0) {
+            if (errno != EINTR) {
+                WEFT_WARN("bootstrap rank %d: admission poll failed: %s", bs->rank,
+                          strerror(errno));
+                usleep(100000); /* ENOMEM: try again later rather than spin */
+            }
+            continue;
+        }
+        if (pfd[0].revents != 0)
+            return NULL;
+        /* Backwards: a finished entry is replaced by the last one, already looked at. */
+        for (int i = n - 1; i >= 0; i--)
+            if (pfd[2 + i].revents != 0)
+                weft_bs_pending_read(bs, i);
+        /* Out of fds or memory (logged there): the connection stays queued; retry later. */
+        if (pfd[1].revents != 0 && weft_bs_accept_new(bs) != ncclSuccess)
+            usleep(100000);
+    }
+}
+
+/* Starts the admission thread on bs->listen_fd (allocations are freed by close). */
+static ncclResult_t weft_bs_admit_start(struct weft_bootstrap *bs)
+{
+    bs->admitted_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    bs->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (bs->admitted_fd < 0 || bs->stop_fd < 0) {
+        WEFT_WARN("bootstrap rank %d: eventfd failed: %s", bs->rank, strerror(errno));
+        return ncclSystemError;
+    }
+    WEFT_CALLOC(bs->pfds, 2);
+    WEFT_PTHREADCHECK(pthread_create(&bs->admit_thread, NULL, weft_bs_admit_main, bs),
+                      "pthread_create");
+    bs->admit_running = 1;
+    return ncclSuccess;
+}
+
+static void weft_bs_admit_stop(struct weft_bootstrap *bs)
+{
+    if (bs->admit_running) {
+        uint64_t one = 1;
+        ssize_t wr = write(bs->stop_fd, &one, sizeof(one));
+        (void)wr; /* a fresh eventfd never refuses 1 */
+        pthread_join(bs->admit_thread, NULL);
+        bs->admit_running = 0;
+    }
+    weft_socket_close(&bs->admitted_fd);
+    weft_socket_close(&bs->stop_fd);
+}
+
+/* Peer's admitted connection, -1 while there is none. */
+static int weft_bs_link(struct weft_bootstrap *bs, int peer)
+{
+    return __atomic_load_n(&bs->recv_fd[peer], __ATOMIC_ACQUIRE);
+}
+
+/*
+ * One poll for fd's events (fd may be -1), writing `out` (may be NULL) whenever its socket has
+ * room; also returns when the admission thread admits a connection.
  */
 static ncclResult_t weft_bs_wait(struct weft_bootstrap *bs, int fd, short events,
                                  struct weft_bs_out *out, uint64_t deadline, const char *what)
 {
-    uint64_t now = weft_socket_now_ns();
-    for (int i = bs->npending - 1; i >= 0; i--)
-        if (now - bs->pending[i].since >= WEFT_BS_ADMIT_MS * 1000000ull)
-            weft_bs_pending_drop(bs, i, "no handshake within WEFT_BS_ADMIT_MS");
-    int n = bs->npending;
-    struct pollfd *pfd = bs->pfds;
+    struct pollfd pfd[3];
     pfd[0] = (struct pollfd){.fd = fd, .events = events};
     pfd[1] = (struct pollfd){.fd = -1};
-    pfd[2] = (struct pollfd){.fd = bs->listen_fd, .events = POLLIN};
+    pfd[2] = (struct pollfd){.fd = bs->admitted_fd, .events = POLLIN};
     if (out != NULL && weft_bs_out_pending(out))
         pfd[1] = (struct pollfd){.fd = out->fd, .events = POLLOUT};
-    for (int i = 0; i < n; i++)
-        pfd[3 + i] = (struct pollfd){.fd = bs->pending[i].fd, .events = POLLIN};
-    WEFT_CHECK(weft_socket_poll(pfd, 3 + n, deadline, bs->abort_flag, what));
+    WEFT_CHECK(weft_socket_poll(pfd, 3, deadline, bs->abort_flag, what));
     if (pfd[1].revents != 0)
         WEFT_CHECK(weft_bs_out_progress(out));
-    /* Backwards: a finished entry is replaced by the last one, already looked at. */
-    for (int i = n - 1; i >= 0; i--)
-        if (pfd[3 + i].revents != 0)
-            weft_bs_pending_read(bs, i);
-    if (pfd[2].revents != 0)
-        WEFT_CHECK(weft_bs_accept_new(bs));
+    if (pfd[2].revents != 0) {
+        uint64_t count;
+        ssize_t rd = read(bs->admitted_fd, &count, sizeof(count));
+        (void)rd; /* the caller checks what it waits for again */
+    }
     return ncclSuccess;
 }
 
@@ -300,7 +396,7 @@ static ncclResult_t weft_bs_send_fd(struct weft_bootstrap *bs, int peer, uint64_
         int fd;
         snprintf(what, sizeof(what), "bootstrap rank %d: connection to rank %d", bs->rank, peer);
         WEFT_CHECK(weft_socket_connect(&bs->addrs[peer], deadline, bs->abort_flag, what, &fd));
-        /* Challenge-response (wire.h); the reads serve our own listener meanwhile. */
+        /* Challenge-response (wire.h); the peer's admission thread answers. */
         WEFT_CHECK_GOTO(weft_bs_read(bs, fd, &ch, sizeof(ch), NULL, deadline, what), res, err);
         why = weft_bs_challenge_parse(&ch, sizeof(ch), bs->magic, &nonces);
         if (why != NULL)
@@ -338,9 +434,9 @@ static ncclResult_t weft_bs_recv_fd(struct weft_bootstrap *bs, int peer, struct 
     char what[128];
     snprintf(what, sizeof(what), "bootstrap rank %d: connection from rank %d (timeout %lld s)",
              bs->rank, peer, (long long)bs->timeout_s);
-    while (bs->recv_fd[peer] < 0)
+    while (weft_bs_link(bs, peer) < 0)
         WEFT_CHECK(weft_bs_wait(bs, -1, 0, out, deadline, what));
-    *fd_p = bs->recv_fd[peer];
+    *fd_p = weft_bs_link(bs, peer);
     return ncclSuccess;
 }
 
@@ -557,7 +653,6 @@ out:
 
 static ncclResult_t weft_bs_alloc_peers(struct weft_bootstrap *bs)
 {
-    WEFT_CALLOC(bs->pfds, 3);
     WEFT_CALLOC(bs->send_fd, bs->nranks);
     for (int i = 0; i < bs->nranks; i++)
         bs->send_fd[i] = -1;
@@ -595,6 +690,8 @@ ncclResult_t weft_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
     bs->abort_flag = abort_flag;
     bs->timeout_s = weft_param_BootstrapTimeout();
     bs->listen_fd = -1;
+    bs->admitted_fd = -1;
+    bs->stop_fd = -1;
     bs->unexpected_tail = &bs->unexpected;
     uint64_t deadline = weft_socket_deadline(bs->timeout_s);
 
@@ -604,6 +701,7 @@ ncclResult_t weft_bootstrap_init(const ncclUniqueId *id, int rank, int nranks,
                         err_close);
     WEFT_CHECK_GOTO(weft_socket_find_interface(ifname, sizeof(ifname), &me), res, err_close);
     WEFT_CHECK_GOTO(weft_socket_listen(&me, &bs->listen_fd), res, err_close);
+    WEFT_CHECK_GOTO(weft_bs_admit_start(bs), res, err_close);
     WEFT_CHECK_GOTO(weft_bs_rendezvous(bs, &v.root, &me, deadline), res, err_close);
     if (nranks > 1) {
         WEFT_CHECK_GOTO(weft_bs_send_fd(bs, (rank + 1) % nranks, deadline, &fd), res, err_close);
@@ -633,6 +731,7 @@ ncclResult_t weft_bootstrap_close(struct weft_bootstrap *bs)
     if (dropped > 0)
         WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap rank %d: %d messages never received", bs->rank,
                   dropped);
+    weft_bs_admit_stop(bs);
     for (int i = 0; i < bs->nranks && bs->send_fd != NULL; i++)
         weft_socket_close(&bs->send_fd[i]);
     for (int i = 0; i < bs->nranks && bs->recv_fd != NULL; i++)
@@ -761,12 +860,12 @@ static struct weft_bs_msg *weft_bs_take_any(struct weft_bootstrap *bs, int tag)
     return NULL;
 }
 
-/* Reads one whole message from peer's connection into the kept list. */
-static ncclResult_t weft_bs_keep_one(struct weft_bootstrap *bs, int peer, uint64_t deadline)
+/* Reads one whole message from peer's connection fd into the kept list. */
+static ncclResult_t weft_bs_keep_one(struct weft_bootstrap *bs, int peer, int fd,
+                                     uint64_t deadline)
 {
     char what[96];
     snprintf(what, sizeof(what), "bootstrap rank %d: message from rank %d", bs->rank, peer);
-    int fd = bs->recv_fd[peer];
     struct weft_bs_hdr raw, h;
     WEFT_CHECK(weft_bs_read(bs, fd, &raw, sizeof(raw), NULL, deadline, what));
     const char *why = weft_bs_data_hdr_parse(&raw, sizeof(raw), bs->magic, peer, &h);
@@ -784,24 +883,19 @@ ncclResult_t weft_bootstrap_try_recv(struct weft_bootstrap *bs, int tag, void *d
     struct weft_bs_msg *m = weft_bs_take_any(bs, tag);
     if (m == NULL) {
         uint64_t deadline = weft_socket_deadline(bs->timeout_s);
-        WEFT_CHECK(weft_bs_accept_new(bs));
-        for (int i = bs->npending - 1; i >= 0; i--) { /* handshakes that have bytes now */
-            struct pollfd pfd = {.fd = bs->pending[i].fd, .events = POLLIN};
-            if (poll(&pfd, 1, 0) > 0 && pfd.revents != 0)
-                weft_bs_pending_read(bs, i);
-        }
         for (int p = 0; p < bs->nranks; p++) {
-            while (bs->recv_fd[p] >= 0) {
-                struct pollfd pfd = {.fd = bs->recv_fd[p], .events = POLLIN};
+            int fd;
+            while ((fd = weft_bs_link(bs, p)) >= 0) {
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
                 if (poll(&pfd, 1, 0) <= 0 || pfd.revents == 0)
                     break;
                 char c;
                 /* EOF: the peer closed its bootstrap (it left); not worth a warning here. */
-                if (recv(bs->recv_fd[p], &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0 ||
-                    weft_bs_keep_one(bs, p, deadline) != ncclSuccess) {
+                if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0 ||
+                    weft_bs_keep_one(bs, p, fd, deadline) != ncclSuccess) {
                     /* Closed (the peer left) or broken: nothing more will come from it. */
-                    close(bs->recv_fd[p]);
-                    bs->recv_fd[p] = -1;
+                    close(fd);
+                    __atomic_store_n(&bs->recv_fd[p], -1, __ATOMIC_RELEASE);
                 }
             }
         }

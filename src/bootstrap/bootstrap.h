@@ -16,9 +16,11 @@
  * WEFT_SECRET, or all zero without it (nothing is authenticated then, as with NCCL).
  *
  * Authentication: every connection (rank to root, rank to rank) starts with a challenge-response
- * on the secret, both ways (wire.h); a rank is admitted only after it. Every wait also serves the
- * listening socket and the unfinished handshakes, so stray, silent (WEFT_BS_ADMIT_MS), garbage or
- * unauthenticated connections are dropped without holding anything up or changing anything.
+ * on the secret, both ways (wire.h); a rank is admitted only after it. An admission thread per
+ * handle serves the listening socket and the unfinished handshakes from init to close, whatever
+ * the caller's thread does (waits, computes, sleeps), so a first message to a rank never waits for
+ * that rank to call in, and stray, silent (WEFT_BS_ADMIT_MS), garbage or unauthenticated
+ * connections are dropped without holding anything up or changing anything.
  *
  * Guarantees:
  *   - Every wait polls with short timeouts, checks *abort_flag (when not NULL) and ends at a
@@ -35,7 +37,8 @@
  *     may bootstrap concurrently (no global state besides the cached interface choice).
  *
  * Threads: all functions block the calling thread. Calls on one handle must not overlap (the
- * caller serialises them); different handles are independent.
+ * caller serialises them); different handles are independent. Each handle owns one admission
+ * thread (above), started by init and joined by close.
  * Errors: ncclInvalidArgument (bad arguments or unique id), ncclInvalidUsage (ranks disagree:
  * nranks, duplicate rank, message size), ncclRemoteError (a peer closed its connection),
  * ncclSystemError (timeouts, abort, system calls). After an error other than ncclInvalidArgument
@@ -103,7 +106,7 @@ ncclResult_t weft_bootstrap_send_brief(struct weft_bootstrap *bs, int peer, int 
 /*
  * Non-blocking receive of the oldest message with this tag from any peer: *got_p is 1 and
  * *peer_p names the sender when one was there (already kept, or readable now), 0 otherwise.
- * Accepts pending connections and reads only messages whose first bytes have arrived (a message
+ * Reads only messages whose first bytes have arrived on admitted connections (a message
  * is written whole by its sender, so the rest follows at once). A peer whose connection closed
  * is dropped silently (it left). Sizes must match (ncclInvalidUsage otherwise). For the
  * executor's fault checks (exec/sig.c), off every fast path.

@@ -176,11 +176,8 @@ struct ncclComm {
     uint64_t zcopy_ops; /* collectives that ran zero-copy (tests read it: weft_zcopy_count) */
 
     /* The CUDA executor (exec/cuda.c): cuda_bound when the process has a device (cuda_dev is
-     * then this rank's); cuda is its device state, NULL without one; cuda_multiproc when every
-     * rank has a device but some pair has no device connection (device buffers refused; since
-     * the device socket proxy joins hosts, none is left). */
+     * then this rank's); cuda is its device state, NULL without one. */
     int cuda_bound;
-    int cuda_multiproc;
     struct weft_cuda_comm *cuda;
 };
 

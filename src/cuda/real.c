@@ -353,57 +353,84 @@ static int real_map_host(struct real_share *r)
     return 0;
 }
 
-static int real_mem_create(void **p_p, size_t bytes, int kind)
+/*
+ * The part real_mem_create and real_mem_import share: checks the arguments and makes an entry of
+ * `kind` whose size is `bytes` rounded up to the page (host) or to the cuMem granularity of device
+ * dev (device). *r_p is set only on success; real_share_done() finishes it.
+ */
+static int real_share_new(int kind, size_t bytes, int dev, struct real_share **r_p)
 {
-    if (p_p == NULL || bytes == 0 || (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
+    if (r_p == NULL || bytes == 0 || (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
         return WEFT_CUDA_ERR_INVALID_VALUE;
     if (kind == WEFT_MEM_DEVICE && !real_have_cumem)
         return WEFT_CUDA_ERR_NOT_SUPPORTED;
+    size_t unit = (size_t)sysconf(_SC_PAGESIZE);
+    if (kind == WEFT_MEM_DEVICE) {
+        CUmemAllocationProp prop;
+        real_dev_prop(&prop, dev);
+        CUresult e = real_cu_mem_get_granularity(&unit, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (e != CUDA_SUCCESS)
+            return real_cu_err(e);
+    }
     struct real_share *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;
     r->kind = kind;
     r->fd = -1;
-    int res;
+    r->size = (bytes + unit - 1) / unit * unit;
+    *r_p = r;
+    return 0;
+}
+
+/* Maps r->handle (just created or imported: res says whether that worked); releases it if the
+ * mapping fails. */
+static int real_share_map_device(struct real_share *r, CUresult res, int owner_dev, int all_peers)
+{
+    if (res != CUDA_SUCCESS)
+        return real_cu_err(res);
+    int err = real_map_handle(r, owner_dev, all_peers);
+    if (err != 0)
+        real_cu_mem_release(r->handle);
+    return err;
+}
+
+/* Lists r and returns its address in *p_p when res is 0; frees it otherwise. Returns res. */
+static int real_share_done(struct real_share *r, int res, void **p_p)
+{
+    if (res != 0) {
+        if (r->fd >= 0)
+            close(r->fd);
+        free(r);
+        return res;
+    }
+    real_share_add(r);
+    *p_p = r->p;
+    return 0;
+}
+
+static int real_mem_create(void **p_p, size_t bytes, int kind)
+{
+    struct real_share *r;
+    int dev = 0, res;
+    if (kind == WEFT_MEM_DEVICE)
+        cudaGetDevice(&dev);
+    res = p_p == NULL ? WEFT_CUDA_ERR_INVALID_VALUE : real_share_new(kind, bytes, dev, &r);
+    if (res != 0)
+        return res;
     if (kind == WEFT_MEM_HOST_PINNED) {
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        r->size = (bytes + page - 1) / page * page;
         r->fd = memfd_create("weft-p2p-host", MFD_CLOEXEC);
         if (r->fd < 0 || ftruncate(r->fd, (off_t)r->size) != 0) {
             WEFT_WARN("shareable host memory of %zu bytes: %s", bytes, strerror(errno));
             res = WEFT_CUDA_ERR_OUT_OF_MEMORY;
-            goto err;
+        } else {
+            res = real_map_host(r);
         }
-        res = real_map_host(r);
     } else {
-        int dev = 0;
-        cudaGetDevice(&dev);
         CUmemAllocationProp prop;
-        size_t gran = 0;
         real_dev_prop(&prop, dev);
-        CUresult e = real_cu_mem_get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-        if (e == CUDA_SUCCESS) {
-            r->size = (bytes + gran - 1) / gran * gran;
-            e = real_cu_mem_create(&r->handle, r->size, &prop, 0);
-        }
-        if (e != CUDA_SUCCESS) {
-            res = real_cu_err(e);
-            goto err;
-        }
-        res = real_map_handle(r, dev, 1);
-        if (res != 0)
-            real_cu_mem_release(r->handle);
+        res = real_share_map_device(r, real_cu_mem_create(&r->handle, r->size, &prop, 0), dev, 1);
     }
-    if (res != 0)
-        goto err;
-    real_share_add(r);
-    *p_p = r->p;
-    return 0;
-err:
-    if (r->fd >= 0)
-        close(r->fd);
-    free(r);
-    return res;
+    return real_share_done(r, res, p_p);
 }
 
 static int real_mem_export(int *fd_p, void *p)
@@ -428,48 +455,20 @@ static int real_mem_export(int *fd_p, void *p)
 
 static int real_mem_import(void **p_p, int fd, size_t bytes, int kind, int owner_dev)
 {
-    if (p_p == NULL || fd < 0 || bytes == 0 ||
-        (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
-        return WEFT_CUDA_ERR_INVALID_VALUE;
-    if (kind == WEFT_MEM_DEVICE && !real_have_cumem)
-        return WEFT_CUDA_ERR_NOT_SUPPORTED;
-    struct real_share *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return WEFT_CUDA_ERR_OUT_OF_MEMORY;
-    r->kind = kind;
-    r->fd = -1;
-    int res;
+    struct real_share *r;
+    int res = p_p == NULL || fd < 0 ? WEFT_CUDA_ERR_INVALID_VALUE
+                                    : real_share_new(kind, bytes, owner_dev, &r);
+    if (res != 0)
+        return res;
     if (kind == WEFT_MEM_HOST_PINNED) {
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        r->size = (bytes + page - 1) / page * page;
         r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         res = r->fd < 0 ? WEFT_CUDA_ERR_INVALID_VALUE : real_map_host(r);
     } else {
-        CUmemAllocationProp prop;
-        size_t gran = 0;
-        real_dev_prop(&prop, owner_dev);
-        CUresult e = real_cu_mem_get_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-        if (e == CUDA_SUCCESS) {
-            r->size = (bytes + gran - 1) / gran * gran;
-            e = real_cu_mem_import(&r->handle, (void *)(uintptr_t)fd,
-                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-        }
-        res = real_cu_err(e);
-        if (res == 0) {
-            res = real_map_handle(r, owner_dev, 0);
-            if (res != 0)
-                real_cu_mem_release(r->handle);
-        }
+        CUresult e = real_cu_mem_import(&r->handle, (void *)(uintptr_t)fd,
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        res = real_share_map_device(r, e, owner_dev, 0);
     }
-    if (res != 0) {
-        if (r->fd >= 0)
-            close(r->fd);
-        free(r);
-        return res;
-    }
-    real_share_add(r);
-    *p_p = r->p;
-    return 0;
+    return real_share_done(r, res, p_p);
 }
 
 static int real_mem_release(void *p)

@@ -323,25 +323,18 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     const struct weft_cuda_ops *ops = weft_cuda();
     int nranks = comm->nranks, me = comm->rank, prev = -1;
     ncclResult_t res = ncclSuccess;
-    /* Every rank decides alike, from the exchanged peer info: a device on every rank, and every
-     * pair in one process (raw pointers), reachable through the p2p transport, or on two hosts
-     * (the device socket proxy). */
-    int all_dev = 1, one_process = 1, reachable = 1, multi_host = 0;
+    /* Every rank decides alike, from the exchanged peer info: a device on every rank. Every pair
+     * of such ranks is then connected: in one process (raw pointers), through the p2p transport
+     * (one host), or through the device socket proxy (two hosts). */
+    int all_dev = 1, one_process = 1, multi_host = 0;
     for (int p = 0; p < nranks; p++) {
         all_dev &= comm->peer_info[p].cuda_dev >= 0;
         one_process &= weft_cuda_same_process(comm, p, me);
         multi_host |= weft_cuda_other_host(comm, p, 0);
     }
-    for (int a = 0; a < nranks && all_dev; a++)
-        for (int b = a + 1; b < nranks; b++)
-            reachable &= weft_cuda_same_process(comm, a, b) ||
-                         weft_dev_transport_p2p.can_connect(comm, a, b) ||
-                         weft_cuda_other_host(comm, a, b);
-    comm->cuda_multiproc = all_dev && !reachable;
-    if (!all_dev || !reachable) {
+    if (!all_dev) {
         if (comm->cuda_bound)
-            WEFT_INFO(WEFT_LOG_INIT, "rank %d: no CUDA executor (%s)", me,
-                      !all_dev ? "a rank has no device" : "ranks on several hosts");
+            WEFT_INFO(WEFT_LOG_INIT, "rank %d: no CUDA executor (a rank has no device)", me);
         return ncclSuccess;
     }
     struct weft_cuda_comm *cc = calloc(1, sizeof(*cc));
@@ -927,12 +920,6 @@ static ncclResult_t weft_cuda_classify_buffers(struct ncclComm *comm, struct wef
         return ncclInvalidArgument;
     }
     if (comm->cuda == NULL) {
-        if (comm->cuda_multiproc) {
-            WEFT_WARN("%s: rank %d: %s %p is CUDA memory; device buffers on a communicator whose "
-                      "ranks are on several hosts are not supported yet", api, comm->rank,
-                      names[d], bufs[d]);
-            return ncclInvalidUsage;
-        }
         WEFT_WARN("%s: rank %d: %s %p is CUDA memory but the communicator has no CUDA device", api,
                   comm->rank, names[d], bufs[d]);
         return ncclInvalidArgument;

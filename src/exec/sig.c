@@ -32,12 +32,11 @@ WEFT_PARAM_DECL(Timeout);
  * when it arrives (milliseconds on an idle machine); 1 s was too short for a rank descheduled on
  * a loaded machine (sig-root in CI, 2 cores running tests in parallel). */
 #define WEFT_SIG_GATHER_NS 5000000000ull
-/* How long one note may take to send, a new bootstrap link included: the receiver answers the
- * handshake from its wait loop. A mismatch note (this rank fails anyway) may wait: 200 ms lost
- * notes on a loaded machine, so the other ranks could not name this rank's call. A state note
- * (a rank still waiting) stays brief: a peer that sleeps outside any call must not hold it up. */
-#define WEFT_SIG_MISMATCH_SEND_MS 2000
-#define WEFT_SIG_STATE_SEND_MS 200
+/* How long one note may take to send. A new bootstrap link's handshake is answered by the
+ * peer's admission thread (bootstrap.h), busy or asleep as its caller may be, as soon as that
+ * thread is scheduled (200 ms was too short on a 2-core machine at load 16). The bound is for a
+ * rank that left unnoticed: it refuses connections, and is not told again. */
+#define WEFT_SIG_NOTE_SEND_MS 2000
 /* A blocked operation tells every rank where it is after this long (or sooner, see below). */
 #define WEFT_SIG_TELL_NS 1000000000ull
 
@@ -288,16 +287,15 @@ static void sig_note_fill(struct ncclComm *comm, uint32_t kind, const struct wef
 }
 
 /* To every other rank whose process may still live; a rank that cannot be reached is skipped. */
-static void sig_note_send_all(struct ncclComm *comm, const struct weft_sig_note *n, int timeout_ms)
+static void sig_note_send_all(struct ncclComm *comm, const struct weft_sig_note *n)
 {
     if (comm->bootstrap == NULL)
         return;
     for (int r = 0; r < comm->nranks; r++) {
         if (r == comm->rank || comm->sig->unreachable[r] || !weft_comm_peer_alive(comm, r))
             continue;
-        /* Briefly: a rank that left refuses connections; a note is not worth waiting for. */
         ncclResult_t res = weft_bootstrap_send_brief(comm->bootstrap, r, WEFT_SIG_TAG, n,
-                                                     sizeof(*n), timeout_ms);
+                                                     sizeof(*n), WEFT_SIG_NOTE_SEND_MS);
         if (res != ncclSuccess) {
             comm->sig->unreachable[r] = 1;
             WEFT_INFO(WEFT_LOG_COLL, "rank %d: could not tell rank %d about operation #%llu",
@@ -390,11 +388,11 @@ ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, ui
         /* Only the pair is involved: the other ranks' operations go on. */
         if (peer >= 0 && peer != comm->rank && comm->bootstrap != NULL && !s->unreachable[peer] &&
             weft_bootstrap_send_brief(comm->bootstrap, peer, WEFT_SIG_TAG, &n, sizeof(n),
-                                      WEFT_SIG_MISMATCH_SEND_MS) !=
+                                      WEFT_SIG_NOTE_SEND_MS) !=
                 ncclSuccess)
             s->unreachable[peer] = 1;
     } else {
-        sig_note_send_all(comm, &n, WEFT_SIG_MISMATCH_SEND_MS);
+        sig_note_send_all(comm, &n);
     }
     s->mismatch_seq = mine->seq + 1;
     /* Wait for the other side's signature: it answers once it hears ours (or finds it too). */
@@ -576,7 +574,7 @@ static void sig_tell(struct ncclComm *comm, const struct weft_sig_wait *w)
     s->told_seq = w->rec + 1;
     struct weft_sig_note n;
     sig_note_fill(comm, WEFT_SIG_NOTE_STATE, weft_sig_of(comm, w->rec), w->peer, w->send, -1, &n);
-    sig_note_send_all(comm, &n, WEFT_SIG_STATE_SEND_MS);
+    sig_note_send_all(comm, &n);
 }
 
 ncclResult_t weft_sig_poll(struct ncclComm *comm, const struct weft_sig_wait *w, uint64_t idle_ns)

@@ -14,13 +14,20 @@
  *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
  *          in cudaStreamSynchronize instead, and the kernel's deadline ends the wait (the error
  *          still names the dead rank)
+ * WEFT_TEST_SILENT_STRAY=1: every listener this process opens (bootstrap, socket transport,
+ * device socket proxy) gets a silent connection the moment it listens, queued ahead of the real
+ * peers; init must not wait for it (it took WEFT_SOCK_ADMIT_MS, 5 s, where the device proxy
+ * admitted connections one at a time), so it must end in less than 5 s.
  * Exit 0 pass, 1 fail, 77 no device (each rank for itself; weftrun reports the first failure).
  */
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -338,6 +345,24 @@ static int case_split(void)
     return 0;
 }
 
+/* Every listen() of the library passes here: with WEFT_TEST_SILENT_STRAY set, a connection that
+ * never says anything is queued at the listener first (left open until the process exits). */
+int listen(int fd, int backlog)
+{
+    int rc = (int)syscall(SYS_listen, fd, backlog);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (rc != 0 || getenv("WEFT_TEST_SILENT_STRAY") == NULL ||
+        getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return rc;
+    if (ss.ss_family == AF_INET && ((struct sockaddr_in *)&ss)->sin_addr.s_addr == INADDR_ANY)
+        ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s >= 0 && connect(s, (struct sockaddr *)&ss, len) != 0)
+        close(s); /* the listener is the library's: nothing to leak */
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -358,8 +383,15 @@ int main(int argc, char **argv)
         return 1;
     CU(cu->set_device(local % ndev));
     CU(cu->stream_create((weft_cuda_stream_t *)&g_stream));
+    double t_init = now_s();
     if (!check(ncclCommInitRank(&g_comm, g_n, id, g_me), "ncclCommInitRank"))
         return 1;
+    t_init = now_s() - t_init;
+    if (getenv("WEFT_TEST_SILENT_STRAY") != NULL && t_init >= 5.0) {
+        fprintf(stderr, "rank %d: init took %.2f s with a silent stray at each listener\n", g_me,
+                t_init);
+        return 1;
+    }
     double t0 = now_s();
     int rc = strcmp(argv[1], "kill") == 0    ? case_kill()
              : strcmp(argv[1], "split") == 0 ? case_split()

@@ -29,25 +29,7 @@
 #include "nccl.h"
 #include "../common/id_pipe.h"
 #include "../common/time_scale.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int g_failed;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_failed = 1;                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "mp_test.h"
 
 struct abort_arg {
     ncclComm_t comm;
@@ -214,6 +196,19 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id)
     return g_failed;
 }
 
+struct fault_run {
+    const char *c;
+    int nranks;
+    struct weft_test_id_pipe ip;
+};
+
+static int fault_rank(int r, void *arg)
+{
+    struct fault_run *f = arg;
+    ncclUniqueId id;
+    return weft_test_id_pipe_recv(&f->ip, &id) != 0 ? 3 : rank_main(f->c, r, f->nranks, id);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -232,37 +227,21 @@ int main(int argc, char **argv)
         const char *msg = ncclGetLastError(NULL);
         EXPECT(res == ncclInvalidArgument, "init with WEFT_TIMEOUT=-5 returned %d", res);
         EXPECT(msg != NULL && strstr(msg, "WEFT_TIMEOUT") != NULL, "message: %s", msg);
-        printf("%d passed, %d failed\n", g_failed ? 0 : 1, g_failed ? 1 : 0);
-        return g_failed ? 1 : 0;
+        return mp_result(NULL, g_failed);
     }
     if (strcmp(c, "timeout") == 0)
         setenv("WEFT_TIMEOUT", "2", 1);
     if (strcmp(c, "mismatch-ll") == 0)
         setenv("WEFT_TIMEOUT", "30", 1);
-    int nranks = 3;
+    struct fault_run run = {.c = c, .nranks = 3};
     ncclUniqueId id;
-    struct weft_test_id_pipe ip;
-    if (weft_test_id_pipe_open(&ip) != 0)
+    if (weft_test_id_pipe_open(&run.ip) != 0)
         return 1;
-    fflush(NULL);
     pid_t pids[3];
-    for (int r = 0; r < nranks; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            alarm(weft_test_scaled(30));
-            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(c, r, nranks, id));
-        }
-    }
-    weft_test_id_pipe_send(&ip, nranks, &id);
-    int bad = 0;
-    for (int r = 0; r < nranks; r++) {
-        int status;
-        waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "rank %d: status 0x%x\n", r, status);
-            bad++;
-        }
-    }
-    printf("%d passed, %d failed\n", bad ? 0 : 1, bad ? 1 : 0);
-    return bad ? 1 : 0;
+    int bad = mp_fork_ranks(run.nranks, weft_test_scaled(30), fault_rank, &run, pids) != 0;
+    if (!bad)
+        weft_test_id_pipe_send(&run.ip, run.nranks, &id);
+    for (int r = 0; r < run.nranks; r++)
+        bad += !mp_wait_rank(pids[r], r, 0);
+    return mp_result(NULL, bad);
 }

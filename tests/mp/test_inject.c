@@ -32,28 +32,10 @@
 #include "nccl.h"
 #include "../common/id_pipe.h"
 #include "../common/time_scale.h"
+#include "mp_test.h"
 
 #define NOPS 6
 #define COUNT 65536
-
-static int g_failed;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_failed = 1;                                                                          \
-        }                                                                                          \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct expect {
     const char *name;
@@ -156,6 +138,18 @@ static int rank_main(const struct expect *e, int rank, ncclUniqueId id)
     return g_failed;
 }
 
+struct inject_run {
+    const struct expect *e;
+    struct weft_test_id_pipe ip;
+};
+
+static int inject_rank(int r, void *arg)
+{
+    struct inject_run *run = arg;
+    ncclUniqueId id;
+    return weft_test_id_pipe_recv(&run->ip, &id) != 0 ? 3 : rank_main(run->e, r, id);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc == 2 ? argv[1] : "";
@@ -177,33 +171,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s kill|alloc|stall|stall-long|drop|corrupt|bad-spec\n", argv[0]);
         return 2;
     }
+    struct inject_run run = {.e = e};
     ncclUniqueId id;
-    struct weft_test_id_pipe ip;
-    if (weft_test_id_pipe_open(&ip) != 0)
+    if (weft_test_id_pipe_open(&run.ip) != 0)
         return 1;
-    fflush(NULL);
     pid_t pids[8];
-    for (int r = 0; r < e->nranks; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            alarm(weft_test_scaled(40)); /* a hang fails the case (SIGALRM) */
-            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(e, r, id));
-        }
-    }
-    weft_test_id_pipe_send(&ip, e->nranks, &id);
-    int bad = 0;
-    for (int r = 0; r < e->nranks; r++) {
-        int status;
-        waitpid(pids[r], &status, 0);
-        int killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-        int exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        int ok = r == 1 && e->victim_killed ? killed : exited_ok;
-        if (!ok) {
-            fprintf(stderr, "rank %d: status 0x%x%s\n", r, status,
-                    r == 1 && e->victim_killed ? " (expected SIGKILL)" : "");
-            bad++;
-        }
-    }
-    printf("%d passed, %d failed\n", bad ? 0 : 1, bad ? 1 : 0);
-    return bad ? 1 : 0;
+    /* a hang fails the case (SIGALRM) */
+    int bad = mp_fork_ranks(e->nranks, weft_test_scaled(40), inject_rank, &run, pids) != 0;
+    if (!bad)
+        weft_test_id_pipe_send(&run.ip, e->nranks, &id);
+    for (int r = 0; r < e->nranks; r++)
+        bad += !mp_wait_rank(pids[r], r, r == 1 && e->victim_killed);
+    return mp_result(NULL, bad);
 }

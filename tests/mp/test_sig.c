@@ -32,26 +32,7 @@
 
 #include "nccl.h"
 #include "weft.h"
-
-static int g_failed;
-static int g_stderr = -1; /* the real stderr, while fd 2 goes to the rank's capture file */
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            dprintf(g_stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                 \
-            dprintf(g_stderr, __VA_ARGS__);                                                        \
-            dprintf(g_stderr, "\n");                                                               \
-            g_failed = 1;                                                                          \
-        }                                                                                          \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "mp_test.h"
 
 /* What this rank wrote to stderr so far (malloc'd). */
 static char *captured(const char *path)
@@ -88,7 +69,7 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
 {
     ncclComm_t comm;
     if (ncclCommInitRank(&comm, nranks, id, rank) != ncclSuccess) {
-        dprintf(g_stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
+        dprintf(g_fail_fd, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
         return 1;
     }
     float *buf = calloc(4 * N_BIG, sizeof(float));
@@ -101,13 +82,13 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
     size_t warm_n = strcmp(c, "dtype") == 0 || strcmp(c, "op") == 0 ? N_BIG : 4096;
     ncclResult_t warm = ncclAllReduce(buf, out, warm_n, ncclFloat, ncclSum, comm, NULL);
     if (warm != ncclSuccess) {
-        dprintf(g_stderr, "rank %d: warm-up all-reduce gave %d: %s\n", rank, warm,
+        dprintf(g_fail_fd, "rank %d: warm-up all-reduce gave %d: %s\n", rank, warm,
                 ncclGetLastError(NULL));
         return 1;
     }
     for (size_t i = 0; i < warm_n; i++)
         if (out[i] != (float)((1 << nranks) - 1)) {
-            dprintf(g_stderr, "rank %d: warm-up all-reduce out[%zu] = %g\n", rank, i, out[i]);
+            dprintf(g_fail_fd, "rank %d: warm-up all-reduce out[%zu] = %g\n", rank, i, out[i]);
             return 1;
         }
     memset(out, 0, 4 * N_BIG * sizeof(float));
@@ -223,7 +204,7 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
         EXPECT(found || left, "rank %d: WEFT_CHECK=0, mismatched counts gave %d: %s", rank, res,
                msg);
     } else {
-        dprintf(g_stderr, "unknown case %s\n", c);
+        dprintf(g_fail_fd, "unknown case %s\n", c);
         return 2;
     }
     if (res != ncclSuccess && strcmp(c, "p2p") != 0 && strcmp(c, "root") != 0) {
@@ -246,6 +227,25 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
     return g_failed;
 }
 
+struct sig_run {
+    const char *c;
+    int nranks;
+    ncclUniqueId id;
+    char paths[4][64];
+};
+
+/* A rank: fd 2 goes to its capture file (the parent shows it on failure), FAIL lines to the
+ * real stderr. */
+static int sig_rank(int r, void *arg)
+{
+    struct sig_run *run = arg;
+    g_fail_fd = dup(2);
+    int fd = open(run->paths[r], O_CREAT | O_TRUNC | O_RDWR, 0600);
+    dup2(fd, 2);
+    close(fd);
+    return rank_main(run->c, r, run->nranks, run->id, run->paths[r]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -263,35 +263,22 @@ int main(int argc, char **argv)
     ncclUniqueId id;
     if (ncclGetUniqueId(&id) != ncclSuccess)
         return 1;
-    fflush(NULL);
+    struct sig_run run = {.c = c, .nranks = nranks, .id = id};
     pid_t pids[4];
-    char paths[4][64];
+    for (int r = 0; r < nranks; r++)
+        snprintf(run.paths[r], sizeof(run.paths[r]), "/tmp/weft-test-sig-%d-%d.err", (int)getpid(),
+                 r);
+    int bad = mp_fork_ranks(nranks, 40, sig_rank, &run, pids) != 0;
     for (int r = 0; r < nranks; r++) {
-        snprintf(paths[r], sizeof(paths[r]), "/tmp/weft-test-sig-%d-%d.err", (int)getpid(), r);
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            alarm(40);
-            g_stderr = dup(2);
-            int fd = open(paths[r], O_CREAT | O_TRUNC | O_RDWR, 0600);
-            dup2(fd, 2);
-            close(fd);
-            _exit(rank_main(c, r, nranks, id, paths[r]));
-        }
-    }
-    int bad = 0;
-    for (int r = 0; r < nranks; r++) {
-        int status;
-        waitpid(pids[r], &status, 0);
-        int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        int ok = mp_wait_rank(pids[r], r, 0);
         if (!ok || getenv("WEFT_TEST_SHOW") != NULL) {
-            fprintf(stderr, "rank %d: status 0x%x; its stderr:\n", r, status);
-            char *err = captured(paths[r]);
+            fprintf(stderr, "rank %d: its stderr:\n", r);
+            char *err = captured(run.paths[r]);
             fprintf(stderr, "%s\n", err != NULL ? err : "");
             free(err);
         }
         bad += !ok;
-        unlink(paths[r]);
+        unlink(run.paths[r]);
     }
-    printf("%s: %d passed, %d failed\n", c, bad ? 0 : 1, bad ? 1 : 0);
-    return bad ? 1 : 0;
+    return mp_result(c, bad);
 }

@@ -350,58 +350,6 @@ out:
     return NULL;
 }
 
-/* The accepting side of one handshake (socket/socket.h), bounded by WEFT_SOCK_ADMIT_MS: the
- * connecting peer's rank in *rank_p, or -1 for a connection to drop. */
-static ncclResult_t ds_admit(struct weft_dev_sock *s, int fd, const struct weft_sock_hello *want,
-                             int *rank_p)
-{
-    struct weft_sock_challenge ch;
-    struct weft_auth_nonces nonces;
-    unsigned char msg[sizeof(struct weft_sock_hello_auth)];
-    struct weft_sock_hello h;
-    struct weft_sock_accept acc;
-    uint64_t deadline = weft_socket_now_ns() + WEFT_SOCK_ADMIT_MS * 1000000ull;
-    *rank_p = -1;
-    memset(&ch, 0, sizeof(ch));
-    ch.version = WEFT_SOCK_VERSION;
-    ch.type = WEFT_SOCK_CHALLENGE;
-    ch.comm_hash = s->comm->comm_hash;
-    WEFT_CHECK(weft_auth_random(nonces.server, sizeof(nonces.server)));
-    memcpy(ch.nonce, nonces.server, sizeof(ch.nonce));
-    if (weft_socket_send_all(fd, &ch, sizeof(ch), deadline, &s->comm->abort_flag, NULL) !=
-            ncclSuccess ||
-        weft_socket_recv_all(fd, msg, sizeof(msg), deadline, &s->comm->abort_flag, NULL) !=
-            ncclSuccess)
-        return ncclSuccess;
-    const uint8_t *key = weft_bootstrap_key(s->comm->bootstrap);
-    const char *why = weft_sock_hello_parse(msg, sizeof(msg), key, &nonces, &h);
-    if (why != NULL) {
-        WEFT_INFO(WEFT_LOG_NET, "rank %d: dropped a device socket connection: %s", s->me, why);
-        return ncclSuccess;
-    }
-    int ok = h.comm_hash == want->comm_hash && h.peer == s->me && h.rank >= 0 &&
-             h.rank < s->me && h.thread == 0 && h.sock == 0 && h.nthreads == 1 &&
-             h.nsocks == 1 && h.nchannels == want->nchannels && h.ll_fifos == want->ll_fifos &&
-             h.slot_bytes == want->slot_bytes;
-    if (!ok) {
-        WEFT_WARN("rank %d: rejected a device socket connection from rank %d for rank %d (%u "
-                  "channels, slot %llu bytes); expected %u channels, slot %llu bytes (set "
-                  "WEFT_CUDA_CHANNELS and WEFT_CUDA_SLOT_BYTES alike on every rank)",
-                  s->me, h.rank, h.peer, h.nchannels, (unsigned long long)h.slot_bytes,
-                  want->nchannels, (unsigned long long)want->slot_bytes);
-        return ncclInvalidUsage;
-    }
-    memset(&acc, 0, sizeof(acc));
-    acc.version = WEFT_SOCK_VERSION;
-    acc.type = WEFT_SOCK_ACCEPT;
-    weft_auth_mac(key, "sock-accept", nonces.server, nonces.client, &h, sizeof(h), acc.mac);
-    if (weft_socket_send_all(fd, &acc, sizeof(acc), deadline, &s->comm->abort_flag, NULL) !=
-        ncclSuccess)
-        return ncclSuccess;
-    *rank_p = h.rank;
-    return ncclSuccess;
-}
-
 static void ds_hello(const struct weft_dev_sock *s, struct weft_sock_hello *h, int peer)
 {
     memset(h, 0, sizeof(*h));
@@ -415,6 +363,31 @@ static void ds_hello(const struct weft_dev_sock *s, struct weft_sock_hello *h, i
     h->nchannels = (uint32_t)s->nconn;
     h->ll_fifos = WEFT_DEV_SOCK_HELLO;
     h->slot_bytes = s->slot_bytes;
+}
+
+/* weft_sock_admit_fn_t for the device proxy: a lower-ranked peer not connected yet (anything
+ * else is dropped); its settings must be this rank's (ncclInvalidUsage otherwise). */
+static ncclResult_t ds_admit(void *arg, const struct weft_sock_hello *h, int **fd_pp)
+{
+    struct weft_dev_sock *s = arg;
+    struct weft_sock_hello want;
+    ds_hello(s, &want, s->me);
+    int ok = h->comm_hash == want.comm_hash && h->peer == s->me && h->rank >= 0 &&
+             h->rank < s->me && h->thread == 0 && h->sock == 0 && h->nthreads == 1 &&
+             h->nsocks == 1 && h->nchannels == want.nchannels && h->ll_fifos == want.ll_fifos &&
+             h->slot_bytes == want.slot_bytes;
+    if (!ok) {
+        WEFT_WARN("rank %d: rejected a device socket connection from rank %d for rank %d (%u "
+                  "channels, slot %llu bytes); expected %u channels, slot %llu bytes (set "
+                  "WEFT_CUDA_CHANNELS and WEFT_CUDA_SLOT_BYTES alike on every rank)",
+                  s->me, h->rank, h->peer, h->nchannels, (unsigned long long)h->slot_bytes,
+                  want.nchannels, (unsigned long long)want.slot_bytes);
+        return ncclInvalidUsage;
+    }
+    for (int i = 0; i < s->npeers; i++)
+        if (s->peers[i].rank == h->rank && s->peers[i].fd < 0)
+            *fd_pp = &s->peers[i].fd;
+    return ncclSuccess;
 }
 
 static ncclResult_t ds_connect_all(struct weft_dev_sock *s, const union weft_sockaddr *addrs)
@@ -438,32 +411,11 @@ static ncclResult_t ds_connect_all(struct weft_dev_sock *s, const union weft_soc
         WEFT_CHECK(weft_sock_handshake(p->fd, weft_bootstrap_key(comm->bootstrap), &h, deadline,
                                        &comm->abort_flag, what));
     }
-    struct weft_sock_hello want;
-    ds_hello(s, &want, s->me);
-    while (expected > 0) {
-        struct pollfd pfd = {.fd = s->listen_fd, .events = POLLIN};
-        snprintf(what, sizeof(what), "rank %d: %d device socket connections from lower ranks",
-                 s->me, expected);
-        WEFT_CHECK(weft_socket_poll(&pfd, 1, deadline, &comm->abort_flag, what));
-        int fd = -1, rank = -1;
-        WEFT_CHECK(weft_socket_accept(s->listen_fd, &fd));
-        if (fd < 0)
-            continue;
-        ncclResult_t res = ds_admit(s, fd, &want, &rank);
-        struct weft_dev_sock_peer *p = NULL;
-        for (int i = 0; i < s->npeers && rank >= 0; i++)
-            if (s->peers[i].rank == rank && s->peers[i].fd < 0)
-                p = &s->peers[i];
-        if (res != ncclSuccess || p == NULL) {
-            weft_socket_close(&fd);
-            if (res != ncclSuccess)
-                return res;
-            continue;
-        }
-        p->fd = fd;
-        expected--;
-    }
-    return ncclSuccess;
+    snprintf(what, sizeof(what), "rank %d: %d device socket connections from lower ranks",
+             s->me, expected);
+    return weft_sock_accept_all(s->listen_fd, weft_bootstrap_key(comm->bootstrap),
+                                comm->comm_hash, expected, ds_admit, s, deadline,
+                                &comm->abort_flag, what);
 }
 
 ncclResult_t weft_dev_sock_setup(struct ncclComm *comm, const uint8_t *xhost, int nconn,

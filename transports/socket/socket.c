@@ -935,59 +935,12 @@ static void sock_hello_fill(const struct weft_sock_state *st, struct weft_sock_h
     h->slot_bytes = st->slot_bytes;
 }
 
-/* An accepted connection whose handshake is not done yet. */
-struct weft_sock_pending {
-    int fd;
-    uint64_t since;
-    size_t got;
-    struct weft_auth_nonces nonces;
-    unsigned char msg[sizeof(struct weft_sock_hello_auth)];
-};
-
-/* Sends a fresh connection its challenge; 0 when it cannot take it (it is then dropped). */
-static int sock_challenge(struct weft_sock_state *st, struct weft_sock_pending *c)
+/* weft_sock_admit_fn_t for this transport: a lower-ranked peer's link that is still free, with
+ * every setting as this rank's; anything else fails init (ncclInvalidUsage). */
+static ncclResult_t sock_admit(void *arg, const struct weft_sock_hello *hp, int **fd_pp)
 {
-    struct weft_sock_challenge ch;
-    size_t done = 0;
-    memset(&ch, 0, sizeof(ch));
-    ch.version = WEFT_SOCK_VERSION;
-    ch.type = WEFT_SOCK_CHALLENGE;
-    ch.comm_hash = st->comm->comm_hash;
-    if (weft_auth_random(c->nonces.server, sizeof(c->nonces.server)) != ncclSuccess)
-        return 0;
-    memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
-    return weft_socket_send_some(c->fd, &ch, sizeof(ch), &done, NULL) ==
-               ncclSuccess &&
-           done == sizeof(ch);
-}
-
-/*
- * Reads what pending connection c sent. Returns ncclSuccess with *admitted set when it became a
- * link, or with *drop set when it is to be closed (it did not authenticate: nothing changes);
- * an authenticated hello that does not match this communicator fails init (ncclInvalidUsage).
- */
-static ncclResult_t sock_pending_read(struct weft_sock_state *st, struct weft_sock_pending *c,
-                                      int *admitted, int *drop)
-{
-    struct weft_sock_hello h, want;
-    struct weft_sock_accept acc;
-    const char *why;
-    size_t done = 0;
-    *admitted = *drop = 0;
-    if (weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got, NULL) !=
-        ncclSuccess) {
-        *drop = 1;
-        return ncclSuccess;
-    }
-    if (c->got < sizeof(c->msg))
-        return ncclSuccess;
-    why = weft_sock_hello_parse(c->msg, sizeof(c->msg), weft_bootstrap_key(st->comm->bootstrap),
-                                &c->nonces, &h);
-    if (why != NULL) {
-        WEFT_INFO(WEFT_LOG_NET, "rank %d: dropped a socket connection: %s", st->me, why);
-        *drop = 1;
-        return ncclSuccess;
-    }
+    struct weft_sock_state *st = arg;
+    struct weft_sock_hello h = *hp, want;
     int r = h.rank;
     struct weft_sock_peer *p = r >= 0 && r < st->me ? st->by_rank[r] : NULL;
     sock_hello_fill(st, &want, st->me, (int)h.thread, (int)h.sock);
@@ -1009,94 +962,8 @@ static ncclResult_t sock_pending_read(struct weft_sock_state *st, struct weft_so
                   st->nthreads, st->nsocks, st->nch, want.ll_fifos, st->slot_bytes);
         return ncclInvalidUsage;
     }
-    memset(&acc, 0, sizeof(acc));
-    acc.version = WEFT_SOCK_VERSION;
-    acc.type = WEFT_SOCK_ACCEPT;
-    weft_auth_mac(weft_bootstrap_key(st->comm->bootstrap), "sock-accept", c->nonces.server,
-                  c->nonces.client, &h, sizeof(h), acc.mac);
-    if (weft_socket_send_some(c->fd, &acc, sizeof(acc), &done, NULL) != ncclSuccess ||
-        done != sizeof(acc)) {
-        *drop = 1;
-        return ncclSuccess;
-    }
-    p->links[h.thread * (uint32_t)st->nsocks + h.sock].fd = c->fd;
-    *admitted = 1;
+    *fd_pp = &p->links[h.thread * (uint32_t)st->nsocks + h.sock].fd;
     return ncclSuccess;
-}
-
-/* Accepts the expected connections, serving every handshake at once (socket/socket.h). */
-static ncclResult_t sock_accept_all(struct weft_sock_state *st, int expected, uint64_t deadline)
-{
-    struct ncclComm *comm = st->comm;
-    struct weft_sock_pending *pend = NULL;
-    struct pollfd *pfds = NULL;
-    int npend = 0, cap = 0;
-    ncclResult_t res = ncclSuccess;
-    char what[256];
-    snprintf(what, sizeof(what), "rank %d: %d socket connections from lower-ranked peers",
-             st->me, expected);
-    while (expected > 0) {
-        uint64_t now = weft_socket_now_ns();
-        for (int i = npend - 1; i >= 0; i--) {
-            if (now - pend[i].since < WEFT_SOCK_ADMIT_MS * 1000000ull)
-                continue;
-            WEFT_INFO(WEFT_LOG_NET, "rank %d: dropped a socket connection silent for %d ms",
-                      st->me, WEFT_SOCK_ADMIT_MS);
-            close(pend[i].fd);
-            pend[i] = pend[--npend];
-        }
-        if (npend + 1 > cap) {
-            int ncap = cap ? 2 * cap : 16;
-            struct weft_sock_pending *np = realloc(pend, (size_t)ncap * sizeof(*np));
-            if (np != NULL)
-                pend = np;
-            struct pollfd *npf = realloc(pfds, (size_t)(ncap + 1) * sizeof(*npf));
-            if (npf != NULL)
-                pfds = npf;
-            if (np == NULL || npf == NULL) {
-                WEFT_WARN("rank %d: out of memory for %d socket handshakes", st->me, ncap);
-                res = ncclSystemError;
-                goto out;
-            }
-            cap = ncap;
-        }
-        int n = npend;
-        pfds[0] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
-        for (int i = 0; i < n; i++)
-            pfds[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
-        WEFT_CHECK_GOTO(weft_socket_poll(pfds, (nfds_t)n + 1, deadline, &comm->abort_flag, what),
-                        res, out);
-        /* Backwards: a finished entry is replaced by the last one, already looked at. */
-        for (int i = n - 1; i >= 0; i--) {
-            int admitted, drop;
-            if (pfds[i + 1].revents == 0)
-                continue;
-            WEFT_CHECK_GOTO(sock_pending_read(st, &pend[i], &admitted, &drop), res, out);
-            if (drop)
-                close(pend[i].fd);
-            if (admitted)
-                expected--;
-            if (admitted || drop)
-                pend[i] = pend[--npend];
-        }
-        if (pfds[0].revents != 0 && npend < cap) {
-            int fd;
-            WEFT_CHECK_GOTO(weft_socket_accept(st->listen_fd, &fd), res, out);
-            if (fd < 0)
-                continue;
-            pend[npend] = (struct weft_sock_pending){.fd = fd, .since = weft_socket_now_ns()};
-            if (sock_challenge(st, &pend[npend]))
-                npend++;
-            else
-                close(fd);
-        }
-    }
-out:
-    for (int i = 0; i < npend; i++)
-        close(pend[i].fd);
-    free(pend);
-    free(pfds);
-    return res;
 }
 
 /* Connects to every higher-ranked peer, then accepts every lower-ranked one. */
@@ -1124,7 +991,11 @@ static ncclResult_t sock_connect_all(struct weft_sock_state *st)
                                            deadline, &comm->abort_flag, what));
         }
     }
-    return sock_accept_all(st, expected, deadline);
+    snprintf(what, sizeof(what), "rank %d: %d socket connections from lower-ranked peers",
+             st->me, expected);
+    return weft_sock_accept_all(st->listen_fd, weft_bootstrap_key(comm->bootstrap),
+                                comm->comm_hash, expected, sock_admit, st, deadline,
+                                &comm->abort_flag, what);
 }
 
 static ncclResult_t sock_threads_start(struct weft_sock_state *st)

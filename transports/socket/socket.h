@@ -140,6 +140,26 @@ ncclResult_t weft_sock_handshake(int fd, const uint8_t *key, const struct weft_s
                                  uint64_t deadline, volatile uint32_t *abort_flag,
                                  const char *what);
 
+/*
+ * The accepting side's check of an authenticated hello: sets *fd_pp to the slot (holding -1) where
+ * the connection's fd goes, or to NULL to drop the connection silently (it changes nothing);
+ * returns an error (logged) for a hello that must fail setup (ranks disagree on a setting).
+ */
+typedef ncclResult_t (*weft_sock_admit_fn_t)(void *arg, const struct weft_sock_hello *h,
+                                            int **fd_pp);
+
+/*
+ * The accepting side of the handshake: accepts connections on listen_fd until `expected` are
+ * admitted, serving every pending handshake at once, so a stray, silent (WEFT_SOCK_ADMIT_MS),
+ * garbage or unauthenticated connection holds up none of the others. A hello whose MAC checks out
+ * goes to admit(); its connection gets the ACCEPT and lands in the slot admit() chose. Blocks
+ * until deadline or *abort_flag; what names the wait for errors.
+ */
+ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t comm_hash,
+                                  int expected, weft_sock_admit_fn_t admit, void *arg,
+                                  uint64_t deadline, volatile uint32_t *abort_flag,
+                                  const char *what);
+
 /* What every rank all-gathers at setup (listening 0: the rank has no socket peer). */
 struct weft_sock_info {
     uint32_t version; /* WEFT_SOCK_INFO_VERSION */

@@ -1,7 +1,11 @@
-/* The socket transport's handshake and frame parsers (socket/socket.h): pure, and fuzzed. */
+/* The socket transport's handshake and frame parsers (socket/socket.h): pure, and fuzzed; and
+ * both sides of the handshake, shared by the host and device socket transports. */
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "socket/socket.h"
@@ -127,4 +131,149 @@ ncclResult_t weft_sock_handshake(int fd, const uint8_t *key, const struct weft_s
         return ncclSystemError;
     }
     return ncclSuccess;
+}
+
+/* An accepted connection whose handshake is not done yet. */
+struct weft_sock_pending {
+    int fd;
+    uint64_t since;
+    size_t got;
+    struct weft_auth_nonces nonces;
+    unsigned char msg[sizeof(struct weft_sock_hello_auth)];
+};
+
+/* Sends a fresh connection its challenge; 0 when it cannot take it (it is then dropped). */
+static int sock_challenge(uint64_t comm_hash, struct weft_sock_pending *c)
+{
+    struct weft_sock_challenge ch;
+    size_t done = 0;
+    memset(&ch, 0, sizeof(ch));
+    ch.version = WEFT_SOCK_VERSION;
+    ch.type = WEFT_SOCK_CHALLENGE;
+    ch.comm_hash = comm_hash;
+    if (weft_auth_random(c->nonces.server, sizeof(c->nonces.server)) != ncclSuccess)
+        return 0;
+    memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
+    return weft_socket_send_some(c->fd, &ch, sizeof(ch), &done, NULL) == ncclSuccess &&
+           done == sizeof(ch);
+}
+
+/*
+ * Reads what pending connection c sent. *admitted: it became a link (its fd is in the slot);
+ * *drop: it is to be closed (it did not authenticate, or admit() did not want it). An error from
+ * admit() fails the setup.
+ */
+static ncclResult_t sock_pending_read(const uint8_t *key, struct weft_sock_pending *c,
+                                      weft_sock_admit_fn_t admit, void *arg, const char *what,
+                                      int *admitted, int *drop)
+{
+    struct weft_sock_hello h;
+    struct weft_sock_accept acc;
+    const char *why;
+    size_t done = 0;
+    int *slot = NULL;
+    *admitted = *drop = 0;
+    if (weft_socket_recv_some(c->fd, c->msg, sizeof(c->msg), &c->got, NULL) != ncclSuccess) {
+        *drop = 1;
+        return ncclSuccess;
+    }
+    if (c->got < sizeof(c->msg))
+        return ncclSuccess;
+    why = weft_sock_hello_parse(c->msg, sizeof(c->msg), key, &c->nonces, &h);
+    if (why != NULL) {
+        WEFT_INFO(WEFT_LOG_NET, "%s: dropped a connection: %s", what, why);
+        *drop = 1;
+        return ncclSuccess;
+    }
+    WEFT_CHECK(admit(arg, &h, &slot));
+    if (slot == NULL) {
+        *drop = 1;
+        return ncclSuccess;
+    }
+    memset(&acc, 0, sizeof(acc));
+    acc.version = WEFT_SOCK_VERSION;
+    acc.type = WEFT_SOCK_ACCEPT;
+    weft_sock_mac(key, "sock-accept", &c->nonces, &h, acc.mac);
+    if (weft_socket_send_some(c->fd, &acc, sizeof(acc), &done, NULL) != ncclSuccess ||
+        done != sizeof(acc)) {
+        *drop = 1;
+        return ncclSuccess;
+    }
+    *slot = c->fd;
+    *admitted = 1;
+    return ncclSuccess;
+}
+
+ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t comm_hash,
+                                  int expected, weft_sock_admit_fn_t admit, void *arg,
+                                  uint64_t deadline, volatile uint32_t *abort_flag,
+                                  const char *what)
+{
+    struct weft_sock_pending *pend = NULL;
+    struct pollfd *pfds = NULL;
+    int npend = 0, cap = 0;
+    ncclResult_t res = ncclSuccess;
+    while (expected > 0) {
+        uint64_t now = weft_socket_now_ns();
+        for (int i = npend - 1; i >= 0; i--) {
+            if (now - pend[i].since < WEFT_SOCK_ADMIT_MS * 1000000ull)
+                continue;
+            WEFT_INFO(WEFT_LOG_NET, "%s: dropped a connection silent for %d ms", what,
+                      WEFT_SOCK_ADMIT_MS);
+            close(pend[i].fd);
+            pend[i] = pend[--npend];
+        }
+        if (npend + 1 > cap) {
+            int ncap = cap ? 2 * cap : 16;
+            struct weft_sock_pending *np = realloc(pend, (size_t)ncap * sizeof(*np));
+            if (np != NULL)
+                pend = np;
+            struct pollfd *npf = realloc(pfds, (size_t)(ncap + 1) * sizeof(*npf));
+            if (npf != NULL)
+                pfds = npf;
+            if (np == NULL || npf == NULL) {
+                WEFT_WARN("%s: out of memory for %d handshakes", what, ncap);
+                res = ncclSystemError;
+                goto out;
+            }
+            cap = ncap;
+        }
+        int n = npend;
+        pfds[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            pfds[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        WEFT_CHECK_GOTO(weft_socket_poll(pfds, (nfds_t)n + 1, deadline, abort_flag, what), res,
+                        out);
+        /* Backwards: a finished entry is replaced by the last one, already looked at. */
+        for (int i = n - 1; i >= 0; i--) {
+            int admitted, drop;
+            if (pfds[i + 1].revents == 0)
+                continue;
+            WEFT_CHECK_GOTO(sock_pending_read(key, &pend[i], admit, arg, what, &admitted, &drop),
+                            res, out);
+            if (drop)
+                close(pend[i].fd);
+            if (admitted)
+                expected--;
+            if (admitted || drop)
+                pend[i] = pend[--npend];
+        }
+        if (pfds[0].revents != 0 && npend < cap) {
+            int fd;
+            WEFT_CHECK_GOTO(weft_socket_accept(listen_fd, &fd), res, out);
+            if (fd < 0)
+                continue;
+            pend[npend] = (struct weft_sock_pending){.fd = fd, .since = weft_socket_now_ns()};
+            if (sock_challenge(comm_hash, &pend[npend]))
+                npend++;
+            else
+                close(fd);
+        }
+    }
+out:
+    for (int i = 0; i < npend; i++)
+        close(pend[i].fd);
+    free(pend);
+    free(pfds);
+    return res;
 }
