@@ -5,9 +5,9 @@
  *   count, dtype, op, root, coll, group: 3 ranks; rank 0 differs in the count (1000 against
  *       100000), the datatype (float against int32: the same bytes), the op (max against sum),
  *       the broadcast root (1 against 0: no data moves at all), the collective (all-gather against
- *       all-reduce), or the op of the second all-reduce of a fused group. Every rank's call fails
- *       with ncclInvalidUsage within a few seconds (WEFT_TIMEOUT=60), and its message names rank 0's
- *       call and the others' call; no rank's buffer is changed by a mismatched slice.
+ *       all-reduce), or the count of the second all-reduce of a fused group. Every rank's call
+ *       fails with ncclInvalidUsage within a few seconds (WEFT_TIMEOUT=60), and its message names
+ *       rank 0's call and the others' call; no rank's buffer is changed by a mismatched slice.
  *   p2p: rank 0 sends 100 floats to rank 1, which receives 200: rank 1's call fails naming its
  *       call (rank 0 may already be done: a send ends once its data is out).
  *   skip: 4 ranks; rank 3 skips all-reduce #2 (it sleeps, then aborts). The others fail at the
@@ -133,14 +133,16 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
         expect_mismatch(rank, res, now_s() - t0, "ncclAllGather(count 1000, float) #2",
                         "ncclAllReduce(count 1000, float, sum) #2");
     } else if (strcmp(c, "group") == 0) {
-        /* the others' two all-reduces fuse into one; rank 0's second has another op */
+        /* every rank fuses its three all-reduces into one (#2 is the fusion agreement); rank
+         * 0's second has another count, so the fused operations differ */
         ncclGroupStart();
         ncclAllReduce(buf, out, 100, ncclFloat, ncclSum, comm, NULL);
-        ncclAllReduce(buf + 100, out + 100, 50, ncclFloat, rank == 0 ? ncclMax : ncclSum, comm,
-                      NULL);
+        ncclAllReduce(buf + 100, out + 100, rank == 0 ? 60 : 50, ncclFloat, ncclSum, comm, NULL);
+        ncclAllReduce(buf + 200, out + 200, 25, ncclFloat, ncclSum, comm, NULL);
         res = ncclGroupEnd();
-        expect_mismatch(rank, res, now_s() - t0, "ncclAllReduce(count 100, float, sum) #2",
-                        "ncclAllReduce(count 150, float, sum; 2 fused) #2");
+        expect_mismatch(rank, res, now_s() - t0,
+                        "ncclAllReduce(count 185, float, sum; 3 fused) #3",
+                        "ncclAllReduce(count 175, float, sum; 3 fused) #3");
     } else if (strcmp(c, "p2p") == 0) {
         if (rank == 0)
             res = ncclSend(buf, 100, ncclFloat, 1, comm, NULL);
