@@ -36,7 +36,8 @@
 WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
            "seconds an operation may wait for a peer without any progress before it fails");
 WEFT_PARAM(FuseBytes, "WEFT_FUSE_BYTES", 65536,
-           "all-reduces of a group up to this size are packed into one (0 disables)");
+           "runs of 3 or more all-reduces of a group, together up to this size, are packed into "
+           "one (0 disables)");
 WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", -1,
            "idle polling rounds before a waiting rank starts yielding its core (-1: 100000, a few "
            "milliseconds, or 0 when the host runs more ranks than it has cores)");
@@ -555,24 +556,26 @@ static void weft_fuse_local_cuts(struct weft_task *const *list, int i, int k, ui
 
 /*
  * Finds the communicators with a run of WEFT_FUSE_MIN_RUN or more; marks their collectives from
- * there on as held (planned once agreed) and computes this rank's cuts.
+ * there on as held (planned once agreed: (*held_p)[task], NULL when there is none) and computes
+ * this rank's cuts.
  */
-static ncclResult_t weft_fuse_scan(struct weft_task *tasks, int ntasks, uint8_t *held,
+static ncclResult_t weft_fuse_scan(struct weft_task *tasks, int ntasks, uint8_t **held_p,
                                    struct weft_fuse_plan **plans_p, int *nplans_p)
 {
     size_t limit = (size_t)weft_param_FuseBytes();
-    memset(held, 0, (size_t)ntasks);
+    *held_p = NULL;
     *nplans_p = 0;
     if (ntasks < WEFT_FUSE_MIN_RUN || limit == 0)
-        return ncclSuccess;
+        return ncclSuccess; /* the common case, one operation: nothing to look at */
     struct weft_task **list = weft_arena_alloc((size_t)ntasks * sizeof(*list));
     struct weft_fuse_plan *plans = weft_arena_alloc((size_t)ntasks * sizeof(*plans));
-    uint8_t *seen = weft_arena_alloc((size_t)ntasks);
-    if (list == NULL || plans == NULL || seen == NULL) {
+    uint8_t *seen = weft_arena_alloc((size_t)ntasks), *held = weft_arena_alloc((size_t)ntasks);
+    if (list == NULL || plans == NULL || seen == NULL || held == NULL) {
         WEFT_WARN("out of memory planning %d operations", ntasks);
         return ncclSystemError;
     }
     memset(seen, 0, (size_t)ntasks);
+    memset(held, 0, (size_t)ntasks);
     int nplans = 0;
     for (int t = 0; t < ntasks; t++) {
         if (seen[t])
@@ -616,6 +619,7 @@ static ncclResult_t weft_fuse_scan(struct weft_task *tasks, int ntasks, uint8_t 
         p->wait = -1;
         p->wait_fused = -1;
     }
+    *held_p = nplans > 0 ? held : NULL;
     *plans_p = plans;
     *nplans_p = nplans;
     return ncclSuccess;
@@ -629,7 +633,7 @@ struct weft_exec_plan {
     struct weft_fused *fused;
     int nfused;
     int nbusy; /* tasks[0 .. nbusy) have lanes and count in their communicator's busy */
-    uint8_t *waited; /* [task]: collectives of a plan wait for it */
+    uint8_t *waited; /* [task]: collectives of a plan wait for it; NULL: no plan */
 };
 
 /* Adds members[0 .. k) as one task (fused when k > 1). */
@@ -802,7 +806,7 @@ static ncclResult_t weft_exec_add_lanes(struct weft_exec_plan *x, int first,
     }
 done:
     for (int i = n; i < n + nadd; i++)
-        all[i].resume = x->waited[all[i].task - x->tasks];
+        all[i].resume = x->waited != NULL && x->waited[all[i].task - x->tasks];
     *lanes_p = all;
     *nlanes_p = n + nadd;
     for (; x->nbusy < x->ntasks; x->nbusy++)
@@ -845,19 +849,26 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
         .tasks = weft_arena_alloc((size_t)2 * norig * sizeof(*x.tasks)),
         .recs = weft_arena_alloc((size_t)2 * norig * sizeof(*x.recs)),
         .fused = weft_arena_alloc((size_t)norig * sizeof(*x.fused)),
-        .waited = weft_arena_alloc((size_t)2 * norig),
     };
-    uint8_t *held = weft_arena_alloc((size_t)norig);
+    uint8_t *held = NULL;
     ncclResult_t res = ncclSuccess;
-    if (x.tasks == NULL || x.recs == NULL || x.fused == NULL || held == NULL || x.waited == NULL) {
+    if (x.tasks == NULL || x.recs == NULL || x.fused == NULL) {
         WEFT_WARN("out of memory planning %d operations", norig);
         res = ncclSystemError;
         goto out;
     }
-    memset(x.waited, 0, (size_t)2 * norig);
-    WEFT_CHECK_GOTO(weft_fuse_scan(orig_tasks, norig, held, &plans, &nplans), res, out);
+    WEFT_CHECK_GOTO(weft_fuse_scan(orig_tasks, norig, &held, &plans, &nplans), res, out);
+    if (nplans > 0) {
+        x.waited = weft_arena_alloc((size_t)2 * norig);
+        if (x.waited == NULL) {
+            WEFT_WARN("out of memory planning %d operations", norig);
+            res = ncclSystemError;
+            goto out;
+        }
+        memset(x.waited, 0, (size_t)2 * norig);
+    }
     for (int t = 0; t < norig; t++) {
-        if (held[t])
+        if (held != NULL && held[t])
             continue;
         struct weft_task *one = &orig_tasks[t];
         WEFT_CHECK_GOTO(weft_exec_emit(&x, &one, 1), res, out);
