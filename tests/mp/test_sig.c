@@ -8,6 +8,8 @@
  *       all-reduce), or the count of the second all-reduce of a fused group. Every rank's call
  *       fails with ncclInvalidUsage within a few seconds (WEFT_TIMEOUT=60), and its message names
  *       rank 0's call and the others' call; no rank's buffer is changed by a mismatched slice.
+ *   group-alike: rank 0 groups three all-reduces, the others do not: the same failure, naming
+ *       rank 0's fusion agreement (ranks must group alike; README "Fusion").
  *   p2p: rank 0 sends 100 floats to rank 1, which receives 200: rank 1's call fails naming its
  *       call (rank 0 may already be done: a send ends once its data is out).
  *   skip: 4 ranks; rank 3 skips all-reduce #2 (it sleeps, then aborts). The others fail at the
@@ -143,6 +145,17 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
         expect_mismatch(rank, res, now_s() - t0,
                         "ncclAllReduce(count 185, float, sum; 3 fused) #3",
                         "ncclAllReduce(count 175, float, sum; 3 fused) #3");
+    } else if (strcmp(c, "group-alike") == 0) {
+        /* rank 0 groups three all-reduces (an agreement first, #2), the others issue them one
+         * by one: every rank fails at once naming the agreement and the first all-reduce */
+        if (rank == 0)
+            ncclGroupStart();
+        for (int k = 0; k < 3 && res == ncclSuccess; k++)
+            res = ncclAllReduce(buf + 100 * k, out + 100 * k, 100, ncclFloat, ncclSum, comm, NULL);
+        if (rank == 0)
+            res = ncclGroupEnd();
+        expect_mismatch(rank, res, now_s() - t0, "ncclAllReduce(count 3, uint8, max) #2",
+                        "ncclAllReduce(count 100, float, sum) #2");
     } else if (strcmp(c, "p2p") == 0) {
         if (rank == 0)
             res = ncclSend(buf, 100, ncclFloat, 1, comm, NULL);
@@ -248,8 +261,8 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s count|dtype|op|root|coll|group|p2p|skip|skip-next|report|"
-                        "check-off\n", argv[0]);
+        fprintf(stderr, "usage: %s count|dtype|op|root|coll|group|group-alike|p2p|skip|skip-next|"
+                        "report|check-off\n", argv[0]);
         return 2;
     }
     const char *c = argv[1];
