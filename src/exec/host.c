@@ -481,10 +481,12 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int 
  *
  * The agreement is an operation of the group like the others, run by the same executor beside
  * every task that does not wait for it (other communicators, point-to-point, this communicator's
- * collectives before the run), so no order between communicators or processes is needed: a rank
- * whose group also receives what a peer sends only after its own part of this group still gets
- * it. When its lanes are done, the communicator's remaining collectives are planned from the
- * agreed cuts and join the running lanes. One agreement per communicator and group.
+ * collectives before the run). So agreements of several communicators need no order that every
+ * process shares (ranks may issue the communicators in any order), and a rank in an agreement
+ * still serves the group's other operations, which a peer may need before it reaches its own
+ * agreement: running the agreements first, one after another, could deadlock in both cases. When
+ * its lanes are done, the communicator's remaining collectives are planned from the agreed cuts
+ * and join the running lanes. One agreement per communicator and group.
  *
  * A later collective may read what a fused piece writes (that is why a rank cut there), and the
  * members' results exist only once the whole piece is done and unpacked: so the collectives after
