@@ -34,6 +34,7 @@
 
 #include "nccl.h"
 #include "weft.h"
+#include "../common/id_pipe.h"
 
 static int g_failed;
 static int g_stderr = -1; /* the real stderr, while fd 2 goes to the rank's capture file */
@@ -273,7 +274,8 @@ int main(int argc, char **argv)
     if (strcmp(c, "check-off") == 0)
         setenv("WEFT_CHECK", "0", 1);
     ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess)
+    struct weft_test_id_pipe ip; /* fork before the id's thread exists (ThreadSanitizer) */
+    if (weft_test_id_pipe_open(&ip) != 0)
         return 1;
     fflush(NULL);
     pid_t pids[4];
@@ -287,10 +289,12 @@ int main(int argc, char **argv)
             int fd = open(paths[r], O_CREAT | O_TRUNC | O_RDWR, 0600);
             dup2(fd, 2);
             close(fd);
+            if (weft_test_id_pipe_recv(&ip, &id) != 0)
+                _exit(3);
             _exit(rank_main(c, r, nranks, id, paths[r]));
         }
     }
-    int bad = 0;
+    int bad = weft_test_id_pipe_send(&ip, nranks, &id) != 0;
     for (int r = 0; r < nranks; r++) {
         int status;
         waitpid(pids[r], &status, 0);
