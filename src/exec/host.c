@@ -502,8 +502,8 @@ struct weft_fused {
 /* Longest run packed into one all-reduce. */
 #define WEFT_FUSE_MAX_TASKS 256
 /* Shortest run worth an agreement: it costs about one small all-reduce and saves run - 1 of
- * them (all_reduce_perf -b 8 -e 8 -m k on a loaded 2-core machine: the agreement added 4.9-5.7 us
- * per group on 2 ranks, where one 8 B all-reduce took about 5, and 21 us on 4 ranks, one 17). */
+ * them (all_reduce_perf -b 8 -e 8 -m 4|8 on a shared 2-core machine: the agreement added 1.9-2.1
+ * us per group on 2 ranks, where one 8 B all-reduce took about 2, and 8-13 us on 4, one 5-8). */
 #define WEFT_FUSE_MIN_RUN 3
 
 /* A communicator of the group with a run worth agreeing on. */
