@@ -331,6 +331,9 @@ ncclResult_t weft_bs_root_start(union weft_sockaddr *addr, uint64_t magic,
     WEFT_CHECK_GOTO(weft_socket_listen(addr, &r->listen_fd), res, err_free);
     weft_socket_addr_str(addr, r->name, sizeof(r->name));
     __atomic_add_fetch(&weft_bs_roots_running, 1, __ATOMIC_ACQ_REL);
+    /* The detached thread may finish and free r before we log (ThreadSanitizer saw it). */
+    char name[sizeof(r->name)];
+    memcpy(name, r->name, sizeof(name));
     int err = pthread_attr_init(&attr);
     if (err == 0) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -343,7 +346,7 @@ ncclResult_t weft_bs_root_start(union weft_sockaddr *addr, uint64_t magic,
         res = ncclSystemError;
         goto err_close;
     }
-    WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap root listening on %s", r->name);
+    WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap root listening on %s", name);
     return ncclSuccess;
 err_close:
     close(r->listen_fd);

@@ -41,6 +41,7 @@ const char *weft_cuda_error_text(int err)
         return "the operation cannot be performed in the present state";
     case WEFT_CUDA_ERR_NOT_READY: return "device not ready";
     case WEFT_CUDA_ERR_LAUNCH_RESOURCES: return "too many resources requested for launch";
+    case WEFT_CUDA_ERR_LAUNCH_TIMEOUT: return "the launch timed out and was terminated";
     case WEFT_CUDA_ERR_PEER_ALREADY_ENABLED:
         return "peer access is already enabled";
     case WEFT_CUDA_ERR_ASSERT: return "device-side assert triggered";

@@ -35,6 +35,14 @@
  * event is re-recorded on a second stream before the first record ran, a waiter of the first
  * ticket may be released by the second record (CUDA tracks only the latest record too).
  *
+ * Deadlines: every host wait (synchronize of a stream, the device or an event) and every event
+ * wait of a stream fails with 702 (cudaErrorLaunchTimeout) after WEFT_TIMEOUT seconds in which
+ * what it waits for did not move and no kernel ran: a running kernel is bounded by its own
+ * deadline and abort (the collective kernels) or is the program's (as on a GPU, where a kernel
+ * that never ends hangs a synchronize); a host function that never returns, or a stream waiting
+ * for one, would otherwise hang forever. A stream whose event wait failed keeps 702 as its
+ * sticky error and runs its later work.
+ *
  * Capture (mode WEFT_CUDA_CAPTURE_MODE, default CUDA's global mode): capture_begin puts a
  * non-legacy stream in capture; enqueued kernels, copies, memsets and host functions become graph
  * nodes, in issue order. An event recorded in a capturing stream marks the capture; a stream
@@ -100,6 +108,7 @@ WEFT_PARAM(EmuQuarantineMb, "WEFT_EMU_QUARANTINE_MB", 65536,
            "after free faults, MiB");
 
 WEFT_PARAM_DECL(CudaCaptureMode);
+WEFT_PARAM_DECL(Timeout); /* exec/host.c: the deadline of the host waits below */
 
 #define EMU_MAX_DEV 64
 #define EMU_MAX_BLOCK 1024
@@ -487,6 +496,45 @@ static struct emu_item *emu_item_clone(const struct emu_item *src)
         memcpy(it->params, src->params, src->params_bytes);
     }
     return it;
+}
+
+/* Kernels running now, on every stream: while one runs, no host wait's deadline runs. */
+static int emu_kernels_running;
+
+/* A host wait: for the watchdog and the deadline (see Deadlines above). */
+struct emu_wait {
+    uint64_t start_ns; /* when it began (the watchdog) */
+    uint64_t still_ns; /* since when nothing it waits for moved and no kernel ran */
+    uint64_t seen;     /* the counter it waits on, then */
+    int warned;
+    const char *what;
+};
+
+static void emu_wait_begin(struct emu_wait *w, const char *what, uint64_t counter)
+{
+    w->start_ns = w->still_ns = emu_now_ns();
+    w->seen = counter;
+    w->warned = 0;
+    w->what = what;
+}
+
+/* Whether the wait passed its deadline, given the counter it waits on; warns once if so. */
+static int emu_wait_expired(struct emu_wait *w, uint64_t counter)
+{
+    uint64_t now = emu_now_ns();
+    if (counter != w->seen || __atomic_load_n(&emu_kernels_running, __ATOMIC_ACQUIRE) > 0) {
+        w->seen = counter;
+        w->still_ns = now;
+        return 0;
+    }
+    uint64_t limit = (uint64_t)weft_param_Timeout() * 1000000000ull;
+    if (now - w->still_ns <= limit)
+        return 0;
+    WEFT_WARN("emulated GPU: %s: nothing moved for %llu s and no kernel runs (WEFT_TIMEOUT): "
+              "a host function that never returns, or a wait on work behind one; fails with %d",
+              w->what, (unsigned long long)((now - w->still_ns) / 1000000000ull),
+              WEFT_CUDA_ERR_LAUNCH_TIMEOUT);
+    return 1;
 }
 
 /* Timed wait in 200 ms slices; warns once when the wait passed the watchdog. */
@@ -1081,6 +1129,7 @@ static int emu_kernel_run(struct emu_stream *s, struct emu_item *it)
         order[b] = b;
     }
     __atomic_store_n(&s->running, L.k->name, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&emu_kernels_running, 1, __ATOMIC_ACQ_REL);
     int64_t wave = weft_param_EmuSerialize();
     if (wave > 0) {
         for (int i = L.grid - 1; i > 0; i--) {
@@ -1094,6 +1143,7 @@ static int emu_kernel_run(struct emu_stream *s, struct emu_item *it)
     } else {
         emu_run_wave(&L, order, 0, L.grid, s);
     }
+    __atomic_sub_fetch(&emu_kernels_running, 1, __ATOMIC_ACQ_REL);
     __atomic_store_n(&s->running, NULL, __ATOMIC_RELAXED);
     res = L.err;
 out_blocks:
@@ -1134,21 +1184,26 @@ static int emu_item_run(struct emu_stream *s, struct emu_item *it)
     }
     case EMU_WAIT: {
         struct emu_event *e = it->ev;
-        uint64_t start = emu_now_ns();
-        int warned = 0;
+        struct emu_wait w;
         char what[128];
+        int res = WEFT_CUDA_SUCCESS;
         snprintf(what, sizeof(what), "stream %p waiting for event %p", (void *)s, (void *)e);
         pthread_mutex_lock(&e->mu);
+        emu_wait_begin(&w, what, e->done);
         while (e->done < it->ticket) {
             if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
                 WEFT_INFO(WEFT_LOG_INIT, "emu: stream %p destroyed: event wait abandoned",
                           (void *)s);
                 break;
             }
-            emu_cond_wait(&e->cv, &e->mu, start, &warned, what);
+            emu_cond_wait(&e->cv, &e->mu, w.start_ns, &w.warned, what);
+            if (e->done < it->ticket && emu_wait_expired(&w, e->done)) {
+                res = WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
+                break;
+            }
         }
         pthread_mutex_unlock(&e->mu);
-        return WEFT_CUDA_SUCCESS;
+        return res;
     }
     case EMU_HOSTFN:
         it->fn(it->arg);
@@ -1186,15 +1241,20 @@ static void *emu_stream_main(void *arg)
 
 static int emu_stream_wait_idle(struct emu_stream *s)
 {
-    uint64_t start = emu_now_ns();
-    int warned = 0;
+    struct emu_wait w;
     char what[96];
     snprintf(what, sizeof(what), "synchronize of stream %p", (void *)s);
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->enq;
-    while (s->done < target)
-        emu_cond_wait(&s->cv, &s->mu, start, &warned, what);
-    int err = s->err;
+    int err = WEFT_CUDA_SUCCESS;
+    emu_wait_begin(&w, what, s->done);
+    while (s->done < target && err == WEFT_CUDA_SUCCESS) {
+        emu_cond_wait(&s->cv, &s->mu, w.start_ns, &w.warned, what);
+        if (s->done < target && emu_wait_expired(&w, s->done))
+            err = WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
+    }
+    if (err == WEFT_CUDA_SUCCESS)
+        err = s->err;
     pthread_mutex_unlock(&s->mu);
     return err;
 }
@@ -1235,8 +1295,8 @@ static int emu_device_wait(int dev)
     pthread_mutex_unlock(&emu_mu);
     for (int i = 0; i < n; i++) {
         int err = emu_stream_wait_idle(list[i]);
-        if (res == WEFT_CUDA_SUCCESS)
-            res = err;
+        if (res == WEFT_CUDA_SUCCESS || err == WEFT_CUDA_ERR_LAUNCH_TIMEOUT)
+            res = err; /* a timeout first: cudaFree must not free under stuck work */
         emu_stream_unref(list[i]);
     }
     return res;
@@ -1334,9 +1394,10 @@ static int emu_free(void *p)
     int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
     a.device = i >= 0 ? emu_live.v[i].device : -1;
     pthread_rwlock_unlock(&emu_mem_lock);
-    /* cudaFree waits for the device's work: a kernel still running must not fault. */
-    if (a.device >= 0)
-        emu_device_wait(a.device);
+    /* cudaFree waits for the device's work: a kernel still running must not fault. Work stuck
+     * past the deadline may still touch the buffer: it stays (and the error says so). */
+    if (a.device >= 0 && emu_device_wait(a.device) == WEFT_CUDA_ERR_LAUNCH_TIMEOUT)
+        return WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
     return emu_alloc_release(p, WEFT_MEM_DEVICE, EMU_PLAIN, "cudaFree");
 }
 
@@ -1464,8 +1525,8 @@ static int emu_mem_release(void *p)
     int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
     int device = i >= 0 ? emu_live.v[i].device : -1;
     pthread_rwlock_unlock(&emu_mem_lock);
-    if (device >= 0)
-        emu_device_wait(device);
+    if (device >= 0 && emu_device_wait(device) == WEFT_CUDA_ERR_LAUNCH_TIMEOUT)
+        return WEFT_CUDA_ERR_LAUNCH_TIMEOUT; /* as cudaFree */
     return emu_alloc_release(p, -1, EMU_SHAREABLE, "cuMemRelease");
 }
 
@@ -1589,8 +1650,8 @@ static int emu_ipc_close_handle(void *p)
     int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
     int device = i >= 0 ? emu_live.v[i].device : -1;
     pthread_rwlock_unlock(&emu_mem_lock);
-    if (device >= 0)
-        emu_device_wait(device);
+    if (device >= 0 && emu_device_wait(device) == WEFT_CUDA_ERR_LAUNCH_TIMEOUT)
+        return WEFT_CUDA_ERR_LAUNCH_TIMEOUT; /* as cudaFree */
     return emu_alloc_release(p, WEFT_MEM_DEVICE, EMU_IPC_OPENED, "cudaIpcCloseMemHandle");
 }
 
@@ -1893,16 +1954,20 @@ static int emu_event_synchronize(weft_cuda_event_t eh)
     int res = emu_event_get(eh, "cudaEventSynchronize", &e);
     if (res != WEFT_CUDA_SUCCESS)
         return res;
-    uint64_t start = emu_now_ns();
-    int warned = 0;
+    struct emu_wait w;
     char what[96];
     snprintf(what, sizeof(what), "cudaEventSynchronize of event %p", (void *)e);
     pthread_mutex_lock(&e->mu);
     uint64_t target = e->rec;
-    while (e->done < target)
-        emu_cond_wait(&e->cv, &e->mu, start, &warned, what);
+    int err = WEFT_CUDA_SUCCESS;
+    emu_wait_begin(&w, what, e->done);
+    while (e->done < target && err == WEFT_CUDA_SUCCESS) {
+        emu_cond_wait(&e->cv, &e->mu, w.start_ns, &w.warned, what);
+        if (e->done < target && emu_wait_expired(&w, e->done))
+            err = WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
+    }
     pthread_mutex_unlock(&e->mu);
-    return WEFT_CUDA_SUCCESS;
+    return err;
 }
 
 static int emu_launch(const struct weft_kernel *k, int grid, int block, size_t shared_bytes,

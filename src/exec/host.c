@@ -37,7 +37,8 @@
 WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
            "seconds an operation may wait for a peer without any progress before it fails");
 WEFT_PARAM(FuseBytes, "WEFT_FUSE_BYTES", 65536,
-           "all-reduces of a group up to this size are packed into one (0 disables)");
+           "runs of 3 or more all-reduces of a group, together up to this size, are packed into "
+           "one (0 disables)");
 WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", -1,
            "idle polling rounds before a waiting rank starts yielding its core (-1: 100000, a few "
            "milliseconds, or 0 when the host runs more ranks than it has cores)");
@@ -49,6 +50,9 @@ static int weft_task_is_p2p(const struct weft_task *task)
 {
     return task->coll == WEFT_COLL_SEND || task->coll == WEFT_COLL_RECV;
 }
+
+/* The task that agrees on a group's fusion (see weft_fuse_scan); names it in messages. */
+static const char weft_fuse_agree_api[] = "ncclGroupEnd (fusion agreement)";
 
 struct weft_exec_lane {
     struct weft_lane lane;
@@ -64,6 +68,7 @@ struct weft_exec_lane {
     uint64_t done_ns; /* WEFT_TRACE_FILE: when the lane finished (weft_exec_trace) */
     struct weft_zcopy_op *zc; /* a zero-copy candidate's lane (exec/zcopy.h), else NULL */
     int zc_ctl;               /* 1: its controller (channel 0); 0: gated until it decides */
+    int resume; /* a lane of a task some collectives wait for (weft_exec_resume) */
 };
 
 
@@ -143,9 +148,8 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
                 el->zc = c == 0 ? weft_zcopy_begin(task, &el->lane) : lanes[n - c].zc;
                 if (el->zc == NULL)
                     return ncclSystemError;
-                if (c > 0)
-                    weft_zcopy_gate(el->zc, &el->lane);
             }
+            el->resume = 0;
             el->prev_same = -1;
             for (int j = n - 1; j >= 0; j--) {
                 if (lanes[j].task->comm == comm && lanes[j].key_chan == el->key_chan &&
@@ -182,7 +186,8 @@ static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_
         }
         if (el->prev_same >= 0 && !weft_lane_done(&lanes[el->prev_same].lane))
             continue;
-        if (__builtin_expect(el->zc != NULL, 0) && !el->zc_ctl && !weft_zcopy_decided(el->zc))
+        if (__builtin_expect(el->zc != NULL, 0) && !el->zc_ctl &&
+            weft_zcopy_gated(el->zc, &el->lane))
             continue;
         int peer = -1, send = 0;
         int r = weft_lane_progress(&el->lane, &peer, &send);
@@ -374,7 +379,27 @@ static void weft_exec_wait_policy(const struct ncclComm *comm, int64_t *spins_p,
     *yields_p = yields >= 0 ? yields : comm->proxied ? 0 : 1000;
 }
 
-static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
+/* Index of the first lane of a task others wait for whose lanes are all done, or -1. */
+static int weft_exec_resume_lane(const struct weft_exec_lane *lanes, int nlanes)
+{
+    for (int i = 0; i < nlanes;) {
+        if (!lanes[i].resume) {
+            i++;
+            continue;
+        }
+        int j = i, done = 1;
+        for (; j < nlanes && lanes[j].task == lanes[i].task; j++)
+            done &= weft_lane_done(&lanes[j].lane);
+        if (done)
+            return i;
+        i = j;
+    }
+    return -1;
+}
+
+/* Runs the lanes to completion; with `resuming`, returns ncclInProgress as soon as a task others
+ * wait for is done (the caller adds them, weft_exec_resume, and calls again). */
+static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int resuming)
 {
     int64_t spins, yields;
     weft_exec_wait_policy(lanes[0].task->comm, &spins, &yields);
@@ -389,6 +414,8 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
         int r = weft_exec_round(lanes, nlanes, &ndone, &block);
         if (r < 0)
             return weft_exec_lane_error(&lanes[block.lane]);
+        if (resuming && weft_exec_resume_lane(lanes, nlanes) >= 0)
+            return ncclInProgress;
         if (ndone == nlanes)
             return ncclSuccess;
         if (r > 0) {
@@ -458,109 +485,296 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes)
 }
 
 /*
- * Fusion: a run of consecutive small all-reduces on one communicator with the same datatype and
- * operator becomes one all-reduce over a staging buffer (inputs packed, result unpacked), so a
- * group of many small all-reduces pays the per-step latency once.
+ * Fusion: a run of consecutive small all-reduces of one communicator (the same datatype and
+ * operator, together within WEFT_FUSE_BYTES) becomes one all-reduce over a staging buffer (inputs
+ * packed, result unpacked), so a group of many small all-reduces pays the per-step latency once.
+ *
+ * Every rank must fuse alike (the fused all-reduce is one operation on the wire), but whether a
+ * member may join depends on this rank's buffers: packing reads every input before any result
+ * exists, so a member that reads what an earlier one of its run writes (buffers chained
+ * differently on each rank) cannot join, nor can a PreMulSum whose scalar (each rank's own)
+ * differs. So the runs are found from values every rank has (the communicator's collectives in
+ * order, their kinds and sizes; point-to-point and other communicators' tasks in between do not
+ * count, having no order against the collectives anyway), and a run of WEFT_FUSE_MIN_RUN or more
+ * is cut where any rank needs it: each rank marks, member by member, where its own greedy packing
+ * must start a new piece (1) or not (0), and a tiny all-reduce (uint8, max) of those marks over
+ * the communicator decides. The union of every rank's cuts suits every rank (a piece of a run
+ * that has no chaining has none either). Shorter runs are never fused: no agreement, no
+ * addresses.
+ *
+ * The agreement is an operation of the group like the others, run by the same executor beside
+ * every task that does not wait for it (other communicators, point-to-point, this communicator's
+ * collectives before the run). So agreements of several communicators need no order that every
+ * process shares (ranks may issue the communicators in any order), and a rank in an agreement
+ * still serves the group's other operations, which a peer may need before it reaches its own
+ * agreement: running the agreements first, one after another, could deadlock in both cases. When
+ * its lanes are done, the communicator's remaining collectives are planned from the agreed cuts
+ * and join the running lanes. One agreement per communicator and group.
+ *
+ * A later collective may read what a fused piece writes (that is why a rank cut there), and the
+ * members' results exist only once the whole piece is done and unpacked: so the collectives after
+ * a fused piece are added when it is done, after its results are copied out.
  */
 struct weft_fused {
-    int first; /* index of the first original task */
-    int count; /* how many original tasks */
+    const struct weft_task *members; /* copies of the original tasks, in order */
+    int count;
     char *stage;
+    int unpacked; /* its results were copied out */
 };
 
-/* Longest run packed into one all-reduce (bounds the dependency check below). */
+/* Longest run packed into one all-reduce. */
 #define WEFT_FUSE_MAX_TASKS 256
+/* Shortest run worth an agreement: it costs about one small all-reduce and saves run - 1 of
+ * them (all_reduce_perf -b 8 -e 8 -m 4|8 on a shared 2-core machine: the agreement added 1.9-2.1
+ * us per group on 2 ranks, where one 8 B all-reduce took about 2, and 8-13 us on 4, one 5-8). */
+#define WEFT_FUSE_MIN_RUN 3
 
-/*
- * run[0 .. nrun) are already packed; b joins them if it is the same kind of all-reduce, fits, and
- * does not read what one of them writes (packing reads every input before any result exists).
- */
-static int weft_fusable(const struct weft_task *run, int nrun, const struct weft_task *b,
-                        size_t total, size_t limit)
+/* A communicator of the group with a run worth agreeing on. */
+struct weft_fuse_plan {
+    struct ncclComm *comm;
+    struct weft_task **held; /* its collectives from the first such run on, in order */
+    int nheld;
+    uint8_t *cut; /* [nheld]: 1 where a piece starts (this rank's view, then agreed) */
+    int next;     /* held[next ..] are not planned yet */
+    int wait;     /* they wait for this executed task (agreement or fused piece); -1: none */
+    int wait_fused; /* the fused piece waited for (unpacked first), in fused[]; -1: none */
+};
+
+/* Whether b may join a run of a, by values every rank of the communicator has. */
+static int weft_fuse_same_kind(const struct weft_task *a, const struct weft_task *b)
 {
-    const struct weft_task *a = &run[0];
-    size_t es = weft_dtype_size(b->dtype);
-    if (nrun >= WEFT_FUSE_MAX_TASKS || a->coll != WEFT_COLL_ALLREDUCE ||
-        b->coll != WEFT_COLL_ALLREDUCE || a->comm != b->comm || a->dtype != b->dtype ||
-        memcmp(&a->redop, &b->redop, sizeof(a->redop)) != 0 || b->count * es > limit ||
-        total + b->count * es > limit)
-        return 0;
-    const char *in = b->sendbuf;
-    for (int k = 0; k < nrun; k++) {
-        const char *out = run[k].recvbuf;
-        if (in < out + run[k].count * es && out < in + b->count * es)
-            return 0;
-    }
-    return 1;
+    return b->coll == WEFT_COLL_ALLREDUCE && a->comm == b->comm && a->dtype == b->dtype &&
+           a->redop.kind == b->redop.kind && a->redop.premul == b->redop.premul &&
+           a->redop.postdiv == b->redop.postdiv;
 }
 
-static ncclResult_t weft_exec_fuse(struct weft_task *tasks, int ntasks, struct weft_task **out_p,
-                                   int *nout_p, struct weft_fused **fused_p, int *nfused_p,
-                                   uint64_t **recs_p)
+/* Length of the run starting at list[i] (1: not fusable). */
+static int weft_fuse_run(struct weft_task *const *list, int n, int i, size_t limit)
+{
+    size_t es = weft_dtype_size(list[i]->dtype), total = list[i]->count * es;
+    if (list[i]->coll != WEFT_COLL_ALLREDUCE || limit == 0 || total > limit)
+        return 1;
+    int k = 1;
+    while (i + k < n && k < WEFT_FUSE_MAX_TASKS && weft_fuse_same_kind(list[i], list[i + k]) &&
+           total + list[i + k]->count * es <= limit)
+        total += list[i + k++]->count * es;
+    return k;
+}
+
+/* This rank's cuts in the run list[i .. i + k): greedy pieces that read no result of their own. */
+static void weft_fuse_local_cuts(struct weft_task *const *list, int i, int k, uint8_t *cut)
+{
+    size_t es = weft_dtype_size(list[i]->dtype);
+    int first = i;
+    cut[i] = 1;
+    for (int m = i + 1; m < i + k; m++) {
+        const char *in = list[m]->sendbuf;
+        int c = memcmp(&list[m]->redop, &list[first]->redop, sizeof(list[m]->redop)) != 0;
+        for (int j = first; j < m && !c; j++) {
+            const char *out = list[j]->recvbuf;
+            c = in < out + list[j]->count * es && out < in + list[m]->count * es;
+        }
+        cut[m] = (uint8_t)c;
+        if (c)
+            first = m;
+    }
+}
+
+/*
+ * Finds the communicators with a run of WEFT_FUSE_MIN_RUN or more; marks their collectives from
+ * there on as held (planned once agreed: (*held_p)[task], NULL when there is none) and computes
+ * this rank's cuts.
+ */
+static ncclResult_t weft_fuse_scan(struct weft_task *tasks, int ntasks, uint8_t **held_p,
+                                   struct weft_fuse_plan **plans_p, int *nplans_p)
 {
     size_t limit = (size_t)weft_param_FuseBytes();
-    struct weft_task *out = weft_arena_alloc((size_t)ntasks * sizeof(*out));
-    struct weft_fused *fused = weft_arena_alloc((size_t)ntasks * sizeof(*fused));
-    uint64_t *recs = weft_arena_alloc((size_t)ntasks * sizeof(*recs));
-    if (out == NULL || fused == NULL || recs == NULL) {
+    *held_p = NULL;
+    *nplans_p = 0;
+    if (ntasks < WEFT_FUSE_MIN_RUN || limit == 0)
+        return ncclSuccess; /* the common case, one operation: nothing to look at */
+    struct weft_task **list = weft_arena_alloc((size_t)ntasks * sizeof(*list));
+    struct weft_fuse_plan *plans = weft_arena_alloc((size_t)ntasks * sizeof(*plans));
+    uint8_t *seen = weft_arena_alloc((size_t)ntasks), *held = weft_arena_alloc((size_t)ntasks);
+    if (list == NULL || plans == NULL || seen == NULL || held == NULL) {
         WEFT_WARN("out of memory planning %d operations", ntasks);
         return ncclSystemError;
     }
-    int nout = 0, nfused = 0;
-    for (int t = 0; t < ntasks;) {
-        size_t es = weft_dtype_size(tasks[t].dtype);
-        size_t total = tasks[t].count * es;
-        int run = 1;
-        if (tasks[t].coll == WEFT_COLL_ALLREDUCE && total <= limit)
-            while (t + run < ntasks && weft_fusable(&tasks[t], run, &tasks[t + run], total, limit))
-                total += tasks[t + run++].count * es;
-        out[nout] = tasks[t];
-        if (tasks[t].coll == WEFT_COLL_ALLTOALL && tasks[t].sendbuf == tasks[t].recvbuf) {
-            /* In place, the pairwise exchange would overwrite blocks before sending them. */
-            size_t bytes = tasks[t].count * es * (size_t)tasks[t].comm->nranks;
-            void *copy = weft_arena_alloc(bytes);
-            if (copy == NULL) {
-                WEFT_WARN("out of memory staging an in-place all-to-all (%zu bytes)", bytes);
-                return ncclSystemError;
-            }
-            memcpy(copy, tasks[t].sendbuf, bytes);
-            out[nout].sendbuf = copy;
+    memset(seen, 0, (size_t)ntasks);
+    memset(held, 0, (size_t)ntasks);
+    int nplans = 0;
+    for (int t = 0; t < ntasks; t++) {
+        if (seen[t])
+            continue;
+        struct ncclComm *comm = tasks[t].comm;
+        int n = 0, start = -1;
+        for (int u = t; u < ntasks; u++) {
+            if (tasks[u].comm != comm)
+                continue;
+            seen[u] = 1;
+            if (!weft_task_is_p2p(&tasks[u]))
+                list[n++] = &tasks[u];
         }
-        if (run > 1) {
-            char *stage = weft_arena_alloc(total);
-            if (stage == NULL) {
-                WEFT_WARN("out of memory fusing %d all-reduces (%zu bytes)", run, total);
-                return ncclSystemError;
-            }
-            size_t off = 0;
-            for (int k = 0; k < run; k++) {
-                memcpy(stage + off, tasks[t + k].sendbuf, tasks[t + k].count * es);
-                off += tasks[t + k].count * es;
-            }
-            out[nout].sendbuf = stage;
-            out[nout].recvbuf = stage;
-            out[nout].count = total / es;
-            fused[nfused++] = (struct weft_fused){t, run, stage};
+        for (int i = 0; i < n && start < 0;)
+            if (weft_fuse_run(list, n, i, limit) >= WEFT_FUSE_MIN_RUN)
+                start = i;
+            else
+                i += weft_fuse_run(list, n, i, limit);
+        if (start < 0)
+            continue;
+        struct weft_fuse_plan *p = &plans[nplans++];
+        p->comm = comm;
+        p->nheld = n - start;
+        p->held = weft_arena_alloc((size_t)p->nheld * sizeof(*p->held));
+        p->cut = weft_arena_alloc((size_t)p->nheld);
+        if (p->held == NULL || p->cut == NULL) {
+            WEFT_WARN("out of memory planning %d operations", ntasks);
+            return ncclSystemError;
         }
-        weft_sig_begin(tasks[t].comm, &tasks[t], run, &out[nout], &recs[nout]);
-        nout++;
-        t += run;
+        memcpy(p->held, list + start, (size_t)p->nheld * sizeof(*p->held));
+        memset(p->cut, 1, (size_t)p->nheld); /* runs shorter than WEFT_FUSE_MIN_RUN: singles */
+        for (int i = 0; i < p->nheld;) {
+            int k = weft_fuse_run(p->held, p->nheld, i, limit);
+            if (k >= WEFT_FUSE_MIN_RUN)
+                weft_fuse_local_cuts(p->held, i, k, p->cut);
+            i += k;
+        }
+        for (int i = 0; i < p->nheld; i++)
+            held[p->held[i] - tasks] = 1;
+        p->next = 0;
+        p->wait = -1;
+        p->wait_fused = -1;
     }
-    *out_p = out;
-    *nout_p = nout;
-    *fused_p = fused;
-    *nfused_p = nfused;
-    *recs_p = recs;
+    *held_p = nplans > 0 ? held : NULL;
+    *plans_p = plans;
+    *nplans_p = nplans;
     return ncclSuccess;
 }
 
-static void weft_exec_unfuse(const struct weft_task *tasks, const struct weft_fused *fused,
-                             int nfused, int copy_out)
+/* What the executor runs: tasks (single, fused or agreements) and their signature records. */
+struct weft_exec_plan {
+    struct weft_task *tasks;
+    uint64_t *recs;
+    int ntasks;
+    struct weft_fused *fused;
+    int nfused;
+    int nlaned; /* tasks[0 .. nlaned) have lanes */
+    uint8_t *waited; /* [task]: collectives of a plan wait for it; NULL: no plan */
+};
+
+/* Adds members[0 .. k) as one task (fused when k > 1). */
+static ncclResult_t weft_exec_emit(struct weft_exec_plan *x, struct weft_task *const *members,
+                                   int k)
+{
+    struct weft_task *task = &x->tasks[x->ntasks];
+    const struct weft_task *first = members[0];
+    size_t es = weft_dtype_size(first->dtype);
+    *task = *first;
+    if (first->coll == WEFT_COLL_ALLTOALL && first->sendbuf == first->recvbuf) {
+        /* In place, the pairwise exchange would overwrite blocks before sending them. */
+        size_t bytes = first->count * es * (size_t)first->comm->nranks;
+        void *copy = weft_arena_alloc(bytes);
+        if (copy == NULL) {
+            WEFT_WARN("out of memory staging an in-place all-to-all (%zu bytes)", bytes);
+            return ncclSystemError;
+        }
+        memcpy(copy, first->sendbuf, bytes);
+        task->sendbuf = copy;
+    }
+    const struct weft_task *sig_tasks = first;
+    if (k > 1) {
+        struct weft_task *copies = weft_arena_alloc((size_t)k * sizeof(*copies));
+        size_t total = 0;
+        for (int m = 0; m < k; m++)
+            total += members[m]->count * es;
+        char *stage = weft_arena_alloc(total);
+        if (copies == NULL || stage == NULL) {
+            WEFT_WARN("out of memory fusing %d all-reduces (%zu bytes)", k, total);
+            return ncclSystemError;
+        }
+        size_t off = 0;
+        for (int m = 0; m < k; m++) {
+            copies[m] = *members[m];
+            memcpy(stage + off, members[m]->sendbuf, members[m]->count * es);
+            off += members[m]->count * es;
+        }
+        task->sendbuf = stage;
+        task->recvbuf = stage;
+        task->count = total / es;
+        x->fused[x->nfused++] = (struct weft_fused){copies, k, stage, 0};
+        sig_tasks = copies;
+        WEFT_INFO(WEFT_LOG_COLL, "rank %d: %d all-reduces fused into one of %zu elements",
+                  first->comm->rank, k, task->count);
+    }
+    weft_sig_begin(first->comm, sig_tasks, k, task, &x->recs[x->ntasks]);
+    x->ntasks++;
+    return ncclSuccess;
+}
+
+/*
+ * Adds the plan's held collectives from p->next on, in pieces at the (agreed) cuts. Packing reads
+ * a fused piece's inputs at once, so it comes only once every earlier collective of the
+ * communicator is done (it is first, after what the plan waited for), and what follows it waits
+ * until it is done and unpacked: p->wait.
+ */
+static ncclResult_t weft_exec_emit_held(struct weft_exec_plan *x, struct weft_fuse_plan *p)
+{
+    p->wait = -1;
+    p->wait_fused = -1;
+    for (int first = 1; p->next < p->nheld; first = 0) {
+        int i = p->next, m = 1;
+        while (i + m < p->nheld && p->cut[i + m] == 0)
+            m++;
+        if (m > 1 && !first) {
+            p->wait = x->ntasks - 1; /* the communicator's last collective (lanes in order) */
+            x->waited[p->wait] = 1;
+            break;
+        }
+        WEFT_CHECK(weft_exec_emit(x, p->held + i, m));
+        p->next += m;
+        if (m > 1 && p->next < p->nheld) {
+            p->wait = x->ntasks - 1;
+            p->wait_fused = x->nfused - 1;
+            x->waited[p->wait] = 1;
+            break;
+        }
+    }
+    return ncclSuccess;
+}
+
+/* Adds the agreement on p's cuts: an all-reduce (max) of them, in place. */
+static ncclResult_t weft_exec_emit_agree(struct weft_exec_plan *x, struct weft_fuse_plan *p)
+{
+    struct weft_task *task = &x->tasks[x->ntasks];
+    *task = (struct weft_task){
+        .comm = p->comm,
+        .coll = WEFT_COLL_ALLREDUCE,
+        .sendbuf = p->cut,
+        .recvbuf = p->cut,
+        .count = (size_t)p->nheld,
+        .dtype = ncclUint8,
+        .has_redop = 1,
+        .redop = {.dtype = ncclUint8, .kind = WEFT_RED_MAX},
+        .api = weft_fuse_agree_api,
+    };
+    p->wait = x->ntasks;
+    p->wait_fused = -1;
+    x->waited[p->wait] = 1;
+    weft_sig_begin(p->comm, task, 1, task, &x->recs[x->ntasks]);
+    x->ntasks++;
+    return ncclSuccess;
+}
+
+/* Copies the results of fused pieces out (those not unpacked yet). */
+static void weft_exec_unfuse(struct weft_fused *fused, int nfused)
 {
     for (int f = 0; f < nfused; f++) {
         size_t off = 0;
-        for (int k = 0; copy_out && k < fused[f].count; k++) {
-            const struct weft_task *t = &tasks[fused[f].first + k];
+        if (fused[f].unpacked)
+            continue;
+        fused[f].unpacked = 1;
+        for (int k = 0; k < fused[f].count; k++) {
+            const struct weft_task *t = &fused[f].members[k];
             size_t bytes = t->count * weft_dtype_size(t->dtype);
             memcpy(t->recvbuf, fused[f].stage + off, bytes);
             off += bytes;
@@ -589,38 +803,125 @@ static void weft_exec_trace(const struct weft_exec_lane *lanes, int nlanes)
             .count = task->count, .enq_ns = task->enq_ns, .start_ns = rec->start_ns,
             .end_ns = rec->end_ns, .lane_end_ns = ends,
         };
-        weft_trace_record(task->comm, &op);
+        if (task->api != weft_fuse_agree_api) /* not the user's operation */
+            weft_trace_record(task->comm, &op);
     }
+}
+
+/* Appends the lanes of x's tasks from `first` on to *lanes_p (lanes of earlier tasks kept). */
+static ncclResult_t weft_exec_add_lanes(struct weft_exec_plan *x, int first,
+                                        struct weft_exec_lane **lanes_p, int *nlanes_p)
+{
+    struct weft_exec_lane *add, *all;
+    int nadd, n = *nlanes_p;
+    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, &add, &nadd));
+    if (n == 0) {
+        all = add;
+        goto done;
+    }
+    /* The new lanes' predecessors on their connections are done: the task they waited for. */
+    all = weft_arena_alloc((size_t)(n + nadd) * sizeof(*all));
+    if (all == NULL) {
+        WEFT_WARN("out of memory building %d lanes", n + nadd);
+        return ncclSystemError;
+    }
+    memcpy(all, *lanes_p, (size_t)n * sizeof(*all));
+    for (int i = 0; i < nadd; i++) {
+        all[n + i] = add[i];
+        if (add[i].prev_same >= 0)
+            all[n + i].prev_same += n;
+    }
+done:
+    for (int i = n; i < n + nadd; i++)
+        all[i].resume = x->waited != NULL && x->waited[all[i].task - x->tasks];
+    *lanes_p = all;
+    *nlanes_p = n + nadd;
+    x->nlaned = x->ntasks;
+    return ncclSuccess;
+}
+
+/* Adds the collectives that waited for tasks now done (after unpacking a fused piece's
+ * results); *left counts the plans still waiting. */
+static ncclResult_t weft_exec_resume(struct weft_exec_plan *x, struct weft_fuse_plan *plans,
+                                     int nplans, struct weft_exec_lane **lanes_p, int *nlanes_p,
+                                     int *left)
+{
+    int first = x->ntasks;
+    for (int i; (i = weft_exec_resume_lane(*lanes_p, *nlanes_p)) >= 0;) {
+        const struct weft_task *done = (*lanes_p)[i].task;
+        for (; i < *nlanes_p && (*lanes_p)[i].task == done; i++)
+            (*lanes_p)[i].resume = 0;
+        for (int p = 0; p < nplans; p++) {
+            if (plans[p].wait < 0 || &x->tasks[plans[p].wait] != done)
+                continue;
+            if (plans[p].wait_fused >= 0)
+                weft_exec_unfuse(&x->fused[plans[p].wait_fused], 1);
+            WEFT_CHECK(weft_exec_emit_held(x, &plans[p]));
+            *left -= plans[p].wait < 0;
+        }
+    }
+    if (x->ntasks > first)
+        WEFT_CHECK(weft_exec_add_lanes(x, first, lanes_p, nlanes_p));
+    return ncclSuccess;
 }
 
 ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
 {
-    struct weft_task *tasks;
-    struct weft_fused *fused;
-    int ntasks, nfused;
-    struct weft_exec_lane *lanes;
-    int nlanes;
-    uint64_t *recs = NULL;
-    ncclResult_t res =
-        weft_exec_fuse(orig_tasks, norig, &tasks, &ntasks, &fused, &nfused, &recs);
-    if (res == ncclSuccess)
-        res = weft_exec_build(tasks, ntasks, recs, &lanes, &nlanes);
-    if (res != ncclSuccess) {
-        for (int t = 0; recs != NULL && t < ntasks; t++)
-            weft_sig_end(tasks[t].comm, recs[t], 1);
-        weft_arena_reset();
-        return res;
+    struct weft_fuse_plan *plans = NULL;
+    int nplans = 0, nlanes = 0, left = 0;
+    struct weft_exec_lane *lanes = NULL;
+    /* At most one agreement per communicator: norig more tasks. */
+    struct weft_exec_plan x = {
+        .tasks = weft_arena_alloc((size_t)2 * norig * sizeof(*x.tasks)),
+        .recs = weft_arena_alloc((size_t)2 * norig * sizeof(*x.recs)),
+        .fused = weft_arena_alloc((size_t)norig * sizeof(*x.fused)),
+    };
+    uint8_t *held = NULL;
+    ncclResult_t res = ncclSuccess;
+    if (x.tasks == NULL || x.recs == NULL || x.fused == NULL) {
+        WEFT_WARN("out of memory planning %d operations", norig);
+        res = ncclSystemError;
+        goto out;
     }
-    /* comm->busy is held by the caller (core/submit.c) for every communicator of the tasks. */
-    res = weft_exec_run(lanes, nlanes);
-    for (int t = 0; t < ntasks; t++) {
-        weft_sig_end(tasks[t].comm, recs[t], res != ncclSuccess);
-        if (res != ncclSuccess)
-            weft_comm_set_error(tasks[t].comm, res);
+    WEFT_CHECK_GOTO(weft_fuse_scan(orig_tasks, norig, &held, &plans, &nplans), res, out);
+    if (nplans > 0) {
+        x.waited = weft_arena_alloc((size_t)2 * norig);
+        if (x.waited == NULL) {
+            WEFT_WARN("out of memory planning %d operations", norig);
+            res = ncclSystemError;
+            goto out;
+        }
+        memset(x.waited, 0, (size_t)2 * norig);
     }
-    if (ntasks > 0 && tasks[0].enq_ns != 0 && res == ncclSuccess)
+    for (int t = 0; t < norig; t++) {
+        if (held != NULL && held[t])
+            continue;
+        struct weft_task *one = &orig_tasks[t];
+        WEFT_CHECK_GOTO(weft_exec_emit(&x, &one, 1), res, out);
+    }
+    for (int p = 0; p < nplans; p++) /* on one rank too: then a copy, and one way for all */
+        WEFT_CHECK_GOTO(weft_exec_emit_agree(&x, &plans[p]), res, out);
+    WEFT_CHECK_GOTO(weft_exec_add_lanes(&x, 0, &lanes, &nlanes), res, out);
+    for (int p = 0; p < nplans; p++)
+        left += plans[p].wait >= 0;
+    for (;;) {
+        res = weft_exec_run(lanes, nlanes, left > 0);
+        if (res != ncclInProgress)
+            break;
+        /* A task others waited for is done: add them, then go on with every lane. */
+        WEFT_CHECK_GOTO(weft_exec_resume(&x, plans, nplans, &lanes, &nlanes, &left), res, out);
+    }
+    if (norig > 0 && orig_tasks[0].enq_ns != 0 && res == ncclSuccess)
         weft_exec_trace(lanes, nlanes);
-    weft_exec_unfuse(orig_tasks, fused, nfused, res == ncclSuccess);
+out:
+    /* Tasks planned but never run (a failure building them) count as failed operations. */
+    for (int t = 0; t < x.ntasks; t++) {
+        weft_sig_end(x.tasks[t].comm, x.recs[t], res != ncclSuccess);
+        if (t < x.nlaned && res != ncclSuccess)
+            weft_comm_set_error(x.tasks[t].comm, res);
+    }
+    if (res == ncclSuccess)
+        weft_exec_unfuse(x.fused, x.nfused);
     weft_arena_reset();
     return res;
 }

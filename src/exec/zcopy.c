@@ -75,9 +75,7 @@ struct weft_zcopy_op {
     void *output;
     size_t elem_size;
     const struct weft_redop *op;
-    /* the other channels' lanes */
-    struct weft_lane *gated[WEFT_MAX_CHANNELS];
-    int ngated;
+    int direct; /* decided: zero-copy (the other channels' lanes then have nothing to do) */
     /* exchanges */
     struct weft_step *desc_steps, *word_steps;
     uint64_t desc_nsteps, word_nsteps;
@@ -307,15 +305,13 @@ oom:
     return NULL;
 }
 
-void weft_zcopy_gate(struct weft_zcopy_op *zc, struct weft_lane *lane)
+int weft_zcopy_gated(const struct weft_zcopy_op *zc, struct weft_lane *lane)
 {
-    if (zc->ngated < WEFT_MAX_CHANNELS)
-        zc->gated[zc->ngated++] = lane;
-}
-
-int weft_zcopy_decided(const struct weft_zcopy_op *zc)
-{
-    return zc->decided;
+    if (!zc->decided)
+        return 1;
+    if (zc->direct)
+        lane->nsteps = 0;
+    return 0;
 }
 
 /* Maps every buffer this rank needs; 1 when all could be. */
@@ -476,8 +472,7 @@ int weft_zcopy_next(struct weft_zcopy_op *zc, struct weft_lane *lane)
             return zc->nsteps > 0;
         }
         weft_zcopy_data(zc, zc->tmp);
-        for (int g = 0; g < zc->ngated; g++)
-            zc->gated[g]->nsteps = 0;
+        zc->direct = 1;
         zc->decided = 1;
         __atomic_fetch_add(&comm->zcopy_ops, 1, __ATOMIC_RELAXED);
         WEFT_INFO(WEFT_LOG_REG, "rank %d: %s of %zu elements ran zero-copy", comm->rank,

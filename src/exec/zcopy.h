@@ -59,12 +59,13 @@ int weft_zcopy_candidate(const struct weft_task *task);
  */
 struct weft_zcopy_op *weft_zcopy_begin(const struct weft_task *task, struct weft_lane *lane);
 
-/* A lane of the task on another channel: runs only once the controller has decided, and not at
- * all (no steps) when the task runs zero-copy. */
-void weft_zcopy_gate(struct weft_zcopy_op *zc, struct weft_lane *lane);
-
-/* 1 once the controller decided between zero-copy and fallback. */
-int weft_zcopy_decided(const struct weft_zcopy_op *zc);
+/*
+ * For `lane`, a lane of the task on another channel: 1 while the controller has not decided
+ * (the lane must wait); then 0, after emptying the lane (no steps) when the task ran zero-copy.
+ * The executor may move its lanes in memory (fusion adds lanes as a group goes on), so the
+ * controller keeps no pointer to them: each asks here.
+ */
+int weft_zcopy_gated(const struct weft_zcopy_op *zc, struct weft_lane *lane);
 
 /*
  * Called when the controller lane finished its current phase: sets it up for the next one and

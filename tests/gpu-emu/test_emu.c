@@ -329,6 +329,64 @@ static void case_destroy_waiting(void)
     OK(ops->host_free(flag));
 }
 
+/* A host function that blocks until the test releases it. */
+static void hostfn_block(void *arg)
+{
+    int *release = arg;
+    while (!__atomic_load_n(release, __ATOMIC_ACQUIRE))
+        usleep(1000);
+}
+
+/*
+ * Waits that would never end (WEFT_TIMEOUT=1): stream A runs a host function that does not return
+ * until released, and records an event after it; stream B waits for that event. Synchronizing A,
+ * B, the event or the device, and cudaFree, fail with 702 after about a second instead of
+ * hanging. A kernel that sleeps longer than the deadline is not stuck: its synchronize succeeds.
+ * A wait on a never-recorded event is a no-op, as in CUDA.
+ */
+static void case_wait_deadline(void)
+{
+    int release = 0;
+    uint64_t *flag, host = 0;
+    OK(ops->malloc((void **)&flag, 16));
+    weft_cuda_stream_t a, b;
+    OK(ops->stream_create(&a));
+    OK(ops->stream_create(&b));
+    weft_cuda_event_t e, never;
+    OK(ops->event_create(&e));
+    OK(ops->event_create(&never));
+    /* a kernel sleeping 1.5 s past a 1 s deadline: it runs, so nobody waits in vain */
+    struct temu_flag_params fp = {flag, NULL, 7, 1500};
+    OK(ops->launch(&temu_sleep_store_kernel, 1, 1, 0, &fp, sizeof(fp), a));
+    OK(ops->stream_synchronize(a));
+    OK(ops->stream_wait_event(b, never));
+    OK(ops->stream_synchronize(b));
+    OK(ops->event_synchronize(never));
+    OK(ops->launch_host_func(a, hostfn_block, &release));
+    OK(ops->event_record(e, a));
+    OK(ops->stream_wait_event(b, e));
+    OK(ops->memcpy_async(&host, flag, 8, b));
+    uint64_t t0 = now_ms();
+    CHECK_EQ(ops->stream_synchronize(a), WEFT_CUDA_ERR_LAUNCH_TIMEOUT);
+    CHECK_EQ(ops->event_synchronize(e), WEFT_CUDA_ERR_LAUNCH_TIMEOUT);
+    CHECK_EQ(ops->stream_synchronize(b), WEFT_CUDA_ERR_LAUNCH_TIMEOUT);
+    CHECK_EQ(ops->device_synchronize(), WEFT_CUDA_ERR_LAUNCH_TIMEOUT);
+    CHECK_EQ(ops->free(flag), WEFT_CUDA_ERR_LAUNCH_TIMEOUT); /* kept: work may still use it */
+    uint64_t dt = now_ms() - t0;
+    CHECK(dt >= 4 * 900 && dt < 4 * 900 + 8000);
+    /* released: A finishes; B's event wait had failed, its copy ran, 702 stays its error */
+    __atomic_store_n(&release, 1, __ATOMIC_RELEASE);
+    OK(ops->stream_synchronize(a));
+    OK(ops->event_synchronize(e));
+    CHECK_EQ(ops->stream_synchronize(b), WEFT_CUDA_ERR_LAUNCH_TIMEOUT);
+    CHECK_EQ(host, 7);
+    OK(ops->event_destroy(e));
+    OK(ops->event_destroy(never));
+    OK(ops->stream_destroy(a));
+    OK(ops->stream_destroy(b));
+    OK(ops->free(flag));
+}
+
 /* cudaFree on device 0 from another thread: it waits for every stream of the device. */
 struct free_arg {
     void *p;
@@ -1155,6 +1213,7 @@ static const struct test_case cases[] = {
     {"stream_order", case_stream_order},
     {"events", case_events},
     {"destroy_waiting", case_destroy_waiting},
+    {"wait_deadline", case_wait_deadline},
     {"destroy_during_free", case_destroy_during_free},
     {"capture", case_capture},
     {"capture_join", case_capture_join},

@@ -275,6 +275,112 @@ static void test_group_dependency(ncclComm_t comm)
     CHECK(bad == 0, "dependent all-reduces in one group: y %g z %g", y[0], z[0]);
 }
 
+/* Rank r's own input to member m of the chained groups below. */
+static float chain_value(int r, int m, int i)
+{
+    return (float)(r + 1) * (float)(m + 1) + (float)(i % 7);
+}
+
+/*
+ * A group of K small all-reduces where the ranks in `chains` feed members 1 and 3 with the result
+ * of the member before (buffers chained), the others give every member its own input. Fusion is
+ * agreed: every rank must get the results a rank-by-rank computation gives, with no error.
+ */
+static void test_group_chain(ncclComm_t comm, const char *what, int chains_rank)
+{
+    enum { K = 5, C = 16 };
+    int n = g_nranks;
+    float in[K][C], out[K][C], want[K][C];
+    int me = chains_rank < 0 || chains_rank == g_rank;
+    for (int m = 0; m < K; m++)
+        for (int i = 0; i < C; i++) {
+            in[m][i] = chain_value(g_rank, m, i);
+            out[m][i] = -1;
+        }
+    NCCLOK(ncclGroupStart());
+    for (int m = 0; m < K; m++) {
+        const float *src = me && (m == 1 || m == 3) ? out[m - 1] : in[m];
+        NCCLOK(ncclAllReduce(src, out[m], C, ncclFloat, ncclSum, comm, NULL));
+    }
+    NCCLOK(ncclGroupEnd());
+    for (int m = 0; m < K; m++)
+        for (int i = 0; i < C; i++) {
+            float w = 0;
+            for (int r = 0; r < n; r++) {
+                int chained = (chains_rank < 0 || chains_rank == r) && (m == 1 || m == 3);
+                w += chained ? want[m - 1][i] : chain_value(r, m, i);
+            }
+            want[m][i] = w;
+        }
+    int bad = 0;
+    for (int m = 0; m < K; m++)
+        for (int i = 0; i < C; i++)
+            bad += out[m][i] != want[m][i];
+    CHECK(bad == 0, "group of %d all-reduces, %s: %d wrong (member 3: %g, want %g)", K, what, bad,
+          out[3][0], want[3][0]);
+}
+
+/* Nobody chains: 5 all-reduces of 13 floats fuse into one of 65 (the api-fused test greps the
+ * log line every rank writes). */
+static void test_group_fused(ncclComm_t comm)
+{
+    enum { K = 5, C = 13 };
+    int n = g_nranks;
+    float in[K][C], out[K][C];
+    for (int m = 0; m < K; m++)
+        for (int i = 0; i < C; i++)
+            in[m][i] = chain_value(g_rank, m, i);
+    NCCLOK(ncclGroupStart());
+    for (int m = 0; m < K; m++)
+        NCCLOK(ncclAllReduce(in[m], out[m], C, ncclFloat, ncclSum, comm, NULL));
+    NCCLOK(ncclGroupEnd());
+    int bad = 0;
+    for (int m = 0; m < K; m++)
+        for (int i = 0; i < C; i++) {
+            float w = 0;
+            for (int r = 0; r < n; r++)
+                w += chain_value(r, m, i);
+            bad += out[m][i] != w;
+        }
+    CHECK(bad == 0, "fused group of %d all-reduces: %d wrong", K, bad);
+}
+
+/*
+ * Two communicators in one group, issued in opposite orders by even and odd ranks, each with a
+ * run that needs an agreement: the agreements must not wait for each other.
+ */
+static void test_group_two_comms(ncclComm_t comm)
+{
+    enum { K = 4, C = 8 };
+    ncclComm_t dup;
+    NCCLOK(ncclCommSplit(comm, 0, g_rank, &dup, NULL));
+    int n = g_nranks;
+    float in[2][K][C], out[2][K][C];
+    for (int c = 0; c < 2; c++)
+        for (int m = 0; m < K; m++)
+            for (int i = 0; i < C; i++)
+                in[c][m][i] = chain_value(g_rank, m + c * K, i);
+    NCCLOK(ncclGroupStart());
+    for (int j = 0; j < 2; j++) {
+        int c = g_rank % 2 ? 1 - j : j;
+        for (int m = 0; m < K; m++)
+            NCCLOK(ncclAllReduce(in[c][m], out[c][m], C, ncclFloat, ncclSum, c ? dup : comm,
+                                 NULL));
+    }
+    NCCLOK(ncclGroupEnd());
+    int bad = 0;
+    for (int c = 0; c < 2; c++)
+        for (int m = 0; m < K; m++)
+            for (int i = 0; i < C; i++) {
+                float w = 0;
+                for (int r = 0; r < n; r++)
+                    w += chain_value(r, m + c * K, i);
+                bad += out[c][m][i] != w;
+            }
+    CHECK(bad == 0, "group over two communicators in opposite orders: %d wrong", bad);
+    NCCLOK(ncclCommDestroy(dup));
+}
+
 /* PreMulSum for every floating type, host-immediate and pointer scalars. */
 static void test_premulsum(ncclComm_t comm)
 {
@@ -445,6 +551,11 @@ static int rank_main(ncclUniqueId id)
     }
     test_nested_groups(comm);
     test_group_dependency(comm);
+    test_group_chain(comm, "one rank chains", g_nranks > 1 ? 1 : 0);
+    test_group_chain(comm, "every rank chains", -1);
+    test_group_chain(comm, "the last rank chains", g_nranks - 1);
+    test_group_fused(comm);
+    test_group_two_comms(comm);
     test_premulsum(comm);
     test_host_stream(comm);
     test_nonblocking(comm);

@@ -43,6 +43,7 @@
 #include "core/auth.h"
 #include "core/store.h"
 #include "socket/socket.h"
+#include "../common/id_pipe.h"
 
 #define COUNT 4099
 #define SECRET_A "secret-of-job-a-0123456789"
@@ -264,10 +265,19 @@ static int run_ranks(const ncclUniqueId *id, int n)
 static int case_rogue_init(int n)
 {
     ncclUniqueId id;
+    struct weft_test_id_pipe ip; /* fork before the id's thread exists (ThreadSanitizer) */
+    pid_t pids[8];
     rogue_on = 1; /* the root (here) and every rank's listeners */
-    if (ncclGetUniqueId(&id) != ncclSuccess)
+    if (weft_test_id_pipe_open(&ip) != 0)
         return 1;
-    return run_ranks(&id, n);
+    fflush(NULL);
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(&id, r, n));
+    }
+    int bad = weft_test_id_pipe_send(&ip, n, &id) != 0;
+    return wait_all(pids, n) || bad;
 }
 
 static int free_port(void)

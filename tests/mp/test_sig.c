@@ -5,9 +5,11 @@
  *   count, dtype, op, root, coll, group: 3 ranks; rank 0 differs in the count (1000 against
  *       100000), the datatype (float against int32: the same bytes), the op (max against sum),
  *       the broadcast root (1 against 0: no data moves at all), the collective (all-gather against
- *       all-reduce), or the op of the second all-reduce of a fused group. Every rank's call fails
- *       with ncclInvalidUsage within a few seconds (WEFT_TIMEOUT=60), and its message names rank 0's
- *       call and the others' call; no rank's buffer is changed by a mismatched slice.
+ *       all-reduce), or the count of the second all-reduce of a fused group. Every rank's call
+ *       fails with ncclInvalidUsage within a few seconds (WEFT_TIMEOUT=60), and its message names
+ *       rank 0's call and the others' call; no rank's buffer is changed by a mismatched slice.
+ *   group-alike: rank 0 groups three all-reduces, the others do not: the same failure, naming
+ *       rank 0's fusion agreement (ranks must group alike; README "Fusion").
  *   p2p: rank 0 sends 100 floats to rank 1, which receives 200: rank 1's call fails naming its
  *       call (rank 0 may already be done: a send ends once its data is out).
  *   skip: 4 ranks; rank 3 skips all-reduce #2 (it sleeps, then aborts). The others fail at the
@@ -32,6 +34,7 @@
 
 #include "nccl.h"
 #include "weft.h"
+#include "../common/id_pipe.h"
 #include "mp_test.h"
 
 /* What this rank wrote to stderr so far (malloc'd). */
@@ -117,14 +120,27 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
         expect_mismatch(rank, res, now_s() - t0, "ncclAllGather(count 1000, float) #2",
                         "ncclAllReduce(count 1000, float, sum) #2");
     } else if (strcmp(c, "group") == 0) {
-        /* the others' two all-reduces fuse into one; rank 0's second has another op */
+        /* every rank fuses its three all-reduces into one (#2 is the fusion agreement); rank
+         * 0's second has another count, so the fused operations differ */
         ncclGroupStart();
         ncclAllReduce(buf, out, 100, ncclFloat, ncclSum, comm, NULL);
-        ncclAllReduce(buf + 100, out + 100, 50, ncclFloat, rank == 0 ? ncclMax : ncclSum, comm,
-                      NULL);
+        ncclAllReduce(buf + 100, out + 100, rank == 0 ? 60 : 50, ncclFloat, ncclSum, comm, NULL);
+        ncclAllReduce(buf + 200, out + 200, 25, ncclFloat, ncclSum, comm, NULL);
         res = ncclGroupEnd();
-        expect_mismatch(rank, res, now_s() - t0, "ncclAllReduce(count 100, float, sum) #2",
-                        "ncclAllReduce(count 150, float, sum; 2 fused) #2");
+        expect_mismatch(rank, res, now_s() - t0,
+                        "ncclAllReduce(count 185, float, sum; 3 fused) #3",
+                        "ncclAllReduce(count 175, float, sum; 3 fused) #3");
+    } else if (strcmp(c, "group-alike") == 0) {
+        /* rank 0 groups three all-reduces (an agreement first, #2), the others issue them one
+         * by one: every rank fails at once naming the agreement and the first all-reduce */
+        if (rank == 0)
+            ncclGroupStart();
+        for (int k = 0; k < 3 && res == ncclSuccess; k++)
+            res = ncclAllReduce(buf + 100 * k, out + 100 * k, 100, ncclFloat, ncclSum, comm, NULL);
+        if (rank == 0)
+            res = ncclGroupEnd();
+        expect_mismatch(rank, res, now_s() - t0, "ncclAllReduce(count 3, uint8, max) #2",
+                        "ncclAllReduce(count 100, float, sum) #2");
     } else if (strcmp(c, "p2p") == 0) {
         if (rank == 0)
             res = ncclSend(buf, 100, ncclFloat, 1, comm, NULL);
@@ -230,7 +246,7 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
 struct sig_run {
     const char *c;
     int nranks;
-    ncclUniqueId id;
+    struct weft_test_id_pipe ip; /* fork before the id's thread exists (ThreadSanitizer) */
     char paths[4][64];
 };
 
@@ -243,14 +259,17 @@ static int sig_rank(int r, void *arg)
     int fd = open(run->paths[r], O_CREAT | O_TRUNC | O_RDWR, 0600);
     dup2(fd, 2);
     close(fd);
-    return rank_main(run->c, r, run->nranks, run->id, run->paths[r]);
+    ncclUniqueId id;
+    if (weft_test_id_pipe_recv(&run->ip, &id) != 0)
+        return 3;
+    return rank_main(run->c, r, run->nranks, id, run->paths[r]);
 }
 
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s count|dtype|op|root|coll|group|p2p|skip|skip-next|report|"
-                        "check-off\n", argv[0]);
+        fprintf(stderr, "usage: %s count|dtype|op|root|coll|group|group-alike|p2p|skip|skip-next|"
+                        "report|check-off\n", argv[0]);
         return 2;
     }
     const char *c = argv[1];
@@ -260,15 +279,18 @@ int main(int argc, char **argv)
         setenv("WEFT_HANG_REPORT", "1", 1);
     if (strcmp(c, "check-off") == 0)
         setenv("WEFT_CHECK", "0", 1);
-    ncclUniqueId id;
-    if (ncclGetUniqueId(&id) != ncclSuccess)
+    struct sig_run run = {.c = c, .nranks = nranks};
+    if (weft_test_id_pipe_open(&run.ip) != 0)
         return 1;
-    struct sig_run run = {.c = c, .nranks = nranks, .id = id};
     pid_t pids[4];
     for (int r = 0; r < nranks; r++)
         snprintf(run.paths[r], sizeof(run.paths[r]), "/tmp/weft-test-sig-%d-%d.err", (int)getpid(),
                  r);
     int bad = mp_fork_ranks(nranks, 40, sig_rank, &run, pids) != 0;
+    if (!bad) {
+        ncclUniqueId id;
+        bad = weft_test_id_pipe_send(&run.ip, nranks, &id) != 0;
+    }
     for (int r = 0; r < nranks; r++) {
         int ok = mp_wait_rank(pids[r], r, 0);
         if (!ok || getenv("WEFT_TEST_SHOW") != NULL) {
