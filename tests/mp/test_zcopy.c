@@ -344,6 +344,32 @@ static int rank_main(int rank, ncclUniqueId id)
         if (!ok)
             fprintf(stderr, "rank %d: FAIL group of two zero-copy all-reduces\n", rank);
         result(ok);
+
+        /* A zero-copy all-reduce in one group with three small ones that fusion packs: the
+         * fusion agreement adds lanes as the group goes on (the executor's lane array moves),
+         * while the zero-copy task's lanes wait for their controller. */
+        size_t small = 300;
+        for (size_t i = 0; i < count; i++)
+            store(ncclInt32, b.send, i, input_value(ncclInt32, OP_SUM, rank, i, g_nranks));
+        for (size_t i = 0; i < 3 * small; i++)
+            store(ncclInt32, b.recv, i, input_value(ncclInt32, OP_MAX, rank, i, g_nranks));
+        before = weft_zcopy_count(b.comm);
+        ncclGroupStart();
+        ncclAllReduce(b.send, b.send, count, ncclInt32, ncclSum, b.comm, NULL);
+        for (size_t k = 0; k < 3; k++) {
+            int32_t *part = (int32_t *)b.recv + k * small;
+            ncclAllReduce(part, part, small, ncclInt32, ncclMax, b.comm, NULL);
+        }
+        ok = check(ncclGroupEnd(), rank, "group of a zero-copy and three fused all-reduces") &&
+             weft_zcopy_count(b.comm) == before + 1;
+        for (size_t i = 0; i < count && ok; i++)
+            ok = load(ncclInt32, b.send, i) == expected_reduce(ncclInt32, OP_SUM, i, g_nranks);
+        for (size_t i = 0; i < 3 * small && ok; i++)
+            ok = load(ncclInt32, b.recv, i) == expected_reduce(ncclInt32, OP_MAX, i, g_nranks);
+        if (!ok)
+            fprintf(stderr, "rank %d: FAIL group of a zero-copy and three fused all-reduces\n",
+                    rank);
+        result(ok);
     }
     bufs_free(&b, memalloc);
     if (!check(ncclCommDestroy(b.comm), rank, "ncclCommDestroy"))
