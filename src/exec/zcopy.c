@@ -68,13 +68,7 @@ struct weft_zcopy_op {
     struct ncclComm *comm;
     int phase;
     int decided;
-    /* the controller lane's normal schedule (fallback) */
-    const struct weft_step *steps;
-    uint64_t nsteps;
-    const void *input;
-    void *output;
-    size_t elem_size;
-    const struct weft_redop *op;
+    struct weft_lane normal; /* the controller lane as built with its normal schedule (fallback) */
     int direct; /* decided: zero-copy (the other channels' lanes then have nothing to do) */
     /* exchanges */
     struct weft_step *desc_steps, *word_steps;
@@ -270,12 +264,7 @@ struct weft_zcopy_op *weft_zcopy_begin(const struct weft_task *task, struct weft
     memset(zc, 0, sizeof(*zc));
     zc->task = task;
     zc->comm = comm;
-    zc->steps = lane->steps;
-    zc->nsteps = lane->nsteps;
-    zc->input = lane->input;
-    zc->output = lane->output;
-    zc->elem_size = lane->elem_size;
-    zc->op = lane->op;
+    zc->normal = *lane;
     zc->descs = weft_arena_alloc((size_t)n * ZD_WORDS * sizeof(uint64_t));
     zc->words = weft_arena_alloc((size_t)n * sizeof(uint64_t));
     zc->in = weft_arena_alloc((size_t)n * sizeof(*zc->in));
@@ -328,8 +317,8 @@ static int weft_zcopy_map_all(struct weft_zcopy_op *zc)
         if (d[ZD_VERSION] != WEFT_ZCOPY_VERSION || d[ZD_CALL] != zc->desc[ZD_CALL] ||
             d[ZD_COUNT] != zc->desc[ZD_COUNT])
             return 0;
-        if (zc->op != NULL) {
-            zc->ops[p] = *zc->op;
+        if (zc->normal.op != NULL) {
+            zc->ops[p] = *zc->normal.op;
             zc->ops[p].scalar.u64 = d[ZD_SCALAR];
         }
         if (p == comm->rank) {
@@ -384,7 +373,7 @@ static void weft_zcopy_put(char *dst, const char *src, size_t bytes)
 static void weft_zcopy_reduce(const struct weft_zcopy_op *zc, void *dst, size_t off, size_t m)
 {
     int n = zc->comm->nranks;
-    size_t es = zc->elem_size;
+    size_t es = zc->normal.elem_size;
     weft_reduce(&zc->ops[0], dst, NULL, zc->in[0] + off * es, m, WEFT_REDUCE_PRE_B);
     for (int k = 1; k < n; k++)
         weft_reduce(&zc->ops[k], dst, dst, zc->in[k] + off * es, m,
@@ -395,7 +384,7 @@ static void weft_zcopy_data(struct weft_zcopy_op *zc, char *tmp)
 {
     const struct weft_task *task = zc->task;
     int n = zc->comm->nranks, me = zc->comm->rank;
-    size_t es = zc->elem_size, count = task->count, piece = WEFT_ZCOPY_PIECE / es;
+    size_t es = zc->normal.elem_size, count = task->count, piece = WEFT_ZCOPY_PIECE / es;
     if (task->coll == WEFT_COLL_ALLGATHER) {
         for (int k = 0; k < n; k++) {
             char *dst = zc->out[me] + (size_t)k * count * es;
@@ -461,15 +450,8 @@ int weft_zcopy_next(struct weft_zcopy_op *zc, struct weft_lane *lane)
                       zc->task->count);
             zc->decided = 1;
             zc->phase = ZC_FALLBACK;
-            lane->steps = zc->steps;
-            lane->nsteps = zc->nsteps;
-            lane->input = zc->input;
-            lane->output = zc->output;
-            lane->elem_size = zc->elem_size;
-            lane->op = zc->op;
-            lane->cur = 0;
-            lane->cur_done = 0;
-            return zc->nsteps > 0;
+            *lane = zc->normal; /* not started: its progress state is the initial one */
+            return zc->normal.nsteps > 0;
         }
         weft_zcopy_data(zc, zc->tmp);
         zc->direct = 1;
