@@ -387,7 +387,7 @@ void weft_comm_settings(int nchannels, int64_t *v)
     v[7] = weft_param_DirectMaxBytes();
     v[8] = weft_param_FuseBytes();
     v[9] = weft_tune_deterministic();
-    v[10] = weft_param_ZcopyMinBytes();
+    v[WEFT_SETTING_ZCOPY_MIN_BYTES] = weft_param_ZcopyMinBytes();
 }
 
 /*
@@ -538,6 +538,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
         pi->hostname[sizeof(pi->hostname) - 1] = '\0';
     }
     WEFT_CHECK(weft_comm_agree(comm));
+    weft_zcopy_setup(comm);
     /* More local ranks than usable cores: waits must give the core away (exec/host.c). */
     int local = 0;
     for (int p = 0; p < nranks; p++)

@@ -36,6 +36,7 @@ struct weft_zcopy_map;
  * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
  */
 #define WEFT_NSETTINGS 11
+#define WEFT_SETTING_ZCOPY_MIN_BYTES 10 /* its index (weft_comm_settings) */
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
  * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. Version 6:
@@ -174,6 +175,8 @@ struct ncclComm {
     struct weft_reg *regs;
     struct weft_zcopy_map *zcopy_maps;
     uint64_t zcopy_ops; /* collectives that ran zero-copy (tests read it: weft_zcopy_count) */
+    uint64_t zcopy_min_bytes; /* zero-copy candidates' least size, from exchanged values
+                               * (weft_zcopy_setup); UINT64_MAX: none */
 
     /* The CUDA executor (exec/cuda.c): cuda_bound when the process has a device (cuda_dev is
      * then this rank's); cuda is its device state, NULL without one. */

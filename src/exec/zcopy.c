@@ -110,25 +110,27 @@ static void weft_zcopy_sizes(const struct weft_task *task, size_t *in_p, size_t 
     *out_p = task->coll == WEFT_COLL_ALLGATHER ? n * bytes : bytes;
 }
 
+void weft_zcopy_setup(struct ncclComm *comm)
+{
+    /* The knob as every rank holds it (the settings check made them equal), one machine (the
+     * boot id, not NCCL_HOSTID) and shared memory allowed on every rank. */
+    const struct weft_peer_info *pi = comm->peer_info;
+    int64_t min = pi[0].settings[WEFT_SETTING_ZCOPY_MIN_BYTES];
+    int ok = min > 0 && comm->nranks > 1;
+    for (int p = 0; p < comm->nranks && ok; p++)
+        ok = pi[p].machine_hash == pi[0].machine_hash && pi[p].host_hash == pi[0].host_hash &&
+             !(pi[p].flags & WEFT_PEER_NO_SHM);
+    comm->zcopy_min_bytes = ok ? (uint64_t)min : UINT64_MAX;
+}
+
 int weft_zcopy_candidate(const struct weft_task *task)
 {
-    struct ncclComm *comm = task->comm;
-    int64_t min = weft_param_ZcopyMinBytes();
-    if (min <= 0 || comm->nranks < 2 ||
-        (task->coll != WEFT_COLL_ALLREDUCE && task->coll != WEFT_COLL_ALLGATHER &&
-         task->coll != WEFT_COLL_REDUCESCATTER))
+    if (task->coll != WEFT_COLL_ALLREDUCE && task->coll != WEFT_COLL_ALLGATHER &&
+        task->coll != WEFT_COLL_REDUCESCATTER)
         return 0;
     size_t in, out;
     weft_zcopy_sizes(task, &in, &out);
-    if ((in > out ? in : out) < (uint64_t)min)
-        return 0;
-    /* One machine (the boot id, not NCCL_HOSTID) and shared memory allowed on every rank. */
-    const struct weft_peer_info *pi = comm->peer_info;
-    for (int p = 0; p < comm->nranks; p++)
-        if (pi[p].machine_hash != pi[0].machine_hash || pi[p].host_hash != pi[0].host_hash ||
-            (pi[p].flags & WEFT_PEER_NO_SHM))
-            return 0;
-    return 1;
+    return (in > out ? in : out) >= task->comm->zcopy_min_bytes;
 }
 
 static void weft_zcopy_describe(struct ncclComm *comm, const void *buf, size_t bytes, uint64_t *d)

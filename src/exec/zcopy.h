@@ -49,6 +49,10 @@ struct weft_task;
 struct weft_lane;
 struct weft_zcopy_op;
 
+/* At init, once the settings are agreed: the least size of a zero-copy candidate on comm, from
+ * values every rank exchanged (comm->zcopy_min_bytes), so the per-operation test is one compare. */
+void weft_zcopy_setup(struct ncclComm *comm);
+
 /* 1 when the task is a zero-copy candidate (from values every rank shares). */
 int weft_zcopy_candidate(const struct weft_task *task);
 
