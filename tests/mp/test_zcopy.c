@@ -28,6 +28,7 @@
 #include "../common/elem.h"
 #include "../common/id_pipe.h"
 #include "../common/time_scale.h"
+#include "mp_test.h"
 #include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"
@@ -396,6 +397,16 @@ static int threads_main(void)
     return g_printed > 0;
 }
 
+/* The ranks are forked before the id exists (ThreadSanitizer: tests/common/id_pipe.h). */
+static struct weft_test_id_pipe g_ip;
+
+static int zcopy_rank(int r, void *arg)
+{
+    (void)arg;
+    ncclUniqueId id;
+    return weft_test_id_pipe_recv(&g_ip, &id) != 0 ? 3 : rank_main(r, id);
+}
+
 int main(int argc, char **argv)
 {
     int timeout = 120, opt;
@@ -426,33 +437,16 @@ int main(int argc, char **argv)
     }
     if (strcmp(g_case, "kill") == 0)
         setenv("WEFT_FAULT", "kill:op=1:rank=1", 1);
-    ncclUniqueId id;
-    struct weft_test_id_pipe ip;
-    if (weft_test_id_pipe_open(&ip) != 0)
+    if (weft_test_id_pipe_open(&g_ip) != 0)
         return 1;
-    fflush(NULL);
     pid_t pids[MAX_RANKS];
-    for (int r = 0; r < g_nranks; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            alarm(weft_test_scaled((unsigned)timeout));
-            _exit(weft_test_id_pipe_recv(&ip, &id) != 0 ? 3 : rank_main(r, id));
-        }
-    }
-    weft_test_id_pipe_send(&ip, g_nranks, &id);
-    int bad = 0;
-    for (int r = 0; r < g_nranks; r++) {
-        int status;
-        waitpid(pids[r], &status, 0);
-        int killed_ok = strcmp(g_case, "kill") == 0 && r == 1 && WIFSIGNALED(status) &&
-                        WTERMSIG(status) == SIGKILL;
-        if (!killed_ok && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
-            fprintf(stderr, "rank %d %s %d\n", r,
-                    WIFSIGNALED(status) ? "killed by signal" : "exited with",
-                    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-            bad++;
-        }
-    }
+    int bad = mp_fork_ranks(g_nranks, weft_test_scaled((unsigned)timeout), zcopy_rank, NULL,
+                            pids) != 0;
+    ncclUniqueId id;
+    if (!bad)
+        weft_test_id_pipe_send(&g_ip, g_nranks, &id);
+    for (int r = 0; r < g_nranks; r++)
+        bad += !mp_wait_rank(pids[r], r, strcmp(g_case, "kill") == 0 && r == 1);
     printf("%d passed, %d failed\n", g_counts->passed, g_counts->failed + bad);
     return g_counts->failed + bad || g_counts->passed == 0 ? 1 : 0;
 }
