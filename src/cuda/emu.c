@@ -27,7 +27,9 @@
  * record, event wait, host function). NULL is the per-device legacy stream, made on first use and
  * never destroyed; it is an ordinary in-order stream: streams from stream_create are non-blocking,
  * so, as in CUDA, they never synchronise with it implicitly. stream_destroy waits for the queued
- * work (an event wait in that work is abandoned) and joins the worker.
+ * work (an event wait in that work is abandoned) and joins the worker; if that work is stuck (the
+ * deadline below) it fails with 702 and leaves the worker detached, to free the stream if it ever
+ * finishes (the handle is gone either way).
  *
  * Events: a record count and a done count, under the event's own lock. Record takes ticket
  * rec+1 and enqueues an item that raises done to it; a wait (stream or host) takes the current rec
@@ -35,10 +37,10 @@
  * event is re-recorded on a second stream before the first record ran, a waiter of the first
  * ticket may be released by the second record (CUDA tracks only the latest record too).
  *
- * Deadlines: every host wait (synchronize of a stream, the device or an event) and every event
- * wait of a stream fails with 702 (cudaErrorLaunchTimeout) after WEFT_TIMEOUT seconds in which
- * what it waits for did not move and no kernel ran: a running kernel is bounded by its own
- * deadline and abort (the collective kernels) or is the program's (as on a GPU, where a kernel
+ * Deadlines: every host wait (synchronize of a stream, the device or an event, stream destroy)
+ * and every event wait of a stream fails with 702 (cudaErrorLaunchTimeout) after WEFT_TIMEOUT
+ * seconds in which what it waits for did not move and no kernel ran: a running kernel is bounded
+ * by its own deadline and abort (the collective kernels) or is the program's (as on a GPU, where a kernel
  * that never ends hangs a synchronize); a host function that never returns, or a stream waiting
  * for one, would otherwise hang forever. A stream whose event wait failed keeps 702 as its
  * sticky error and runs its later work.
@@ -431,6 +433,9 @@ struct emu_stream {
     uint64_t enq, done;       /* items queued / finished */
     int err;                  /* first error of the stream's work, sticky */
     int stop;                 /* destroy asked: drain, abandon event waits, exit */
+    int exited;               /* under mu: the worker left its loop (destroy may join it) */
+    int orphaned;             /* under mu: destroy gave up waiting (702); the worker, detached,
+                               * drops the handle's reference when it exits */
     const char *running;      /* kernel name now running, for the watchdog */
     struct emu_capture *cap;  /* under emu_mu */
     struct emu_stream *next;  /* live list, under emu_mu */
@@ -600,6 +605,7 @@ static int emu_forbid_in_capture(const char *api)
 }
 
 static void *emu_stream_main(void *arg);
+static void emu_stream_unref(struct emu_stream *s);
 
 static int emu_stream_new(int device, int legacy, struct emu_stream **s_p)
 {
@@ -1235,7 +1241,12 @@ static void *emu_stream_main(void *arg)
         __atomic_store_n(&s->done, s->done + 1, __ATOMIC_RELAXED);
         pthread_cond_broadcast(&s->cv);
     }
+    s->exited = 1;
+    pthread_cond_broadcast(&s->cv);
+    int orphaned = s->orphaned;
     pthread_mutex_unlock(&s->mu);
+    if (orphaned)
+        emu_stream_unref(s); /* destroy returned long ago: the handle's reference is ours */
     return NULL;
 }
 
@@ -1259,7 +1270,8 @@ static int emu_stream_wait_idle(struct emu_stream *s)
     return err;
 }
 
-/* Drops a reference; the last one frees the stream (its worker has been joined already). */
+/* Drops a reference; the last one frees the stream (its worker has exited: joined by destroy,
+ * or detached and dropping the last reference itself). */
 static void emu_stream_unref(struct emu_stream *s)
 {
     pthread_mutex_lock(&emu_mu);
@@ -1769,10 +1781,29 @@ static int emu_stream_destroy(weft_cuda_stream_t h)
         WEFT_WARN("emulated cudaStreamDestroy: %p is not a live emulated stream (or captures)", h);
         return WEFT_CUDA_ERR_INVALID_HANDLE;
     }
+    /* The worker drains the queue and exits; a host function that never returns would hold
+     * the join forever, so the wait has the deadline of the other host waits. */
+    struct emu_wait w;
+    char what[96];
+    snprintf(what, sizeof(what), "destroy of stream %p", (void *)s);
+    int res = WEFT_CUDA_SUCCESS;
     pthread_mutex_lock(&s->mu);
     __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&s->cv);
+    emu_wait_begin(&w, what, s->done);
+    while (!s->exited) {
+        emu_cond_wait(&s->cv, &s->mu, w.start_ns, &w.warned, what);
+        if (!s->exited && emu_wait_expired(&w, s->done)) {
+            /* Left to finish on its own: it frees the stream when (if ever) it gets there. */
+            s->orphaned = 1;
+            pthread_detach(s->worker);
+            res = WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
+            break;
+        }
+    }
     pthread_mutex_unlock(&s->mu);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
     pthread_join(s->worker, NULL);
     emu_stream_unref(s); /* freed now, or by the last emu_device_wait still using it */
     return WEFT_CUDA_SUCCESS;

@@ -387,6 +387,36 @@ static void case_wait_deadline(void)
     OK(ops->free(flag));
 }
 
+/*
+ * Destroying a stream whose host function never returns (WEFT_TIMEOUT=1): the destroy fails with
+ * 702 after about a second instead of joining the worker forever, and the handle is gone (a
+ * second destroy is an invalid handle). Released later, the function returns and the detached
+ * worker runs the rest of the queue (the copy behind it lands) and frees the stream by itself.
+ */
+static void case_destroy_deadline(void)
+{
+    int release = 0;
+    uint64_t *flag, host = 0;
+    OK(ops->host_alloc((void **)&flag, 16));
+    flag[0] = 9;
+    weft_cuda_stream_t a;
+    OK(ops->stream_create(&a));
+    OK(ops->launch_host_func(a, hostfn_block, &release));
+    OK(ops->memcpy_async(&host, flag, 8, a));
+    uint64_t t0 = now_ms();
+    CHECK_EQ(ops->stream_destroy(a), WEFT_CUDA_ERR_LAUNCH_TIMEOUT);
+    uint64_t dt = now_ms() - t0;
+    CHECK(dt >= 900 && dt < 900 + 8000);
+    CHECK_EQ(ops->stream_destroy(a), WEFT_CUDA_ERR_INVALID_HANDLE);
+    CHECK_EQ(__atomic_load_n(&host, __ATOMIC_ACQUIRE), 0);
+    __atomic_store_n(&release, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 10000 && __atomic_load_n(&host, __ATOMIC_ACQUIRE) != 9; i++)
+        usleep(1000);
+    CHECK_EQ(__atomic_load_n(&host, __ATOMIC_ACQUIRE), 9);
+    usleep(100000); /* the worker frees the stream (AddressSanitizer would see a fault there) */
+    OK(ops->host_free(flag));
+}
+
 /* cudaFree on device 0 from another thread: it waits for every stream of the device. */
 struct free_arg {
     void *p;
@@ -1214,6 +1244,7 @@ static const struct test_case cases[] = {
     {"events", case_events},
     {"destroy_waiting", case_destroy_waiting},
     {"wait_deadline", case_wait_deadline},
+    {"destroy_deadline", case_destroy_deadline},
     {"destroy_during_free", case_destroy_during_free},
     {"capture", case_capture},
     {"capture_join", case_capture_join},
