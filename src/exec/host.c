@@ -44,7 +44,17 @@ WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", -1,
            "milliseconds, or 0 when the host runs more ranks than it has cores)");
 WEFT_PARAM(YieldCount, "WEFT_YIELD_COUNT", -1,
            "sched_yield rounds before a waiting rank sleeps on its doorbell (-1: 1000, or 0 when "
-           "a socket proxy thread of the process moves the data)");
+           "a socket proxy thread of the process moves the data); 20 ms of them at most");
+
+/*
+ * The longest a waiting rank yields before it sleeps on its doorbell, whatever WEFT_YIELD_COUNT
+ * says. 1000 yields take about a millisecond while the machine runs only our ranks, but one yield
+ * can take a scheduler slice of every other runnable task on the core: with 24 busy loops on 2
+ * cores, 1000 yields took 10-25 s. The stuck checks (notes, abort, deadline) run only once the
+ * rank sleeps, so a mismatch that moves no data (sig-root) went unnoticed for that long. Asleep,
+ * the doorbell wakes it as soon as a peer posts.
+ */
+#define WEFT_EXEC_YIELD_MAX_NS 20000000ull
 
 static int weft_task_is_p2p(const struct weft_task *task)
 {
@@ -430,7 +440,7 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int 
         uint64_t now = weft_time_ns();
         if (idle_since == 0)
             idle_since = now;
-        if (idle <= spins + yields) {
+        if (idle <= spins + yields && now - idle_since < WEFT_EXEC_YIELD_MAX_NS) {
             sched_yield();
             continue;
         }
