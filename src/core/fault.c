@@ -16,7 +16,8 @@
 WEFT_PARAM_STR(Fault, "WEFT_FAULT", NULL,
                "faults to inject, for tests: SPEC[,SPEC...], SPEC one of kill:op=N, alloc:op=N, "
                "stall:sec=S, drop, corrupt (each with optional :rank=R; the last three with "
-               ":peer=P:frame=K, socket data frames), devalloc:n=N, launch:n=N (emulated GPU); "
+               ":peer=P:frame=K, socket data frames), note[:rank=R][:peer=P][:n=K] (a mismatch or "
+               "hang note fails), devalloc:n=N, launch:n=N (emulated GPU); "
                "README \"Fault injection\"");
 
 int weft_fault_state; /* 0 unread, 1 none, 2 armed */
@@ -35,7 +36,7 @@ static const struct {
     {"kill", WEFT_FAULT_KILL, "op"},       {"alloc", WEFT_FAULT_ALLOC, "op"},
     {"stall", WEFT_FAULT_STALL, "sec"},    {"drop", WEFT_FAULT_DROP, NULL},
     {"corrupt", WEFT_FAULT_CORRUPT, NULL}, {"devalloc", WEFT_FAULT_DEVALLOC, "n"},
-    {"launch", WEFT_FAULT_LAUNCH, "n"},
+    {"launch", WEFT_FAULT_LAUNCH, "n"},    {"note", WEFT_FAULT_NOTE, NULL},
 };
 
 static int weft_fault_fail(char *err, size_t errlen, const char *fmt, ...)
@@ -60,12 +61,15 @@ static int weft_fault_key_ok(int kind, const char *key)
         return kind != WEFT_FAULT_DEVALLOC && kind != WEFT_FAULT_LAUNCH;
     if (strcmp(key, "op") == 0)
         return kind == WEFT_FAULT_KILL || kind == WEFT_FAULT_ALLOC;
-    if (strcmp(key, "peer") == 0 || strcmp(key, "frame") == 0)
+    if (strcmp(key, "peer") == 0)
+        return frame_kind || kind == WEFT_FAULT_NOTE;
+    if (strcmp(key, "frame") == 0)
         return frame_kind;
     if (strcmp(key, "sec") == 0)
         return kind == WEFT_FAULT_STALL;
     if (strcmp(key, "n") == 0)
-        return kind == WEFT_FAULT_DEVALLOC || kind == WEFT_FAULT_LAUNCH;
+        return kind == WEFT_FAULT_DEVALLOC || kind == WEFT_FAULT_LAUNCH ||
+               kind == WEFT_FAULT_NOTE;
     return 0;
 }
 
@@ -102,7 +106,7 @@ int weft_fault_parse(const char *spec, struct weft_fault *faults, int max, char 
         if (f.kind == 0)
             return weft_fault_fail(err, errlen,
                                    "WEFT_FAULT: unknown fault \"%s\" (kill, alloc, stall, drop, "
-                                   "corrupt, devalloc, launch)",
+                                   "corrupt, note, devalloc, launch)",
                                    tok != NULL ? tok : "");
         const char *kind_name = tok;
         int have_required = required == NULL;
@@ -242,6 +246,23 @@ int weft_fault_frame(int rank, int peer)
         }
     }
     return action;
+}
+
+int weft_fault_note(int rank, int peer)
+{
+    struct weft_fault *faults;
+    int n = weft_fault_list(&faults);
+    int hit = 0;
+    for (int i = 0; i < n; i++) {
+        struct weft_fault *f = &faults[i];
+        if (f->kind != WEFT_FAULT_NOTE || (f->rank >= 0 && f->rank != rank) ||
+            (f->peer >= 0 && f->peer != peer) || !weft_fault_due(f))
+            continue;
+        WEFT_INFO(WEFT_LOG_ENV, "WEFT_FAULT: rank %d's note %lld to peer %d fails", rank,
+                  (long long)f->n, peer);
+        hit = 1;
+    }
+    return hit;
 }
 
 int weft_fault_call(int kind)

@@ -17,6 +17,8 @@
  *                                     check word catches it; payloads carry no checksum: TCP's
  *                                     covers the wire, and one of ours would cost a pass over
  *                                     every byte)
+ *   note[:rank=R][:peer=P][:n=K]      rank R's K-th note (exec/sig.h: where it waits, a mismatch)
+ *                                     to peer P (default 1st) fails as if P did not answer in time
  *   devalloc:n=N                      the N-th emulated device allocation of the process fails
  *   launch:n=N                        the N-th emulated kernel launch of the process fails (701)
  *
@@ -42,6 +44,7 @@ enum weft_fault_kind {
     WEFT_FAULT_CORRUPT,
     WEFT_FAULT_DEVALLOC,
     WEFT_FAULT_LAUNCH,
+    WEFT_FAULT_NOTE,
 };
 
 #define WEFT_FAULT_MAX 16
@@ -78,6 +81,8 @@ int weft_fault_alloc(void);
 /* Rank `rank`'s proxy sends a data frame to `peer`: 0, WEFT_FAULT_DROP or WEFT_FAULT_CORRUPT;
  * a stall sleeps here first. */
 int weft_fault_frame(int rank, int peer);
+/* 1 when rank `rank`'s note to `peer` must fail (exec/sig.c). */
+int weft_fault_note(int rank, int peer);
 /* 1 when this call (WEFT_FAULT_DEVALLOC or WEFT_FAULT_LAUNCH) must fail. */
 int weft_fault_call(int kind);
 

@@ -10,6 +10,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/fault.h"
 #include "exec/wait.h"
 #include "core/group.h"
 #include "core/param.h"
@@ -35,8 +36,14 @@ WEFT_PARAM_DECL(Timeout);
 /* How long one note may take to send. A new bootstrap link's handshake is answered by the
  * peer's admission thread (bootstrap.h), busy or asleep as its caller may be, as soon as that
  * thread is scheduled (200 ms was too short on a 2-core machine at load 16). The bound is for a
- * rank that left unnoticed: it refuses connections, and is not told again. */
+ * rank that left unnoticed: it refuses connections. */
 #define WEFT_SIG_NOTE_SEND_MS 2000
+/* Tries to tell a peer where a blocked operation waits: a note that failed (the peer busy, a
+ * timeout under load) is sent again at the next check (100 ms later), up to this many times per
+ * operation; every later note tries every live peer again. A peer known dead is never tried. */
+#define WEFT_SIG_TELL_TRIES 3
+/* sig_comm.tell[r]: rank r has the STATE note of the operation told_seq names. */
+#define WEFT_SIG_TOLD 0xff
 /* A blocked operation tells every rank where it is after this long (or sooner, see below). */
 #define WEFT_SIG_TELL_NS 1000000000ull
 
@@ -50,19 +57,19 @@ ncclResult_t weft_sig_init(struct ncclComm *comm)
     struct weft_sig_comm *s = calloc(1, sizeof(*s));
     uint64_t *seq = calloc(2 * (size_t)comm->nranks, sizeof(*seq));
     struct weft_sig_note *notes = calloc((size_t)comm->nranks, sizeof(*notes));
-    uint8_t *unreachable = calloc((size_t)comm->nranks, 1);
-    if (s == NULL || seq == NULL || notes == NULL || unreachable == NULL) {
+    uint8_t *tell = calloc((size_t)comm->nranks, 1);
+    if (s == NULL || seq == NULL || notes == NULL || tell == NULL) {
         free(s);
         free(seq);
         free(notes);
-        free(unreachable);
+        free(tell);
         WEFT_WARN("out of memory for the operation records of %d ranks", comm->nranks);
         return ncclSystemError;
     }
     s->p2p_seq = seq;
     s->prefix_of.coll = -1;
     s->notes = notes;
-    s->unreachable = unreachable;
+    s->tell = tell;
     comm->sig = s;
     return ncclSuccess;
 }
@@ -73,7 +80,7 @@ void weft_sig_fini(struct ncclComm *comm)
         return;
     free(comm->sig->p2p_seq);
     free(comm->sig->notes);
-    free(comm->sig->unreachable);
+    free(comm->sig->tell);
     free(comm->sig);
     comm->sig = NULL;
 }
@@ -286,22 +293,29 @@ static void sig_note_fill(struct ncclComm *comm, uint32_t kind, const struct wef
     n->last = comm->sig->last_coll;
 }
 
-/* To every other rank whose process may still live; a rank that cannot be reached is skipped. */
+/*
+ * To rank r unless its process is known dead; 1 when sent. A failure (the peer busy, a timeout
+ * under load) silences nothing: the next note tries r again.
+ */
+static int sig_note_send(struct ncclComm *comm, int r, const struct weft_sig_note *n)
+{
+    if (comm->bootstrap == NULL || r == comm->rank || !weft_comm_peer_alive(comm, r))
+        return 0;
+    ncclResult_t res = WEFT_FAULT_ARMED() && weft_fault_note(comm->rank, r)
+                           ? ncclSystemError
+                           : weft_bootstrap_send_brief(comm->bootstrap, r, WEFT_SIG_TAG, n,
+                                                       sizeof(*n), WEFT_SIG_NOTE_SEND_MS);
+    if (res != ncclSuccess)
+        WEFT_INFO(WEFT_LOG_COLL, "rank %d: could not tell rank %d about operation #%llu",
+                  comm->rank, r, (unsigned long long)n->cur.seq);
+    return res == ncclSuccess;
+}
+
+/* To every other rank whose process may still live. */
 static void sig_note_send_all(struct ncclComm *comm, const struct weft_sig_note *n)
 {
-    if (comm->bootstrap == NULL)
-        return;
-    for (int r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank || comm->sig->unreachable[r] || !weft_comm_peer_alive(comm, r))
-            continue;
-        ncclResult_t res = weft_bootstrap_send_brief(comm->bootstrap, r, WEFT_SIG_TAG, n,
-                                                     sizeof(*n), WEFT_SIG_NOTE_SEND_MS);
-        if (res != ncclSuccess) {
-            comm->sig->unreachable[r] = 1;
-            WEFT_INFO(WEFT_LOG_COLL, "rank %d: could not tell rank %d about operation #%llu",
-                      comm->rank, r, (unsigned long long)n->cur.seq);
-        }
-    }
+    for (int r = 0; r < comm->nranks; r++)
+        sig_note_send(comm, r, n);
 }
 
 /* Same kind of sequence (collectives count together; point-to-point per peer). */
@@ -386,11 +400,8 @@ ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, ui
     sig_note_fill(comm, WEFT_SIG_NOTE_MISMATCH, mine, -1, 0, peer, &n);
     if (sig_is_p2p(mine->coll)) {
         /* Only the pair is involved: the other ranks' operations go on. */
-        if (peer >= 0 && peer != comm->rank && comm->bootstrap != NULL && !s->unreachable[peer] &&
-            weft_bootstrap_send_brief(comm->bootstrap, peer, WEFT_SIG_TAG, &n, sizeof(n),
-                                      WEFT_SIG_NOTE_SEND_MS) !=
-                ncclSuccess)
-            s->unreachable[peer] = 1;
+        if (peer >= 0)
+            sig_note_send(comm, peer, &n);
     } else {
         sig_note_send_all(comm, &n);
     }
@@ -566,15 +577,27 @@ static void sig_report_print(struct ncclComm *comm, const struct weft_sig_wait *
     free(t);
 }
 
+/* Sends the STATE note of the blocked operation to every rank that does not have it yet (each
+ * rank WEFT_SIG_TELL_TRIES times at most). */
 static void sig_tell(struct ncclComm *comm, const struct weft_sig_wait *w)
 {
     struct weft_sig_comm *s = comm->sig;
-    if (s->told_seq == w->rec + 1)
-        return;
-    s->told_seq = w->rec + 1;
+    if (s->told_seq != w->rec + 1) {
+        s->told_seq = w->rec + 1;
+        memset(s->tell, 0, (size_t)comm->nranks);
+    }
     struct weft_sig_note n;
-    sig_note_fill(comm, WEFT_SIG_NOTE_STATE, weft_sig_of(comm, w->rec), w->peer, w->send, -1, &n);
-    sig_note_send_all(comm, &n);
+    int filled = 0;
+    for (int r = 0; r < comm->nranks; r++) {
+        if (r == comm->rank || s->tell[r] == WEFT_SIG_TOLD || s->tell[r] >= WEFT_SIG_TELL_TRIES)
+            continue;
+        if (!filled) {
+            sig_note_fill(comm, WEFT_SIG_NOTE_STATE, weft_sig_of(comm, w->rec), w->peer, w->send,
+                          -1, &n);
+            filled = 1;
+        }
+        s->tell[r] = sig_note_send(comm, r, &n) ? WEFT_SIG_TOLD : s->tell[r] + 1;
+    }
 }
 
 ncclResult_t weft_sig_poll(struct ncclComm *comm, const struct weft_sig_wait *w, uint64_t idle_ns)

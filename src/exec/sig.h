@@ -96,8 +96,8 @@ struct weft_sig_comm {
     uint64_t nhist;
     struct weft_op_sig last_coll; /* the last collective completed */
     struct weft_sig_note *notes;  /* [nranks]: the latest note from each rank (version 0: none) */
-    uint8_t *unreachable;         /* [nranks]: a note to it failed; no more are sent */
-    uint64_t told_seq;  /* the operation (hist index + 1) whose STATE we sent */
+    uint8_t *tell;      /* [nranks]: 0xff: has told_seq's STATE note, else the tries that failed */
+    uint64_t told_seq;  /* the operation (hist index + 1) whose STATE we send */
     uint64_t reported;  /* the operation (hist index + 1) whose report was printed */
     uint64_t mismatch_seq; /* MISMATCH notes about collectives before this one are old news */
     uint32_t report_req; /* weftCommHangReport asked for one */

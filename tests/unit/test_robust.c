@@ -57,10 +57,10 @@ static void case_fault_parse(void)
     EXPECT(weft_fault_parse("", f, WEFT_FAULT_MAX, err, sizeof(err)) == 0, "empty");
     EXPECT(weft_fault_parse(NULL, f, WEFT_FAULT_MAX, err, sizeof(err)) == 0, "NULL");
     int n = weft_fault_parse("kill:op=5:rank=1,stall:peer=2:sec=3,drop,corrupt:frame=4:rank=0:"
-                             "peer=1,alloc:op=2,devalloc:n=3,launch:n=7",
+                             "peer=1,alloc:op=2,devalloc:n=3,launch:n=7,note:peer=2:n=4",
                              f, WEFT_FAULT_MAX, err, sizeof(err));
-    EXPECT(n == 7, "seven faults: %d (%s)", n, n < 0 ? err : "");
-    if (n == 7) {
+    EXPECT(n == 8, "eight faults: %d (%s)", n, n < 0 ? err : "");
+    if (n == 8) {
         EXPECT(f[0].kind == WEFT_FAULT_KILL && f[0].n == 5 && f[0].rank == 1 && f[0].peer == -1,
                "kill");
         EXPECT(f[1].kind == WEFT_FAULT_STALL && f[1].sec == 3 && f[1].peer == 2 &&
@@ -73,7 +73,9 @@ static void case_fault_parse(void)
         EXPECT(f[4].kind == WEFT_FAULT_ALLOC && f[4].n == 2, "alloc");
         EXPECT(f[5].kind == WEFT_FAULT_DEVALLOC && f[5].n == 3, "devalloc");
         EXPECT(f[6].kind == WEFT_FAULT_LAUNCH && f[6].n == 7, "launch");
-        for (int i = 0; i < 7; i++)
+        EXPECT(f[7].kind == WEFT_FAULT_NOTE && f[7].n == 4 && f[7].peer == 2 && f[7].rank == -1,
+               "note");
+        for (int i = 0; i < 8; i++)
             EXPECT(f[i].seen == 0 && f[i].fired == 0, "fault %d starts unfired", i);
     }
     static const struct {
@@ -93,6 +95,7 @@ static void case_fault_parse(void)
         {"kill:op=5:rank=99999999999", "rank"},
         {"kill:op=5:peer=1", "takes no key \"peer\""},
         {"drop:sec=1", "takes no key \"sec\""},
+        {"note:frame=1", "takes no key \"frame\""},
         {"launch:n=1:rank=0", "takes no key \"rank\""},
         {"drop:frame", "not KEY=VALUE"},
         {"drop,,kill:op=1", "empty fault"},
