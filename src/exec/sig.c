@@ -58,11 +58,13 @@ ncclResult_t weft_sig_init(struct ncclComm *comm)
     uint64_t *seq = calloc(2 * (size_t)comm->nranks, sizeof(*seq));
     struct weft_sig_note *notes = calloc((size_t)comm->nranks, sizeof(*notes));
     uint8_t *tell = calloc((size_t)comm->nranks, 1);
-    if (s == NULL || seq == NULL || notes == NULL || tell == NULL) {
+    struct weft_op_rec *hist = calloc(WEFT_SIG_HISTORY, sizeof(*hist));
+    if (s == NULL || seq == NULL || notes == NULL || tell == NULL || hist == NULL) {
         free(s);
         free(seq);
         free(notes);
         free(tell);
+        free(hist);
         WEFT_WARN("out of memory for the operation records of %d ranks", comm->nranks);
         return ncclSystemError;
     }
@@ -70,6 +72,8 @@ ncclResult_t weft_sig_init(struct ncclComm *comm)
     s->prefix_of.coll = -1;
     s->notes = notes;
     s->tell = tell;
+    s->hist = hist;
+    s->cap = WEFT_SIG_HISTORY;
     comm->sig = s;
     return ncclSuccess;
 }
@@ -81,6 +85,7 @@ void weft_sig_fini(struct ncclComm *comm)
     free(comm->sig->p2p_seq);
     free(comm->sig->notes);
     free(comm->sig->tell);
+    free(comm->sig->hist);
     free(comm->sig);
     comm->sig = NULL;
 }
@@ -146,12 +151,37 @@ static void sig_from_task(const struct weft_task *t, struct weft_op_sig *g)
     g->nfused = 1;
 }
 
+/*
+ * Makes room for record s->nhist: the ring doubles when the slot it would take holds a record
+ * still in flight (begun, not ended: a group of more operations than the ring holds), whose
+ * lanes and messages read it. Without memory the old record is overwritten (its name may then
+ * be wrong in messages; nothing else depends on it).
+ */
+static void sig_hist_room(struct weft_sig_comm *s)
+{
+    if (s->nhist < s->cap || s->hist[s->nhist % s->cap].end_ns != 0)
+        return;
+    uint64_t cap = 2 * s->cap;
+    struct weft_op_rec *hist = malloc(cap * sizeof(*hist));
+    if (hist == NULL) {
+        WEFT_WARN("out of memory for %llu operation records: an operation in flight loses its "
+                  "name in messages", (unsigned long long)cap);
+        return;
+    }
+    for (uint64_t i = s->nhist - s->cap; i < s->nhist; i++)
+        hist[i % cap] = s->hist[i % s->cap];
+    free(s->hist);
+    s->hist = hist;
+    s->cap = cap;
+}
+
 void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
                     const struct weft_task *merged, uint64_t *rec_p)
 {
     struct weft_sig_comm *s = comm->sig;
+    sig_hist_room(s);
     uint64_t rec = s->nhist++;
-    struct weft_op_rec *r = &s->hist[rec % WEFT_SIG_HISTORY];
+    struct weft_op_rec *r = &s->hist[rec % s->cap];
     sig_from_task(merged, &r->sig);
     uint64_t h = 0;
     for (int k = 0; k < n; k++) {
@@ -186,7 +216,7 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
 void weft_sig_end(struct ncclComm *comm, uint64_t rec, int failed)
 {
     struct weft_sig_comm *s = comm->sig;
-    struct weft_op_rec *r = &s->hist[rec % WEFT_SIG_HISTORY];
+    struct weft_op_rec *r = &s->hist[rec % s->cap];
     r->end_ns = r->precise ? weft_time_ns() : weft_time_coarse_ns();
     r->failed = failed;
     if (!failed && !sig_is_p2p(r->sig.coll))
@@ -196,9 +226,9 @@ void weft_sig_end(struct ncclComm *comm, uint64_t rec, int failed)
 int weft_sig_find(const struct ncclComm *comm, uint32_t hash, uint64_t *rec_p)
 {
     const struct weft_sig_comm *s = comm->sig;
-    uint64_t first = s->nhist > WEFT_SIG_HISTORY ? s->nhist - WEFT_SIG_HISTORY : 0;
+    uint64_t first = s->nhist > s->cap ? s->nhist - s->cap : 0;
     for (uint64_t i = s->nhist; i > first; i--)
-        if (s->hist[(i - 1) % WEFT_SIG_HISTORY].sig.hash == hash) {
+        if (s->hist[(i - 1) % s->cap].sig.hash == hash) {
             *rec_p = i - 1;
             return 1;
         }
@@ -208,9 +238,9 @@ int weft_sig_find(const struct ncclComm *comm, uint32_t hash, uint64_t *rec_p)
 int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec_p)
 {
     const struct weft_sig_comm *s = comm->sig;
-    uint64_t first = s->nhist > WEFT_SIG_HISTORY ? s->nhist - WEFT_SIG_HISTORY : 0;
+    uint64_t first = s->nhist > s->cap ? s->nhist - s->cap : 0;
     for (uint64_t i = s->nhist; i > first; i--)
-        if (s->hist[(i - 1) % WEFT_SIG_HISTORY].op_seq == op_seq) {
+        if (s->hist[(i - 1) % s->cap].op_seq == op_seq) {
             *rec_p = i - 1;
             return 1;
         }
@@ -219,12 +249,12 @@ int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec
 
 const struct weft_op_sig *weft_sig_of(const struct ncclComm *comm, uint64_t rec)
 {
-    return &comm->sig->hist[rec % WEFT_SIG_HISTORY].sig;
+    return &comm->sig->hist[rec % comm->sig->cap].sig;
 }
 
 const struct weft_op_rec *weft_sig_rec(const struct ncclComm *comm, uint64_t rec)
 {
-    return &comm->sig->hist[rec % WEFT_SIG_HISTORY];
+    return &comm->sig->hist[rec % comm->sig->cap];
 }
 
 static const char *sig_coll_api(int coll)
@@ -507,7 +537,7 @@ static void sig_report_print(struct ncclComm *comm, const struct weft_sig_wait *
                  (unsigned long long)comm->comm_hash);
     const struct weft_op_sig *mine = NULL;
     if (w != NULL) {
-        const struct weft_op_rec *r = &s->hist[w->rec % WEFT_SIG_HISTORY];
+        const struct weft_op_rec *r = &s->hist[w->rec % s->cap];
         mine = &r->sig;
         weft_sig_format(mine, a, sizeof(a));
         sig_text_add(t, "  stuck: %s, started %.3f s ago, no progress for %.3f s\n", a,
@@ -548,12 +578,10 @@ static void sig_report_print(struct ncclComm *comm, const struct weft_sig_wait *
                          n->waits_on);
         sig_text_add(t, "; last completed %s\n", l);
     }
-    uint64_t first = s->nhist > WEFT_SIG_HISTORY ? s->nhist - WEFT_SIG_HISTORY : 0;
-    if (s->nhist - first > 8)
-        first = s->nhist - 8;
+    uint64_t first = s->nhist > 8 ? s->nhist - 8 : 0;
     sig_text_add(t, "  recent operations:\n");
     for (uint64_t i = first; i < s->nhist; i++) {
-        const struct weft_op_rec *r = &s->hist[i % WEFT_SIG_HISTORY];
+        const struct weft_op_rec *r = &s->hist[i % s->cap];
         weft_sig_format(&r->sig, a, sizeof(a));
         if (r->end_ns != 0)
             sig_text_add(t, "    %s: %s in %.3f s, %.3f s ago\n", a, r->failed ? "failed" : "done",

@@ -20,7 +20,8 @@
  * operation waits (every 100 ms of a blocked wait), never on the fast path.
  *
  * Hang report. Each communicator keeps its last WEFT_SIG_HISTORY operations (signature, start
- * and end time). An operation blocked for a second tells every rank where it is (a STATE note:
+ * and end time), and every operation still in flight however many there are (a group of 200:
+ * the ring grows rather than overwrite a record its lanes still use). An operation blocked for a second tells every rank where it is (a STATE note:
  * its operation, the peer it waits on, the last operation it completed); a STATE note for the
  * same collective with another hash is a mismatch too (it catches mismatches that move no data,
  * such as two ranks each waiting for the other's broadcast). At the deadline (WEFT_TIMEOUT),
@@ -44,7 +45,7 @@ struct ncclComm;
 struct weft_task;
 struct weft_conn;
 
-#define WEFT_SIG_HISTORY 64
+#define WEFT_SIG_HISTORY 64 /* records kept at least (the ring's first size) */
 #define WEFT_SIG_NOTE_VERSION 1u
 
 /* What a call was, as every rank describes it (fixed size: it travels in bootstrap notes). */
@@ -92,7 +93,8 @@ enum { WEFT_SIG_NOTE_STATE = 1, WEFT_SIG_NOTE_MISMATCH = 2 };
 struct weft_sig_comm {
     uint64_t coll_seq;
     uint64_t *p2p_seq; /* [2 * nranks]: sends to r at 2r, receives from r at 2r + 1 */
-    struct weft_op_rec hist[WEFT_SIG_HISTORY];
+    struct weft_op_rec *hist; /* [cap]: record i at i % cap (the last cap begun) */
+    uint64_t cap;             /* WEFT_SIG_HISTORY, doubled while records in flight fill it */
     uint64_t nhist;
     struct weft_op_sig last_coll; /* the last collective completed */
     struct weft_sig_note *notes;  /* [nranks]: the latest note from each rank (version 0: none) */
@@ -115,7 +117,7 @@ int weft_sig_enabled(void);
 
 /*
  * Gives the task its signature (next sequence number) and records its start; returns the index
- * (in comm->sig->hist, modulo WEFT_SIG_HISTORY) through *rec_p. For a fused run, tasks[0 .. n)
+ * (in comm->sig->hist, modulo comm->sig->cap) through *rec_p. For a fused run, tasks[0 .. n)
  * are the members and *merged the packed all-reduce.
  */
 void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,

@@ -8,6 +8,10 @@
  *       all-reduce), or the count of the second all-reduce of a fused group. Every rank's call
  *       fails with ncclInvalidUsage within a few seconds (WEFT_TIMEOUT=60), and its message names
  *       rank 0's call and the others' call; no rank's buffer is changed by a mismatched slice.
+ *   group-many, group-many-early: a group of 200 all-reduces (fusion off), rank 0's 150th (50th)
+ *       in int32 instead of float: the failure names that operation on every rank, though the
+ *       group holds more operations than the recent history (WEFT_SIG_HISTORY) keeps, and nothing
+ *       of it lands in the outputs.
  *   group-alike: rank 0 groups three all-reduces, the others do not: the same failure, naming
  *       rank 0's fusion agreement (ranks must group alike; README "Fusion").
  *   p2p: rank 0 sends 100 floats to rank 1, which receives 200: rank 1's call fails naming its
@@ -52,6 +56,7 @@ static char *captured(const char *path)
 }
 
 #define N_BIG 100000
+#define GROUP_MANY 200 /* operations of the group-many cases (more than WEFT_SIG_HISTORY) */
 
 /* A mismatch case: every rank's call fails at once naming rank 0's call and the others'. */
 static void expect_mismatch(int rank, ncclResult_t res, double dt, const char *mine,
@@ -130,6 +135,25 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
         expect_mismatch(rank, res, now_s() - t0,
                         "ncclAllReduce(count 185, float, sum; 3 fused) #3",
                         "ncclAllReduce(count 175, float, sum; 3 fused) #3");
+    } else if (strncmp(c, "group-many", 10) == 0) {
+        int odd = strcmp(c, "group-many") == 0 ? 149 : 49; /* 0-based: the 150th, the 50th */
+        ncclGroupStart();
+        for (int k = 0; k < GROUP_MANY; k++)
+            ncclAllReduce(buf + 64 * k, out + 64 * k, 64,
+                          rank == 0 && k == odd ? ncclInt32 : ncclFloat, ncclSum, comm, NULL);
+        res = ncclGroupEnd();
+        char mine[128], theirs[128];
+        /* #1 is the warm-up: the k-th of the group (0-based) is #k+2 */
+        snprintf(mine, sizeof(mine), "ncclAllReduce(count 64, int32, sum) #%d", odd + 2);
+        snprintf(theirs, sizeof(theirs), "ncclAllReduce(count 64, float, sum) #%d", odd + 2);
+        expect_mismatch(rank, res, now_s() - t0, mine, theirs);
+        /* Other operations of the group may have run (whole or in part): only the mismatched
+         * one's output is checked, as below. */
+        int wrong = 0;
+        for (int i = 64 * odd; i < 64 * (odd + 1); i++)
+            wrong += rank == 0 ? out[i] != 0.0f && out[i] != 1.0f : ((int)out[i] & 1) != 0;
+        EXPECT(wrong == 0, "rank %d: %d output elements hold data of the mismatched operation",
+               rank, wrong);
     } else if (strcmp(c, "group-alike") == 0) {
         /* rank 0 groups three all-reduces (an agreement first, #2), the others issue them one
          * by one: every rank fails at once naming the agreement and the first all-reduce */
@@ -223,7 +247,8 @@ static int rank_main(const char *c, int rank, int nranks, ncclUniqueId id, const
         dprintf(g_fail_fd, "unknown case %s\n", c);
         return 2;
     }
-    if (res != ncclSuccess && strcmp(c, "p2p") != 0 && strcmp(c, "root") != 0) {
+    if (res != ncclSuccess && strcmp(c, "p2p") != 0 && strcmp(c, "root") != 0 &&
+        strncmp(c, "group-many", 10) != 0) {
         /* Nothing of a mismatched slice may land in the output: rank 0 (alone with its call)
          * holds only its own 1s, the others only even sums (rank 0's bit clear). */
         int wrong = 0;
@@ -268,8 +293,8 @@ static int sig_rank(int r, void *arg)
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s count|dtype|op|root|coll|group|group-alike|p2p|skip|skip-next|"
-                        "report|check-off\n", argv[0]);
+        fprintf(stderr, "usage: %s count|dtype|op|root|coll|group|group-many|group-many-early|"
+                        "group-alike|p2p|skip|skip-next|report|check-off\n", argv[0]);
         return 2;
     }
     const char *c = argv[1];
@@ -279,6 +304,8 @@ int main(int argc, char **argv)
         setenv("WEFT_HANG_REPORT", "1", 1);
     if (strcmp(c, "check-off") == 0)
         setenv("WEFT_CHECK", "0", 1);
+    if (strncmp(c, "group-many", 10) == 0)
+        setenv("WEFT_FUSE_BYTES", "0", 1); /* 200 operations, not one fused */
     struct sig_run run = {.c = c, .nranks = nranks};
     if (weft_test_id_pipe_open(&run.ip) != 0)
         return 1;
