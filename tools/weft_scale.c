@@ -31,6 +31,7 @@
 #include "algo/cost.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
+#include "core/comm.h"
 #include "core/param.h"
 #include "exec/lane.h"
 
@@ -320,7 +321,8 @@ static int tuner_table(int n, int nhosts, int oversubscribed, const uint64_t *si
         slot = weft_param_SocketSlotBytes();
     struct weft_tune_comm tc;
     if (weft_tune_comm_blocks(&tc, n, n / nhosts, oversubscribed,
-                              (double)(slot - WEFT_SLOT_HEADER) * WEFT_CHUNK_SLOTS) != ncclSuccess)
+                              (double)(slot - WEFT_SLOT_HEADER) * WEFT_CHUNK_SLOTS) != ncclSuccess ||
+        weft_comm_tune_cfg(&tc.cfg) != ncclSuccess) /* NCCL_ALGO etc., as a communicator */
         return 1;
     const struct weft_cost_layout *l = &tc.layout;
     printf("# weft-scale --tuner: all-reduce, %d ranks on %d hosts of %d%s; %s model, step %.0f "

@@ -5,6 +5,7 @@
  * The size compared with each threshold is the bytes one rank contributes (NCCL's count times the
  * element size; for all-gather and reduce-scatter the per-rank block).
  */
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -13,28 +14,8 @@
 #include "algo/tuner.h"
 #include "core/check.h"
 #include "core/log.h"
-#include "core/param.h"
 
-WEFT_PARAM(DirectMaxBytes, "WEFT_DIRECT_MAX_BYTES", -1,
-           "all-reduce, reduce-scatter, all-gather, broadcast and reduce up to this many bytes "
-           "per rank use the direct (one-hop) schedules (0: never; -1: 8 KiB, or 32 KiB when "
-           "ranks outnumber cores and every hop of a ring costs a context switch)");
-WEFT_PARAM(Deterministic, "WEFT_DETERMINISTIC", 0,
-           "1: reductions give bitwise the same result whatever the algorithm, protocol and "
-           "channels: every element is reduced in rank order (all-reduce: direct or rank-order "
-           "two-shot; reduce and reduce-scatter: direct); every rank must set it alike");
-WEFT_PARAM_STR(Algo, "WEFT_ALGO", "auto",
-               "force the algorithm of every collective that has it: ring, direct, tree, hier "
-               "(all-reduce across hosts of equal size) or auto");
-WEFT_PARAM_STR(NcclAlgo, "NCCL_ALGO", "",
-               "algorithms allowed, NCCL's syntax: Ring,Tree,Direct (and Weft's Hier); ^ excludes; "
-               "per collective "
-               "allreduce:tree,ring;allgather:ring (empty: the measured default)");
-WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
-               "protocols allowed, NCCL's syntax (LL, LL128, Simple): LL is the deep FIFO of "
-               "small slots that steps of up to 1008 bytes take, LL128 and Simple the slot FIFO");
-
-#define TUNE_NCOLL 5 /* the collectives NCCL's per-collective form names: AllReduce .. Reduce */
+#define TUNE_NCOLL WEFT_TUNE_NCOLL
 #define TUNE_ALL 0xffffffffu
 
 static const char *const tune_colls[TUNE_NCOLL] = {"allreduce", "allgather", "reducescatter",
@@ -128,128 +109,120 @@ static int tune_parse(const char *s, const char *const *names, int nnames, unsig
     return 0;
 }
 
-/* Parsed once; every rank of a process parses the same text to the same masks. */
-static struct {
-    int done, algo_ok, proto_ok, algo_set;
-    int force; /* WEFT_ALGO as enum weft_algo, -1 when unset (parsed here, not per operation) */
-    unsigned algo[TUNE_NCOLL], proto[TUNE_NCOLL];
-    char algo_bad[64], proto_bad[64];
-} tune_cfg;
-
-static void tune_load(void)
+/* Copies s (NULL: "") into buf, cut to fit. */
+static void tune_copy_text(char *buf, size_t len, const char *s)
 {
-    if (__atomic_load_n(&tune_cfg.done, __ATOMIC_ACQUIRE))
-        return;
-    const char *a = weft_param_NcclAlgo(), *p = weft_param_NcclProto();
-    tune_cfg.algo_set = a != NULL && a[0] != 0;
-    tune_cfg.algo_ok = tune_parse(a, tune_algos, (int)(sizeof(tune_algos) / sizeof(*tune_algos)),
-                                  tune_cfg.algo, tune_cfg.algo_bad, sizeof(tune_cfg.algo_bad)) == 0;
-    tune_cfg.proto_ok =
-        tune_parse(p, tune_protos, (int)(sizeof(tune_protos) / sizeof(*tune_protos)),
-                   tune_cfg.proto, tune_cfg.proto_bad, sizeof(tune_cfg.proto_bad)) == 0;
-    if (!tune_cfg.algo_ok) {
-        tune_cfg.algo_set = 0;
+    snprintf(buf, len, "%s", s != NULL ? s : "");
+}
+
+void weft_tune_cfg_parse(const struct weft_tune_knobs *k, struct weft_tune_cfg *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    const char *a = k->nccl_algo, *p = k->nccl_proto;
+    tune_copy_text(cfg->algo_text, sizeof(cfg->algo_text), a);
+    tune_copy_text(cfg->proto_text, sizeof(cfg->proto_text), p);
+    cfg->algo_set = a != NULL && a[0] != 0;
+    cfg->algo_ok = tune_parse(a, tune_algos, (int)(sizeof(tune_algos) / sizeof(*tune_algos)),
+                              cfg->algo, cfg->algo_bad, sizeof(cfg->algo_bad)) == 0;
+    cfg->proto_ok = tune_parse(p, tune_protos, (int)(sizeof(tune_protos) / sizeof(*tune_protos)),
+                               cfg->proto, cfg->proto_bad, sizeof(cfg->proto_bad)) == 0;
+    if (!cfg->algo_ok) {
+        cfg->algo_set = 0;
         for (int c = 0; c < TUNE_NCOLL; c++)
-            tune_cfg.algo[c] = TUNE_ALL;
+            cfg->algo[c] = TUNE_ALL;
     }
     static const struct {
         const char *name;
         int algo;
     } forced[] = {{"ring", WEFT_ALGO_RING}, {"direct", WEFT_ALGO_DIRECT},
                   {"tree", WEFT_ALGO_TREE}, {"hier", WEFT_ALGO_HIER}};
-    const char *f = weft_param_Algo();
-    tune_cfg.force = -1;
+    const char *f = k->weft_algo;
+    cfg->force = -1;
     for (size_t i = 0; f != NULL && i < sizeof(forced) / sizeof(*forced); i++)
         if (strcasecmp(f, forced[i].name) == 0)
-            tune_cfg.force = forced[i].algo;
-    __atomic_store_n(&tune_cfg.done, 1, __ATOMIC_RELEASE);
+            cfg->force = forced[i].algo;
+    cfg->direct_max_bytes = k->direct_max_bytes;
 }
 
-ncclResult_t weft_tune_check(void)
+ncclResult_t weft_tune_check(const struct weft_tune_cfg *cfg)
 {
-    tune_load();
-    if (!tune_cfg.algo_ok) {
+    if (!cfg->algo_ok) {
         WEFT_WARN("NCCL_ALGO %s: unknown algorithm or collective '%s' (Ring, Tree, Direct, Hier, "
                   "CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT; per collective "
                   "allreduce:tree,ring;allgather:ring)",
-                  weft_param_NcclAlgo(), tune_cfg.algo_bad);
+                  cfg->algo_text, cfg->algo_bad);
         return ncclInvalidUsage;
     }
-    if (!tune_cfg.proto_ok) {
+    if (!cfg->proto_ok) {
         WEFT_WARN("NCCL_PROTO %s: unknown protocol or collective '%s' (LL, LL128, Simple)",
-                  weft_param_NcclProto(), tune_cfg.proto_bad);
+                  cfg->proto_text, cfg->proto_bad);
         return ncclInvalidUsage;
     }
     static int logged;
     if (!__atomic_exchange_n(&logged, 1, __ATOMIC_ACQ_REL)) {
         for (int c = 0; c < TUNE_NCOLL; c++) {
-            unsigned m = tune_cfg.algo[c];
+            unsigned m = cfg->algo[c];
             WEFT_INFO(WEFT_LOG_TUNING, "%s: algorithms allowed%s%s%s%s%s", weft_coll_name(c),
                       m & (1u << WEFT_ALGO_RING) ? " ring" : "",
                       m & (1u << WEFT_ALGO_TREE) ? " tree" : "",
                       m & (1u << WEFT_ALGO_DIRECT) ? " direct" : "",
                       m & (1u << WEFT_ALGO_HIER) ? " hier" : "",
-                      tune_cfg.algo_set ? " (NCCL_ALGO)" : " (default: tree across hosts only)");
-            if (tune_cfg.proto[c] != TUNE_ALL)
+                      cfg->algo_set ? " (NCCL_ALGO)" : " (default: tree across hosts only)");
+            if (cfg->proto[c] != TUNE_ALL)
                 WEFT_INFO(WEFT_LOG_TUNING,
                           "%s: NCCL_PROTO: LL %s (LL128 %d Simple %d: both are the slot FIFO)",
-                          weft_coll_name(c), tune_cfg.proto[c] & 1 ? "on" : "off",
-                          !!(tune_cfg.proto[c] & 2),
-                          !!(tune_cfg.proto[c] & 4));
+                          weft_coll_name(c), cfg->proto[c] & 1 ? "on" : "off",
+                          !!(cfg->proto[c] & 2),
+                          !!(cfg->proto[c] & 4));
         }
     }
     return ncclSuccess;
 }
 
-unsigned weft_tune_allowed(int coll)
+unsigned weft_tune_allowed(const struct weft_tune_cfg *cfg, int coll)
 {
-    tune_load();
-    return coll >= 0 && coll < TUNE_NCOLL ? tune_cfg.algo[coll] : TUNE_ALL;
+    return coll >= 0 && coll < TUNE_NCOLL ? cfg->algo[coll] : TUNE_ALL;
 }
 
 /* Bit 0 of a protocol mask is LL (tune_protos). Collectives NCCL's per-collective form cannot
  * name (point-to-point, all-to-all, gather, scatter) use LL when every named one may. */
-int weft_tune_ll(int coll)
+int weft_tune_ll(const struct weft_tune_cfg *cfg, int coll)
 {
-    tune_load();
     if (coll >= 0 && coll < TUNE_NCOLL)
-        return tune_cfg.proto[coll] & 1u;
+        return cfg->proto[coll] & 1u;
     for (int c = 0; c < TUNE_NCOLL; c++)
-        if (!(tune_cfg.proto[c] & 1u))
+        if (!(cfg->proto[c] & 1u))
             return 0;
     return 1;
 }
 
 /* Bits 1 and 2: LL128 and Simple. */
-int weft_tune_slots(int coll)
+int weft_tune_slots(const struct weft_tune_cfg *cfg, int coll)
 {
-    tune_load();
     if (coll >= 0 && coll < TUNE_NCOLL)
-        return (tune_cfg.proto[coll] & 6u) != 0;
+        return (cfg->proto[coll] & 6u) != 0;
     for (int c = 0; c < TUNE_NCOLL; c++)
-        if (!(tune_cfg.proto[c] & 6u))
+        if (!(cfg->proto[c] & 6u))
             return 0;
     return 1;
 }
 
-int weft_tune_ll_any(void)
+int weft_tune_ll_any(const struct weft_tune_cfg *cfg)
 {
-    tune_load();
     for (int c = 0; c < TUNE_NCOLL; c++)
-        if (tune_cfg.proto[c] & 1u)
+        if (cfg->proto[c] & 1u)
             return 1;
     return 0;
 }
 
-uint64_t weft_tune_knobs_hash(int proto)
+uint64_t weft_tune_knobs_hash(const struct weft_tune_cfg *cfg, int proto)
 {
-    tune_load();
     uint64_t h = 1469598103934665603ull; /* FNV-1a over the masks */
     for (int c = 0; c < TUNE_NCOLL; c++) {
-        h = (h ^ (proto ? tune_cfg.proto[c] : tune_cfg.algo[c])) * 1099511628211ull;
+        h = (h ^ (proto ? cfg->proto[c] : cfg->algo[c])) * 1099511628211ull;
     }
     if (!proto)
-        h = (h ^ (uint64_t)(int64_t)tune_cfg.force) * 1099511628211ull;
+        h = (h ^ (uint64_t)(int64_t)cfg->force) * 1099511628211ull;
     return h;
 }
 
@@ -267,14 +240,14 @@ static unsigned tune_available(int coll)
 /* The measured single-host rule, among ring and direct as far as mask allows them. All-to-all
  * posts every block at once at any size: one host, 4 / 8 ranks on 2 cores, 64 B to 4 MiB, direct
  * took 0.47-0.92 / 0.33-0.92 of the pairwise order's time (2 ranks: equal). */
-static int tune_rule(int coll, size_t bytes, int nranks, int oversubscribed, unsigned mask)
+static int tune_rule(int coll, size_t bytes, int nranks, int oversubscribed, unsigned mask,
+                     int64_t limit)
 {
     int ring = !!(mask & (1u << WEFT_ALGO_RING)), direct = !!(mask & (1u << WEFT_ALGO_DIRECT));
     if (!ring || !direct)
         return ring ? WEFT_ALGO_RING : direct ? WEFT_ALGO_DIRECT : -1;
     if (coll == WEFT_COLL_ALLTOALL)
         return WEFT_ALGO_DIRECT;
-    int64_t limit = weft_param_DirectMaxBytes();
     if (limit < 0)
         limit = oversubscribed ? 32768 : 8192;
     if (nranks > 1 && bytes <= (size_t)limit)
@@ -301,25 +274,25 @@ static int tune_choose_any(int coll, size_t bytes, const struct weft_tune_comm *
     *why = "";
     if (avail == 1u << WEFT_ALGO_RING)
         return WEFT_ALGO_RING; /* the pairwise schedules are the same under both names */
-    tune_load();
+    const struct weft_tune_cfg *cfg = &tc->cfg;
     *why = " (WEFT_ALGO)";
     /* ring and direct exist for every collective that gets here; tree and hier only where
      * avail says so (elsewhere the forced name is ignored, as before). */
-    int force = tune_cfg.force;
+    int force = cfg->force;
     if (force == WEFT_ALGO_RING || force == WEFT_ALGO_DIRECT ||
         (force >= 0 && (avail & (1u << force))))
         return force;
 
     unsigned mask = avail;
-    *why = tune_cfg.algo_set ? " (NCCL_ALGO)" : "";
-    if (tune_cfg.algo_set) {
-        mask &= weft_tune_allowed(coll);
+    *why = cfg->algo_set ? " (NCCL_ALGO)" : "";
+    if (cfg->algo_set) {
+        mask &= weft_tune_allowed(cfg, coll);
         if (mask == 0) {
             static int warned;
             if (!__atomic_exchange_n(&warned, 1, __ATOMIC_ACQ_REL))
                 WEFT_INFO(WEFT_LOG_TUNING,
                           "NCCL_ALGO %s allows no algorithm %s has; using the default choice",
-                          weft_param_NcclAlgo(), weft_coll_name(coll));
+                          cfg->algo_text, weft_coll_name(coll));
             mask = avail;
             *why = "";
         }
@@ -341,7 +314,7 @@ static int tune_choose_any(int coll, size_t bytes, const struct weft_tune_comm *
         }
         return best;
     }
-    int algo = tune_rule(coll, bytes, nranks, tc->oversubscribed, mask);
+    int algo = tune_rule(coll, bytes, nranks, tc->oversubscribed, mask, cfg->direct_max_bytes);
     if ((mask & (1u << WEFT_ALGO_TREE)) && nranks > 1) {
         double t_tree = weft_cost_us(coll, WEFT_ALGO_TREE, bytes, nranks);
         double t_other = algo < 0 ? 0 : weft_cost_us(coll, algo, bytes, nranks);
@@ -369,11 +342,6 @@ static int tune_choose(int coll, size_t bytes, const struct weft_tune_comm *tc, 
         algo = WEFT_ALGO_DIRECT;
     *why = " (WEFT_DETERMINISTIC)";
     return algo;
-}
-
-int64_t weft_tune_deterministic(void)
-{
-    return weft_param_Deterministic();
 }
 
 int weft_tune_algo_quiet(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us_p)
@@ -411,6 +379,7 @@ ncclResult_t weft_tune_comm_blocks(struct weft_tune_comm *tc, int nranks, int ra
     t.oversubscribed = oversubscribed;
     t.chunk_bytes = chunk_bytes;
     t.deterministic = 0;
+    weft_tune_cfg_parse(&(struct weft_tune_knobs){NULL, NULL, NULL, -1}, &t.cfg);
     *tc = t;
     return ncclSuccess;
 }

@@ -40,6 +40,37 @@ WEFT_PARAM_STR(HostId, "NCCL_HOSTID", NULL,
 WEFT_PARAM(ShmDisable, "NCCL_SHM_DISABLE", 0,
            "1: no shared memory between this rank and any other (ranks of one host, even a rank "
            "and itself, then use the socket transport over TCP)");
+/* The tuner's knobs: read here, passed in parsed (algo/tuner.h reads no environment). */
+WEFT_PARAM(DirectMaxBytes, "WEFT_DIRECT_MAX_BYTES", -1,
+           "all-reduce, reduce-scatter, all-gather, broadcast and reduce up to this many bytes "
+           "per rank use the direct (one-hop) schedules (0: never; -1: 8 KiB, or 32 KiB when "
+           "ranks outnumber cores and every hop of a ring costs a context switch)");
+WEFT_PARAM(Deterministic, "WEFT_DETERMINISTIC", 0,
+           "1: reductions give bitwise the same result whatever the algorithm, protocol and "
+           "channels: every element is reduced in rank order (all-reduce: direct or rank-order "
+           "two-shot; reduce and reduce-scatter: direct); every rank must set it alike");
+WEFT_PARAM_STR(Algo, "WEFT_ALGO", "auto",
+               "force the algorithm of every collective that has it: ring, direct, tree, hier "
+               "(all-reduce across hosts of equal size) or auto");
+WEFT_PARAM_STR(NcclAlgo, "NCCL_ALGO", "",
+               "algorithms allowed, NCCL's syntax: Ring,Tree,Direct (and Weft's Hier); ^ excludes; "
+               "per collective "
+               "allreduce:tree,ring;allgather:ring (empty: the measured default)");
+WEFT_PARAM_STR(NcclProto, "NCCL_PROTO", "",
+               "protocols allowed, NCCL's syntax (LL, LL128, Simple): LL is the deep FIFO of "
+               "small slots that steps of up to 1008 bytes take, LL128 and Simple the slot FIFO");
+
+ncclResult_t weft_comm_tune_cfg(struct weft_tune_cfg *cfg)
+{
+    struct weft_tune_knobs k = {
+        .nccl_algo = weft_param_NcclAlgo(),
+        .nccl_proto = weft_param_NcclProto(),
+        .weft_algo = weft_param_Algo(),
+        .direct_max_bytes = weft_param_DirectMaxBytes(),
+    };
+    weft_tune_cfg_parse(&k, cfg);
+    return weft_tune_check(cfg);
+}
 
 /* Transports in the order they are asked; the first that can connect a pair does. */
 static const struct weft_transport *const weft_transports[] = {
@@ -312,11 +343,13 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     /* Whether a machine runs more ranks than cores, from the exchanged core counts (the fewest
      * any rank of the machine may use): every rank must choose alike, so not from this rank's
      * own affinity (which decides only how its own waits behave, comm->oversubscribed). */
-    struct weft_tune_comm tc = {.deterministic = weft_tune_deterministic() != 0,
+    struct weft_tune_comm tc = {.deterministic = weft_param_Deterministic() != 0,
                                 .oversubscribed = over,
                                 .chunk_bytes = (double)weft_slot_payload(comm->slot_bytes) *
                                                WEFT_CHUNK_SLOTS};
     ncclResult_t res = weft_cost_layout_init(&tc.layout, nranks, host);
+    if (res == ncclSuccess)
+        res = weft_comm_tune_cfg(&tc.cfg); /* agreed: the settings' knob fingerprints */
     int *ring = malloc((size_t)nranks * sizeof(int));
     int *ring_pos = malloc((size_t)nranks * sizeof(int));
     if (res == ncclSuccess && (ring == NULL || ring_pos == NULL)) {
@@ -362,7 +395,6 @@ WEFT_PARAM_DECL(ShmSlotBytes);    /* transports/shm */
 WEFT_PARAM_DECL(SocketSlotBytes); /* transports/socket */
 WEFT_PARAM_DECL(SocketNthreads);
 WEFT_PARAM_DECL(NsocksPerthread);
-WEFT_PARAM_DECL(DirectMaxBytes);  /* algo/tuner.c */
 WEFT_PARAM_DECL(FuseBytes);       /* exec/host.c */
 WEFT_PARAM_DECL(ZcopyMinBytes);   /* exec/zcopy.c */
 
@@ -382,11 +414,13 @@ void weft_comm_settings(int nchannels, int64_t *v)
     v[2] = weft_param_SocketSlotBytes();
     v[3] = weft_param_SocketNthreads();
     v[4] = weft_param_NsocksPerthread();
-    v[5] = (int64_t)weft_tune_knobs_hash(0);
-    v[6] = (int64_t)weft_tune_knobs_hash(1);
+    struct weft_tune_cfg cfg;
+    weft_comm_tune_cfg(&cfg); /* valid: init checked it */
+    v[5] = (int64_t)weft_tune_knobs_hash(&cfg, 0);
+    v[6] = (int64_t)weft_tune_knobs_hash(&cfg, 1);
     v[7] = weft_param_DirectMaxBytes();
     v[8] = weft_param_FuseBytes();
-    v[9] = weft_tune_deterministic();
+    v[9] = weft_param_Deterministic();
     v[WEFT_SETTING_ZCOPY_MIN_BYTES] = weft_param_ZcopyMinBytes();
 }
 
@@ -620,7 +654,8 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
     }
     ncclConfig_t cfg;
     WEFT_CHECK(weft_config_parse(config, &cfg));
-    WEFT_CHECK(weft_tune_check()); /* NCCL_ALGO / NCCL_PROTO: a bad token fails init */
+    struct weft_tune_cfg tune_cfg;
+    WEFT_CHECK(weft_comm_tune_cfg(&tune_cfg)); /* NCCL_ALGO / NCCL_PROTO: a bad token fails init */
     if (weft_param_Timeout() < 1) {
         WEFT_WARN("WEFT_TIMEOUT %lld: the deadline must be at least 1 second",
                   (long long)weft_param_Timeout());

@@ -200,6 +200,11 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id);
  * communicator of nchannels channels. */
 void weft_comm_settings(int nchannels, int64_t *settings);
 
+/* The tuner's knobs (NCCL_ALGO, NCCL_PROTO, WEFT_ALGO, WEFT_DIRECT_MAX_BYTES) read and parsed for
+ * a communicator's weft_tune_comm (also weft-scale's); ncclInvalidUsage, with a message naming the
+ * token, when one does not parse. */
+ncclResult_t weft_comm_tune_cfg(struct weft_tune_cfg *cfg);
+
 /*
  * 0 when peer p's process is known to be gone (or a zombie), 1 when it lives or nobody can tell
  * (another host, or another PID namespace without a shared segment: the deadline decides then).

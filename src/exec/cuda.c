@@ -951,7 +951,8 @@ static int weft_cuda_proto(const struct ncclComm *comm, int coll, size_t bytes)
      * same on every rank. */
     if (comm->nhosts > 1)
         return WEFT_DEV_PROTO_SIMPLE;
-    int ll = weft_tune_ll(coll), simple = weft_tune_slots(coll);
+    const struct weft_tune_cfg *tune = &comm->tune.cfg;
+    int ll = weft_tune_ll(tune, coll), simple = weft_tune_slots(tune, coll);
     if (ll && (!simple || bytes <= (size_t)weft_param_CudaLlMaxBytes()))
         return WEFT_DEV_PROTO_LL;
     return WEFT_DEV_PROTO_SIMPLE;

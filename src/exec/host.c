@@ -145,7 +145,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             el->lane.output = task->recvbuf;
             el->lane.elem_size = es;
             el->lane.op = task->has_redop ? &task->redop : NULL;
-            el->lane.ll = weft_tune_ll(task->coll);
+            el->lane.ll = weft_tune_ll(&comm->tune.cfg, task->coll);
             el->lane.sig = weft_sig_enabled() ? weft_sig_of(comm, recs[t])->hash : 0;
             weft_lane_init(&el->lane);
             el->task = task;

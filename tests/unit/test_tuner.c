@@ -12,6 +12,8 @@
  *   ring     (NCCL_ALGO=ring) ring everywhere, one host or several
  *   tree     (NCCL_ALGO=tree) all-reduce on tree everywhere; the others keep the default
  *   force    (WEFT_ALGO=direct) direct for every collective that has it
+ *   pure     (NCCL_ALGO=ring, NCCL_PROTO=^LL, WEFT_ALGO=tree, WEFT_DIRECT_MAX_BYTES=0) the tuner
+ *            ignores the environment: only the knobs passed in (weft_tune_cfg_parse) decide
  *   log      (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=TUNING, NCCL_DEBUG_FILE=$dir/tuner.%p) the choice
  *            and the predictions land in the log
  * Usage: test_tuner CASE [DIR].
@@ -24,8 +26,19 @@
 #include "algo/cost.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
+#include "core/comm.h"
 
 static int nfail, npass;
+
+/* weft_tune_comm_blocks with the knobs of this process's environment, as a communicator gets
+ * them (core reads them: the tuner reads no environment). */
+static ncclResult_t tune_comm_blocks(struct weft_tune_comm *tc, int nranks, int ranks_per_host,
+                                     int oversubscribed, double chunk_bytes)
+{
+    ncclResult_t res = weft_tune_comm_blocks(tc, nranks, ranks_per_host, oversubscribed,
+                                             chunk_bytes);
+    return res == ncclSuccess ? weft_comm_tune_cfg(&tc->cfg) : res;
+}
 
 #define EXPECT(cond, ...)                                                                          \
     do {                                                                                           \
@@ -188,7 +201,7 @@ static void case_rule(void)
     for (int n = 2; n <= 8; n++)
         for (int o = 0; o < 2; o++) {
             struct weft_tune_comm tc;
-            EXPECT(weft_tune_comm_blocks(&tc, n, n, o, SHM_CHUNK) == ncclSuccess, "tune comm");
+            EXPECT(tune_comm_blocks(&tc, n, n, o, SHM_CHUNK) == ncclSuccess, "tune comm");
             for (int c = 0; c < WEFT_COLL_COUNT; c++)
                 for (size_t i = 0; i < NSIZES; i++) {
                     int a = weft_tune_algo(c, sizes[i], &tc);
@@ -218,7 +231,7 @@ static void case_hosts(void)
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         int h = shapes[s][0], k = shapes[s][1], n = h * k;
         struct weft_tune_comm tc;
-        EXPECT(weft_tune_comm_blocks(&tc, n, k, 0, SOCK_CHUNK) == ncclSuccess, "tune comm");
+        EXPECT(tune_comm_blocks(&tc, n, k, 0, SOCK_CHUNK) == ncclSuccess, "tune comm");
         int tree_small = 0;
         for (int c = 0; c < WEFT_COLL_COUNT; c++)
             for (size_t i = 0; i < NSIZES; i++) {
@@ -254,7 +267,7 @@ static void case_forced(int want_allreduce, int want_other)
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
         int h = shapes[s][0], k = shapes[s][1], n = h * k;
         struct weft_tune_comm tc;
-        weft_tune_comm_blocks(&tc, n, k, 0, h > 1 ? SOCK_CHUNK : SHM_CHUNK);
+        tune_comm_blocks(&tc, n, k, 0, h > 1 ? SOCK_CHUNK : SHM_CHUNK);
         for (int c = 0; c < WEFT_COLL_COUNT; c++)
             for (size_t i = 0; i < NSIZES; i++) {
                 int a = weft_tune_algo(c, sizes[i], &tc), want;
@@ -277,10 +290,46 @@ static void case_forced(int want_allreduce, int want_other)
     }
 }
 
+/*
+ * The tuner reads no environment (run with NCCL_ALGO=ring, NCCL_PROTO=^LL, WEFT_ALGO=tree and
+ * WEFT_DIRECT_MAX_BYTES=0 set): a weft_tune_comm made without the knobs keeps the default rule
+ * and every protocol, and knobs passed in explicitly decide alone, as the environment would.
+ */
+static void case_pure(void)
+{
+    struct weft_tune_comm tc;
+    EXPECT(weft_tune_comm_blocks(&tc, 4, 4, 0, SHM_CHUNK) == ncclSuccess, "tune comm");
+    EXPECT(weft_tune_algo_quiet(WEFT_COLL_ALLREDUCE, 64, &tc, NULL) == WEFT_ALGO_DIRECT,
+           "no knobs passed: 64 B all-reduce is not direct");
+    EXPECT(weft_tune_algo_quiet(WEFT_COLL_ALLREDUCE, 1 << 20, &tc, NULL) == WEFT_ALGO_RING,
+           "no knobs passed: 1 MiB all-reduce is not ring");
+    EXPECT(weft_tune_ll(&tc.cfg, WEFT_COLL_ALLREDUCE) && weft_tune_ll_any(&tc.cfg),
+           "no knobs passed: LL is not allowed");
+    struct weft_tune_knobs k = {"ring", "^LL", NULL, -1};
+    weft_tune_cfg_parse(&k, &tc.cfg);
+    EXPECT(weft_tune_check(&tc.cfg) == ncclSuccess, "ring, ^LL do not parse");
+    EXPECT(weft_tune_algo_quiet(WEFT_COLL_ALLREDUCE, 64, &tc, NULL) == WEFT_ALGO_RING,
+           "NCCL_ALGO=ring passed: 64 B all-reduce is not ring");
+    EXPECT(!weft_tune_ll(&tc.cfg, WEFT_COLL_ALLREDUCE) && !weft_tune_ll_any(&tc.cfg) &&
+               weft_tune_slots(&tc.cfg, WEFT_COLL_ALLREDUCE),
+           "NCCL_PROTO=^LL passed: LL is still allowed");
+    k = (struct weft_tune_knobs){NULL, NULL, "tree", -1};
+    weft_tune_cfg_parse(&k, &tc.cfg);
+    EXPECT(weft_tune_algo_quiet(WEFT_COLL_ALLREDUCE, 64, &tc, NULL) == WEFT_ALGO_TREE,
+           "WEFT_ALGO=tree passed: 64 B all-reduce is not tree");
+    k = (struct weft_tune_knobs){NULL, NULL, NULL, 0};
+    weft_tune_cfg_parse(&k, &tc.cfg);
+    EXPECT(weft_tune_algo_quiet(WEFT_COLL_ALLREDUCE, 64, &tc, NULL) == WEFT_ALGO_RING,
+           "WEFT_DIRECT_MAX_BYTES=0 passed: 64 B all-reduce is not ring");
+    k = (struct weft_tune_knobs){"bogus", NULL, NULL, -1};
+    weft_tune_cfg_parse(&k, &tc.cfg);
+    EXPECT(weft_tune_check(&tc.cfg) == ncclInvalidUsage, "NCCL_ALGO=bogus passed the check");
+}
+
 static void case_log(const char *dir)
 {
     struct weft_tune_comm tc;
-    weft_tune_comm_blocks(&tc, 4, 2, 0, SOCK_CHUNK);
+    tune_comm_blocks(&tc, 4, 2, 0, SOCK_CHUNK);
     int a = weft_tune_algo(WEFT_COLL_ALLREDUCE, 8, &tc);
     char path[4096], line[1024];
     snprintf(path, sizeof(path), "%s/tuner.%d", dir, (int)getpid());
@@ -316,6 +365,8 @@ int main(int argc, char **argv)
         case_forced(WEFT_ALGO_TREE, -1);
     else if (strcmp(c, "force") == 0)
         case_forced(WEFT_ALGO_DIRECT, WEFT_ALGO_DIRECT);
+    else if (strcmp(c, "pure") == 0)
+        case_pure();
     else if (strcmp(c, "log") == 0 && argc > 2)
         case_log(argv[2]);
     else {

@@ -295,7 +295,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     st->nconn_channels = nch;
     st->nranks = nranks;
     /* NCCL_PROTO is the same on every rank (as NCCL requires), so every rank lays out alike. */
-    int ll = weft_tune_ll_any();
+    int ll = weft_tune_ll_any(&comm->tune.cfg);
     size_t ll_offset = sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot;
     size_t ll_bytes = ll ? sizeof(struct weft_fifo_ctrl) + WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES : 0;
     st->conn_stride = (ll_offset + ll_bytes + 4095) & ~(size_t)4095;

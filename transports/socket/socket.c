@@ -1057,7 +1057,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
     st->nranks = nranks;
     st->me = me;
     st->nch = comm->nchannels + 1;
-    st->nfifo = weft_tune_ll_any() ? 2 * st->nch : st->nch;
+    st->nfifo = weft_tune_ll_any(&comm->tune.cfg) ? 2 * st->nch : st->nch;
     st->nthreads = (int)nthreads;
     st->nsocks = (int)nsocks;
     st->slot_bytes = comm->slot_bytes;
