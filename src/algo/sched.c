@@ -97,6 +97,13 @@
  *   receiver has finished piece P-2, whose RECVs took it), so it never waits; a RECV of a at
  *   piece P from b waits only until b posts its SENDs of P, which come before any step of b at P
  *   that can wait, so a wait chain moves strictly back in P and is finite.
+ *   In place (input == output) this order needs no copy of the input: every block of piece P is
+ *   sent (copied into a slot) before any RECV writes piece P, and pieces are disjoint; the host
+ *   executor takes it for every in-place all-to-all. Ranks may mix it with the pairwise order
+ *   (one in place, another not): each connection carries one message per piece in both, SENDs
+ *   still never wait, and a RECV at P waits for a pairwise rank only at a position of P before
+ *   its SEND to us (then back along the pairwise chain) or for a rank at an earlier piece, never
+ *   for a direct rank at P (it sent everything of P first): the chain is finite.
  * DIRECT ALLREDUCE (one-shot, for small messages: one message latency instead of 2(n-1)), per
  * piece of chunk elements at e:
  *     SEND input[e] -> r, r+1, ..., r+n-1 (itself included, through the loopback connection);

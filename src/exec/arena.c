@@ -79,7 +79,7 @@ void *weft_arena_alloc(size_t bytes)
 
 /*
  * What a thread keeps between calls. More would stay resident for the thread's life after one
- * large call (an in-place all-to-all of gigabytes copies its input here); a call that needs more
+ * large call (a fused group of many all-reduces stages them here); a call that needs more
  * allocates it again (malloc maps large blocks, so that costs page faults, not a copy).
  */
 #define WEFT_ARENA_KEEP (4u << 20)

@@ -102,6 +102,11 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         int p2p = weft_task_is_p2p(task);
         int nch = p2p ? 1 : comm->nchannels;
         int algo = weft_tune_algo(task->coll, task->count * es, &comm->tune);
+        /* In place, an all-to-all takes the direct order, which sends every block of a piece
+         * before it receives into any: the pairwise order would overwrite blocks before sending
+         * them, and needed a copy of the whole input (algo/sched.c, DIRECT ALLTOALL). */
+        if (task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf)
+            algo = WEFT_ALGO_DIRECT;
         /* Element sizes are powers of two: a shift, not a 64-bit division (~40 cycles). */
         uint64_t chunk = (weft_slot_payload(comm->slot_bytes) * WEFT_CHUNK_SLOTS) >>
                          __builtin_ctzll(es);
@@ -680,17 +685,6 @@ static ncclResult_t weft_exec_emit(struct weft_exec_plan *x, struct weft_task *c
     const struct weft_task *first = members[0];
     size_t es = weft_dtype_size(first->dtype);
     *task = *first;
-    if (first->coll == WEFT_COLL_ALLTOALL && first->sendbuf == first->recvbuf) {
-        /* In place, the pairwise exchange would overwrite blocks before sending them. */
-        size_t bytes = first->count * es * (size_t)first->comm->nranks;
-        void *copy = weft_arena_alloc(bytes);
-        if (copy == NULL) {
-            WEFT_WARN("out of memory staging an in-place all-to-all (%zu bytes)", bytes);
-            return ncclSystemError;
-        }
-        memcpy(copy, first->sendbuf, bytes);
-        task->sendbuf = copy;
-    }
     const struct weft_task *sig_tasks = first;
     if (k > 1) {
         struct weft_task *copies = weft_arena_alloc((size_t)k * sizeof(*copies));
