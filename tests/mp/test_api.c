@@ -210,19 +210,23 @@ static void test_alltoall_mixed(ncclComm_t comm, size_t count)
 /*
  * In place needs no copy of the input: the process's peak resident memory grows by less than a
  * quarter of the 64 MiB buffer during the call (by all of it while the executor staged a copy).
- * Runs first, before other cases raise the peak; a warm-up touches every connection's slots.
+ * Runs first, before other cases raise the peak. A warm-up of 4 MiB blocks (more than a
+ * connection's 8 slots of 512 KiB over sockets) first touches every slot of every connection,
+ * with its buffers freed before the measured call's buffer exists.
  */
 static void test_alltoall_inplace_nocopy(ncclComm_t comm)
 {
     int n = g_nranks, r = g_rank;
-    size_t count = (64u << 20) / 4 / (size_t)n + 3, wc = 65536;
-    int32_t *b = malloc((size_t)n * count * 4), *ws = malloc((size_t)n * wc * 4),
-            *wd = malloc((size_t)n * wc * 4);
-    for (int p = 0; p < n; p++) {
-        fill_block(b + (size_t)p * count, count, r, p);
+    size_t count = (64u << 20) / 4 / (size_t)n + 3, wc = 1u << 20;
+    int32_t *ws = malloc((size_t)n * wc * 4), *wd = malloc((size_t)n * wc * 4);
+    for (int p = 0; p < n; p++)
         fill_block(ws + (size_t)p * wc, wc, r, p);
-    }
     NCCLOK(ncclAlltoAll(ws, wd, wc, ncclInt32, comm, NULL));
+    free(ws);
+    free(wd);
+    int32_t *b = malloc((size_t)n * count * 4);
+    for (int p = 0; p < n; p++)
+        fill_block(b + (size_t)p * count, count, r, p);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     long before = ru.ru_maxrss; /* KiB */
@@ -234,8 +238,6 @@ static void test_alltoall_inplace_nocopy(ncclComm_t comm)
     for (int p = 0; p < n; p++)
         check_block(b + (size_t)p * count, count, p, r, "in-place ncclAlltoAll (64 MiB)");
     free(b);
-    free(ws);
-    free(wd);
 }
 
 /* Revoke: in-flight work stops, further operations are refused, destroy still works. */
