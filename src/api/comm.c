@@ -243,7 +243,15 @@ WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
         return ncclSuccess;
     }
     weft_comm_set_error(comm, ncclRemoteError);
-    return weft_comm_free(comm);
+    /*
+     * The work the abort cut short reports its failure while the comm is freed (an init still
+     * waiting at the bootstrap root leaves its error on the async stream): that is what abort is
+     * for, so, as in NCCL, abort itself succeeds.
+     */
+    ncclResult_t res = weft_comm_free(comm);
+    if (res != ncclSuccess)
+        WEFT_INFO(WEFT_LOG_INIT, "ncclCommAbort: cleanup of the aborted work -> %d", (int)res);
+    return ncclSuccess;
 }
 
 WEFT_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags)
