@@ -295,6 +295,16 @@ ncclResult_t weft_group_enqueue(const struct weft_task *task)
         copy.enq_ns = enq_ns;
         return weft_submit(&copy, 1);
     }
+    /* As in NCCL, one group holds blocking or non-blocking communicators, not both: its end
+     * either returns when the work is enqueued or returns ncclInProgress. */
+    if (g->ntasks > 0 && g->tasks[0].comm->blocking != task->comm->blocking) {
+        WEFT_WARN("%s: blocking and non-blocking communicators are not allowed in the same group "
+                  "(comm %p is %s, comm %p is %s)",
+                  task->api, (void *)g->tasks[0].comm,
+                  g->tasks[0].comm->blocking ? "blocking" : "non-blocking", (void *)task->comm,
+                  task->comm->blocking ? "blocking" : "non-blocking");
+        return weft_group_fail(g, ncclInvalidArgument);
+    }
     if (g->ntasks == g->task_cap) {
         int cap = g->task_cap ? 2 * g->task_cap : 64;
         struct weft_task *t = realloc(g->tasks, (size_t)cap * sizeof(*t));
