@@ -9,7 +9,9 @@
  * against a plain loop over the ranks' inputs (inputs chosen so every sum is exact in any order),
  * return codes, and a non-empty ncclGetLastError after each rejected call.
  *
- * Usage: abi_conform [-c CASE]  (CASE: a substring of the case names; default all).
+ * Usage: abi_conform [-c CASE]  (CASE: a substring of the case names; default all)
+ *        abi_conform -p N | -e N  (ranks as N processes: the id from rank 0 through pipes, MPI
+ *                                   style, or NCCL_COMM_ID in every process; see run_processes)
  * Env: WEFT_ABI_EXPECT_DIR, when set, is the directory the loaded libnccl.so.2 must come from.
  * Exit: 0 all passed, 1 a failure, 77 toolkit header absent at build time.
  */
@@ -28,6 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #if defined(ABI_NCCL_H)
@@ -1994,6 +2000,187 @@ static void case_device(void)
     case_device_one_thread();
 }
 
+/* ---- Ranks as processes, launched the way users do it ------------------------------------------
+ * -p N (MPI style): N processes; rank 0 calls ncclGetUniqueId and sends the 128 bytes to the others
+ * (MPI_Bcast in a real program; a pipe per rank here), so the root lives in rank 0's process.
+ * -e N (no launcher): NCCL_COMM_ID=127.0.0.1:PORT in every process's environment, and each calls
+ * ncclGetUniqueId itself; rank 0 runs the root inside its init.
+ * The parent calls no NCCL function (the children read the environment fresh). */
+
+static void mp_body(int rank, int n, ncclUniqueId id)
+{
+    const size_t cnt = 100003;
+    ncclComm_t comm = NULL, child = NULL;
+    int32_t *s = xcalloc(cnt, 4), *r = xcalloc(cnt, 4), *want = xcalloc(cnt, 4);
+    ncclResult_t res, state = ncclInternalError;
+    int ndev = dev_load();
+
+    if (ndev > 0)
+        dv.set(rank % ndev);
+    if (!check_res(ncclCommInitRank(&comm, n, id, rank), ncclSuccess, "process init"))
+        goto out;
+    check_res(ncclCommGetAsyncError(comm, &state), ncclSuccess, "process async error");
+    check(state == ncclSuccess, "async state after init", "%d", (int)state);
+
+    fill_i32(s, cnt, rank);
+    for (size_t i = 0; i < cnt; i++) {
+        want[i] = 0;
+        for (int q = 0; q < n; q++)
+            want[i] += ival(q, i) + 100 * q;
+    }
+    report_i32("process allreduce", ncclAllReduce(s, r, cnt, ncclInt32, ncclSum, comm, NULL), r,
+               want, cnt);
+    for (size_t i = 0; i < cnt; i++) {
+        s[i] = rank == n - 1 ? pat(n - 1, 1, i) : -1;
+        want[i] = pat(n - 1, 1, i);
+    }
+    report_i32("process broadcast root n-1",
+               ncclBroadcast(s, s, cnt, ncclInt32, n - 1, comm, NULL), s, want, cnt);
+    {
+        int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        for (size_t i = 0; i < cnt; i++) {
+            s[i] = pat(rank, next, i);
+            want[i] = pat(prev, rank, i);
+        }
+        ncclGroupStart();
+        res = ncclSend(s, cnt, ncclInt32, next, comm, NULL);
+        if (res == ncclSuccess)
+            res = ncclRecv(r, cnt, ncclInt32, prev, comm, NULL);
+        report_i32("process ring", group_end(res), r, want, cnt);
+    }
+    if (check_res(ncclCommSplit(comm, rank % 2, -rank, &child, NULL), ncclSuccess,
+                  "process split") &&
+        child != NULL) {
+        int members[MAXR], nm = 0;
+        for (int q = n - 1; q >= 0; q--)
+            if (q % 2 == rank % 2)
+                members[nm++] = q;
+        check_members(child, rank, members, nm, "process split members");
+    }
+    if (ndev > 0) {
+        /* Device buffers in each process, on device rank % ndev, with a user stream. */
+        cudaStream_t st = NULL;
+        int32_t *d = dmalloc(cnt * 4);
+        dv.stream_create(&st);
+        fill_i32(s, cnt, rank);
+        for (size_t i = 0; i < cnt; i++) {
+            want[i] = INT32_MIN;
+            for (int q = 0; q < n; q++)
+                if (ival(q, i) + 100 * q > want[i])
+                    want[i] = ival(q, i) + 100 * q;
+        }
+        dv.memcpy_(d, s, cnt * 4);
+        res = ncclAllReduce(d, d, cnt, ncclInt32, ncclMax, comm, st);
+        if (res == ncclSuccess)
+            res = dev_wait(comm, st);
+        dv.memcpy_(r, d, cnt * 4);
+        report_i32("process device allreduce", res, r, want, cnt);
+        dv.stream_destroy(st);
+        dv.free_(d);
+    }
+    /* Destroy order differs per rank. */
+    if (rank % 2) {
+        check_res(ncclCommDestroy(comm), ncclSuccess, "process destroy parent");
+        if (child)
+            check_res(ncclCommDestroy(child), ncclSuccess, "process destroy child");
+    } else {
+        if (child)
+            check_res(ncclCommDestroy(child), ncclSuccess, "process destroy child");
+        check_res(ncclCommDestroy(comm), ncclSuccess, "process destroy parent");
+    }
+out:
+    free(s);
+    free(r);
+    free(want);
+}
+
+static int read_full(int fd, void *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(fd, (char *)buf + got, len - got);
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int run_processes(int n, int commid)
+{
+    int pipes[MAXR][2];
+    pid_t pid[MAXR];
+    int failed = 0;
+
+    if (n < 1 || n > MAXR) {
+        fprintf(stderr, "1 <= N <= %d\n", MAXR);
+        return 2;
+    }
+    if (commid) {
+        char v[64];
+        int port = free_port();
+        if (port < 0) {
+            printf("FAIL: no free port for NCCL_COMM_ID\n");
+            return 1;
+        }
+        snprintf(v, sizeof(v), "127.0.0.1:%d", port);
+        setenv("NCCL_COMM_ID", v, 1);
+    }
+    for (int r = 0; r < n; r++)
+        if (pipe(pipes[r]) != 0)
+            return 1;
+    for (int r = 0; r < n; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            ncclUniqueId id;
+            memset(&id, 0, sizeof(id));
+            alarm(TIMEOUT_S);
+            if (commid) {
+                /* Every process computes the same id from NCCL_COMM_ID. */
+                check_res(ncclGetUniqueId(&id), ncclSuccess, "ncclGetUniqueId from NCCL_COMM_ID");
+            } else if (r == 0) {
+                check_res(ncclGetUniqueId(&id), ncclSuccess, "rank 0 ncclGetUniqueId");
+                for (int q = 1; q < n; q++)
+                    if (write(pipes[q][1], &id, sizeof(id)) != (ssize_t)sizeof(id))
+                        check(0, "send the id", "write to rank %d", q);
+            } else if (read_full(pipes[r][0], &id, sizeof(id)) != 0) {
+                check(0, "receive the id", "rank %d", r);
+                _exit(1);
+            }
+            mp_body(r, n, id);
+            printf("rank %d: %d passed, %d failed\n", r, n_pass, n_fail);
+            fflush(stdout);
+            _exit(n_fail ? 1 : 0);
+        }
+        if (pid[r] < 0)
+            return 1;
+    }
+    for (int r = 0; r < n; r++) {
+        int st = 0;
+        if (waitpid(pid[r], &st, 0) != pid[r] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            printf("FAIL: rank %d exited with status 0x%x\n", r, st);
+            failed = 1;
+        }
+    }
+    return failed;
+}
+
 /* ---- Main -------------------------------------------------------------------------------------- */
 
 static void check_library_identity(void)
@@ -2044,11 +2231,14 @@ int main(int argc, char **argv)
     const char *only = NULL;
     int opt;
 
-    while ((opt = getopt(argc, argv, "c:")) != -1) {
+    while ((opt = getopt(argc, argv, "c:p:e:")) != -1) {
         if (opt == 'c') {
             only = optarg;
+        } else if (opt == 'p' || opt == 'e') {
+            setvbuf(stdout, NULL, _IOLBF, 0);
+            return run_processes(atoi(optarg), opt == 'e');
         } else {
-            fprintf(stderr, "usage: %s [-c CASE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-c CASE | -p N | -e N]\n", argv[0]);
             return 2;
         }
     }
