@@ -636,6 +636,114 @@ static void case_abort_pending_init(void)
           now_s() - t0);
 }
 
+static void check_members(ncclComm_t comm, int parent_rank, const int *members, int nm,
+                          const char *name);
+
+/* Using a non-blocking communicator before its init returned ncclSuccess: NCCL refuses with
+ * ncclInvalidArgument ("use communicator before the previous operation returned ncclSuccess");
+ * rank 1 joins only after rank 0 tried. */
+static void nb_early_rank(struct world *w, int rank)
+{
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t comm = NULL;
+    int32_t s[16], r[16], want[16];
+    ncclResult_t res;
+
+    c.blocking = 0;
+    if (rank == 1)
+        pthread_barrier_wait(&w->bar);
+    res = ncclCommInitRankConfig(&comm, 2, w->id, rank, &c);
+    check(res == ncclSuccess || res == ncclInProgress, "early-use init returns", "returned %d",
+          (int)res);
+    if (rank == 0) {
+        check(res == ncclInProgress, "init waiting for a rank returns ncclInProgress",
+              "returned %d", (int)res);
+        check_reject(ncclAllReduce(s, r, 16, ncclInt32, ncclSum, comm, NULL), ncclInvalidArgument,
+                     "collective on a non-blocking comm still initializing");
+        pthread_barrier_wait(&w->bar);
+    }
+    if (!check_res(poll_async(comm, res), ncclSuccess, "early-use init completes"))
+        return;
+    for (int i = 0; i < 16; i++) {
+        s[i] = pat(rank, 0, (size_t)i);
+        want[i] = pat(0, 0, (size_t)i) + pat(1, 0, (size_t)i);
+    }
+    res = ncclAllReduce(s, r, 16, ncclInt32, ncclSum, comm, NULL);
+    report_i32("comm works once its init completed", poll_async(comm, res), r, want, 16);
+    /* Shrink a non-blocking comm (the 2-rank comm to rank 0 alone): returns ncclInProgress or
+     * ncclSuccess; the child is polled. */
+    if (rank == 0) {
+        ncclComm_t child = NULL;
+        int ex[] = {1};
+        res = ncclCommShrink(comm, ex, 1, &child, NULL, NCCL_SHRINK_DEFAULT);
+        check(res == ncclSuccess || res == ncclInProgress, "non-blocking shrink returns",
+              "returned %d", (int)res);
+        if (child != NULL && check_res(poll_async(child, res), ncclSuccess,
+                                       "non-blocking shrink completes")) {
+            int cn = 0;
+            ncclCommCount(child, &cn);
+            check(cn == 1, "non-blocking shrink size", "count %d", cn);
+            check_works(child, "non-blocking shrunk comm works");
+            ncclCommDestroy(child);
+        } else {
+            check(child != NULL, "non-blocking shrink sets *newcomm", "NULL");
+        }
+    }
+    pthread_barrier_wait(&w->bar);
+    check_res(ncclCommDestroy(comm), ncclSuccess, "early-use destroy");
+}
+
+static void case_nonblocking_early(void)
+{
+    struct world w;
+    run_ranks(&w, 2, nb_early_rank);
+}
+
+/* Split configs: a non-blocking child of a blocking parent, and splitShare = 1. */
+static void split_cfg_rank(struct world *w, int rank)
+{
+    ncclComm_t comm = NULL, a = NULL, b = NULL;
+    ncclConfig_t nb = NCCL_CONFIG_INITIALIZER, share = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t res;
+
+    nb.blocking = 0;
+    share.splitShare = 1;
+    if (!check_res(ncclCommInitRank(&comm, w->n, w->id, rank), ncclSuccess, "split-cfg init"))
+        return;
+    res = ncclCommSplit(comm, 0, rank, &a, &nb);
+    check(res == ncclSuccess || res == ncclInProgress, "non-blocking child of a blocking parent",
+          "returned %d", (int)res);
+    if (a != NULL && check_res(poll_async(a, res), ncclSuccess, "non-blocking child completes")) {
+        int32_t s = rank + 1, r = 0;
+        res = ncclAllReduce(&s, &r, 1, ncclInt32, ncclSum, a, NULL);
+        res = poll_async(a, res);
+        check(res == ncclSuccess && r == w->n * (w->n + 1) / 2, "non-blocking child allreduce",
+              "res %d value %d", (int)res, r);
+    }
+    res = ncclCommSplit(comm, rank % 2, rank, &b, &share);
+    if (check_res(res, ncclSuccess, "split with splitShare 1") && b != NULL) {
+        int members[MAXR], nm = 0;
+        for (int q = 0; q < w->n; q++)
+            if (q % 2 == rank % 2)
+                members[nm++] = q;
+        check_members(b, rank, members, nm, "splitShare child members");
+    }
+    if (a) {
+        res = ncclCommFinalize(a);
+        check_res(poll_async(a, res), ncclSuccess, "non-blocking child finalize");
+        ncclCommDestroy(a);
+    }
+    if (b)
+        ncclCommDestroy(b);
+    ncclCommDestroy(comm);
+}
+
+static void case_split_config(void)
+{
+    struct world w;
+    run_ranks(&w, 4, split_cfg_rank);
+}
+
 /* ---- Init variants -------------------------------------------------------------------------- */
 
 static int scalable_nid;
@@ -916,6 +1024,150 @@ static void p2p_rank(struct world *w, int rank)
         check_res(group_end(res), ncclSuccess, "count-0 allreduce in a group");
     }
     check_res(ncclCommDestroy(comm), ncclSuccess, "p2p destroy");
+}
+
+/* Layout corners: NULL send buffer on broadcast non-roots and NULL receive buffer on reduce
+ * non-roots (NCCL ignores them), buffers not aligned to more than their element (nccl-tests -u),
+ * a long group of small operations, a window registered inside a group. */
+static void corners_rank(struct world *w, int rank)
+{
+    const int n = w->n;
+    ncclComm_t comm = NULL;
+    ncclResult_t res;
+
+    if (!check_res(ncclCommInitRank(&comm, n, w->id, rank), ncclSuccess, "corners init"))
+        return;
+    {
+        int32_t r[300], want[300], root = n - 1;
+        for (int i = 0; i < 300; i++) {
+            r[i] = rank == root ? pat(root, 4, (size_t)i) : -1;
+            want[i] = pat(root, 4, (size_t)i);
+        }
+        res = ncclBroadcast(rank == root ? r : NULL, r, 300, ncclInt32, root, comm, NULL);
+        report_i32("broadcast with sendbuff NULL on non-roots", res, r, want, 300);
+        for (int i = 0; i < 300; i++) {
+            r[i] = pat(rank, 4, (size_t)i);
+            want[i] = 0;
+            for (int q = 0; q < n; q++)
+                want[i] += pat(q, 4, (size_t)i);
+        }
+        res = ncclReduce(r, rank == 0 ? r : NULL, 300, ncclInt32, ncclSum, 0, comm, NULL);
+        if (rank == 0)
+            report_i32("reduce (root) with recvbuff NULL on non-roots", res, r, want, 300);
+        else
+            check_res(res, ncclSuccess, "reduce with recvbuff NULL on a non-root");
+    }
+    /* Unaligned: int8 at odd byte offsets, int32 at 4-byte but not 8-aligned addresses. */
+    for (int sh = 1; sh <= 3; sh += 2) {
+        const size_t cnt = 1027;
+        char *sb = xcalloc(cnt * (size_t)n + 16, 1), *rb = xcalloc(cnt * (size_t)n + 16, 1);
+        int8_t *s8 = (int8_t *)(sb + sh), *r8 = (int8_t *)(rb + sh + 2);
+        int8_t *w8 = xcalloc(cnt * (size_t)n, 1);
+        int bad = -1;
+        for (size_t i = 0; i < cnt; i++)
+            s8[i] = (int8_t)((rank * 5 + (int)i) % 7);
+        for (size_t i = 0; i < cnt; i++) {
+            int v = 0;
+            for (int q = 0; q < n; q++)
+                v += (q * 5 + (int)i) % 7;
+            w8[i] = (int8_t)v;
+        }
+        res = ncclAllReduce(s8, r8, cnt, ncclInt8, ncclSum, comm, NULL);
+        for (size_t i = 0; i < cnt && bad < 0; i++)
+            if (r8[i] != w8[i])
+                bad = (int)i;
+        check(res == ncclSuccess && bad < 0, "allreduce int8 at odd addresses",
+              "res %d element %d", (int)res, bad);
+        res = ncclAllGather(s8, r8, cnt, ncclInt8, comm, NULL);
+        bad = -1;
+        for (int q = 0; q < n && bad < 0; q++)
+            for (size_t i = 0; i < cnt && bad < 0; i++)
+                if (r8[(size_t)q * cnt + i] != (int8_t)((q * 5 + (int)i) % 7))
+                    bad = (int)((size_t)q * cnt + i);
+        check(res == ncclSuccess && bad < 0, "allgather int8 at odd addresses",
+              "res %d element %d", (int)res, bad);
+        {
+            int32_t *s32 = (int32_t *)(sb + 4), *r32 = (int32_t *)(rb + 12);
+            int32_t *w32 = xcalloc(cnt / 4, 4);
+            size_t c32 = cnt / 4 / (size_t)n;
+            for (size_t i = 0; i < c32 * (size_t)n; i++)
+                s32[i] = pat(rank, 8, i);
+            for (size_t i = 0; i < c32; i++) {
+                w32[i] = 0;
+                for (int q = 0; q < n; q++)
+                    w32[i] += pat(q, 8, (size_t)rank * c32 + i);
+            }
+            report_i32("reducescatter int32 at 4-byte-aligned addresses",
+                       ncclReduceScatter(s32, r32, c32, ncclInt32, ncclSum, comm, NULL), r32,
+                       w32, c32);
+            free(w32);
+        }
+        free(sb);
+        free(rb);
+        free(w8);
+    }
+    /* A long group: 100 small all-reduces and 100 send/recv pairs around the ring. */
+    {
+        enum { K = 100 }; /* more operations than Weft's operation history holds (64) */
+        int32_t *s = xcalloc(K, 4), *r = xcalloc(K, 4), *rv = xcalloc(K, 4);
+        int next = (rank + 1) % n, prev = (rank + n - 1) % n, bad = -1;
+        for (int k = 0; k < K; k++)
+            s[k] = pat(rank, 10, (size_t)k);
+        ncclGroupStart();
+        res = ncclSuccess;
+        for (int k = 0; k < K && res == ncclSuccess; k++) {
+            res = ncclAllReduce(&s[k], &r[k], 1, ncclInt32, ncclSum, comm, NULL);
+            if (res == ncclSuccess)
+                res = ncclSend(&s[k], 1, ncclInt32, next, comm, NULL);
+            if (res == ncclSuccess)
+                res = ncclRecv(&rv[k], 1, ncclInt32, prev, comm, NULL);
+        }
+        res = group_end(res);
+        for (int k = 0; k < K && bad < 0; k++) {
+            int32_t want = 0;
+            for (int q = 0; q < n; q++)
+                want += pat(q, 10, (size_t)k);
+            if (r[k] != want || rv[k] != pat(prev, 10, (size_t)k))
+                bad = k;
+        }
+        check(res == ncclSuccess && bad < 0, "a group of 300 operations", "res %d op %d",
+              (int)res, bad);
+        free(s);
+        free(r);
+        free(rv);
+    }
+    /* ncclCommWindowRegister is collective: inside a group, then used and deregistered. */
+    {
+        void *m = NULL;
+        ncclWindow_t win = NULL;
+        res = ncclMemAlloc(&m, 8192);
+        if (check_res(res, ncclSuccess, "window ncclMemAlloc")) {
+            ncclGroupStart();
+            res = ncclCommWindowRegister(comm, m, 8192, &win, NCCL_WIN_COLL_SYMMETRIC);
+            check_res(group_end(res), ncclSuccess, "ncclCommWindowRegister inside a group");
+            int32_t *b = m, want[2048];
+            for (int i = 0; i < 2048; i++) {
+                b[i] = pat(rank, 11, (size_t)i);
+                want[i] = 0;
+                for (int q = 0; q < n; q++)
+                    want[i] += pat(q, 11, (size_t)i);
+            }
+            report_i32("allreduce in place on a window",
+                       ncclAllReduce(b, b, 2048, ncclInt32, ncclSum, comm, NULL), b, want, 2048);
+            ncclGroupStart();
+            res = ncclCommWindowDeregister(comm, win);
+            check_res(group_end(res), ncclSuccess, "ncclCommWindowDeregister inside a group");
+            ncclMemFree(m);
+        }
+    }
+    check_res(ncclCommDestroy(comm), ncclSuccess, "corners destroy");
+}
+
+static void case_corners(void)
+{
+    struct world w;
+    run_ranks(&w, 4, corners_rank);
+    run_ranks(&w, 3, corners_rank);
 }
 
 static void case_p2p(void)
@@ -2211,6 +2463,9 @@ static const struct conform_case cases[] = {
     {"config", case_config},
     {"nonblocking", case_nonblocking},
     {"abort_pending_init", case_abort_pending_init},
+    {"nonblocking_early", case_nonblocking_early},
+    {"split_config", case_split_config},
+    {"corners", case_corners},
     {"scalable", case_scalable},
     {"split", case_split},
     {"shrink", case_shrink},
