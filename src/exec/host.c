@@ -73,7 +73,8 @@ struct weft_exec_lane {
 
 
 static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const uint64_t *recs,
-                                    struct weft_exec_lane **lanes_p, int *nlanes_p)
+                                    const uint32_t *sigs, struct weft_exec_lane **lanes_p,
+                                    int *nlanes_p)
 {
     int total = 0;
     for (int t = 0; t < ntasks; t++)
@@ -136,7 +137,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             el->lane.elem_size = es;
             el->lane.op = task->has_redop ? &task->redop : NULL;
             el->lane.ll = weft_tune_ll(task->coll);
-            el->lane.sig = weft_sig_enabled() ? weft_sig_of(comm, recs[t])->hash : 0;
+            el->lane.sig = sigs[t];
             weft_lane_init(&el->lane);
             el->task = task;
             el->seq = seq;
@@ -655,12 +656,25 @@ static ncclResult_t weft_fuse_scan(struct weft_task *tasks, int ntasks, uint8_t 
 struct weft_exec_plan {
     struct weft_task *tasks;
     uint64_t *recs;
+    uint32_t *sigs; /* [task]: its signature's hash (0: unchecked), kept from weft_exec_begin */
     int ntasks;
     struct weft_fused *fused;
     int nfused;
     int nlaned; /* tasks[0 .. nlaned) have lanes */
     uint8_t *waited; /* [task]: collectives of a plan wait for it; NULL: no plan */
 };
+
+/*
+ * Opens task x->ntasks's record and keeps its hash: a group of more operations than the record
+ * history holds (WEFT_SIG_HISTORY) reuses the record before the task's lanes are built.
+ */
+static void weft_exec_begin(struct weft_exec_plan *x, struct ncclComm *comm,
+                            const struct weft_task *tasks, int n, const struct weft_task *merged)
+{
+    uint64_t *rec = &x->recs[x->ntasks];
+    weft_sig_begin(comm, tasks, n, merged, rec);
+    x->sigs[x->ntasks] = weft_sig_enabled() ? weft_sig_of(comm, *rec)->hash : 0;
+}
 
 /* Adds members[0 .. k) as one task (fused when k > 1). */
 static ncclResult_t weft_exec_emit(struct weft_exec_plan *x, struct weft_task *const *members,
@@ -706,7 +720,7 @@ static ncclResult_t weft_exec_emit(struct weft_exec_plan *x, struct weft_task *c
         WEFT_INFO(WEFT_LOG_COLL, "rank %d: %d all-reduces fused into one of %zu elements",
                   first->comm->rank, k, task->count);
     }
-    weft_sig_begin(first->comm, sig_tasks, k, task, &x->recs[x->ntasks]);
+    weft_exec_begin(x, first->comm, sig_tasks, k, task);
     x->ntasks++;
     return ncclSuccess;
 }
@@ -760,7 +774,7 @@ static ncclResult_t weft_exec_emit_agree(struct weft_exec_plan *x, struct weft_f
     p->wait = x->ntasks;
     p->wait_fused = -1;
     x->waited[p->wait] = 1;
-    weft_sig_begin(p->comm, task, 1, task, &x->recs[x->ntasks]);
+    weft_exec_begin(x, p->comm, task, 1, task);
     x->ntasks++;
     return ncclSuccess;
 }
@@ -814,7 +828,8 @@ static ncclResult_t weft_exec_add_lanes(struct weft_exec_plan *x, int first,
 {
     struct weft_exec_lane *add, *all;
     int nadd, n = *nlanes_p;
-    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, &add, &nadd));
+    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first,
+                               x->sigs + first, &add, &nadd));
     if (n == 0) {
         all = add;
         goto done;
@@ -874,11 +889,12 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     struct weft_exec_plan x = {
         .tasks = weft_arena_alloc((size_t)2 * norig * sizeof(*x.tasks)),
         .recs = weft_arena_alloc((size_t)2 * norig * sizeof(*x.recs)),
+        .sigs = weft_arena_alloc((size_t)2 * norig * sizeof(*x.sigs)),
         .fused = weft_arena_alloc((size_t)norig * sizeof(*x.fused)),
     };
     uint8_t *held = NULL;
     ncclResult_t res = ncclSuccess;
-    if (x.tasks == NULL || x.recs == NULL || x.fused == NULL) {
+    if (x.tasks == NULL || x.recs == NULL || x.sigs == NULL || x.fused == NULL) {
         WEFT_WARN("out of memory planning %d operations", norig);
         res = ncclSystemError;
         goto out;
