@@ -290,6 +290,14 @@ ncclResult_t weft_group_enqueue(const struct weft_task *task)
 {
     struct weft_group *g = &weft_group_state;
     uint64_t enq_ns = weft_trace_enabled() ? weft_time_ns() : 0;
+    /* As in NCCL, a non-blocking communicator takes no operation before its previous one (init,
+     * split, a collective, a group) has reached ncclSuccess through ncclCommGetAsyncError. */
+    if (!task->comm->blocking && weft_comm_async_state(task->comm) == ncclInProgress) {
+        WEFT_WARN("%s: comm %p used before its previous operation returned ncclSuccess (poll "
+                  "ncclCommGetAsyncError until it does)",
+                  task->api, (void *)task->comm);
+        return weft_group_record(ncclInvalidArgument);
+    }
     if (g->depth == 0) {
         struct weft_task copy = *task;
         copy.enq_ns = enq_ns;

@@ -411,7 +411,8 @@ static void check_works(ncclComm_t comm, const char *name)
     int32_t s[33], r[33];
     fill_i32(s, 33, 0);
     memset(r, 0, sizeof(r));
-    report_i32(name, ncclAllReduce(s, r, 33, ncclInt32, ncclSum, comm, NULL), r, s, 33);
+    report_i32(name, poll_async(comm, ncclAllReduce(s, r, 33, ncclInt32, ncclSum, comm, NULL)), r,
+               s, 33);
 }
 
 /* Every 2.28 config field, valid values accepted and invalid ones refused with
