@@ -2137,6 +2137,40 @@ static void dev_rank(struct world *w, int rank)
         if (m2)
             check_res(ncclMemFree(m2), ncclSuccess, "ncclMemFree with a device 2");
     }
+    /* A buffer of another device, and a stream of another device: refused with an error (never
+     * a crash or a hang), and the comm still works after. */
+    if (dev_ndev > 1) {
+        int other = (rank % dev_ndev + 1) % dev_ndev;
+        int32_t *od;
+        cudaStream_t ost = NULL;
+        dv.set(other);
+        od = dmalloc(64 * 4);
+        dv.stream_create(&ost);
+        dv.set(rank % dev_ndev);
+        check_reject(ncclAllReduce(od, dr, 64, ncclInt32, ncclSum, comm, st), ncclInvalidArgument,
+                     "sendbuff of another device -> ncclInvalidArgument");
+        /* NCCL's answer here is the CUDA runtime's (an event of one device recorded on a
+         * stream of another); only "returns, no hang" and the comm working after are checked. */
+        res = ncclAllReduce(ds, dr, 64, ncclInt32, ncclSum, comm, ost);
+        if (res == ncclSuccess)
+            dv.stream_sync(ost);
+        fill_i32(h, cnt, rank);
+        for (size_t i = 0; i < cnt; i++) {
+            want[i] = 0;
+            for (int q = 0; q < n; q++)
+                want[i] += ival(q, i) + 100 * q;
+        }
+        dv.memcpy_(ds, h, cnt * 4);
+        res = ncclAllReduce(ds, dr, cnt, ncclInt32, ncclSum, comm, st);
+        if (res == ncclSuccess)
+            res = dv.stream_sync(st) == 0 ? ncclSuccess : ncclUnhandledCudaError;
+        dv.memcpy_(h, dr, cnt * 4);
+        report_i32("device comm works after refused calls", res, h, want, cnt);
+        dv.set(other);
+        dv.stream_destroy(ost);
+        dv.free_(od);
+        dv.set(rank % dev_ndev);
+    }
     dv.get(&dev);
     check(dev == rank % dev_ndev, "the caller's current device is unchanged", "device %d", dev);
     dv.stream_destroy(st);
