@@ -2468,6 +2468,110 @@ static int run_processes(int n, int commid)
     return failed;
 }
 
+/* ---- Lifecycle corners ----------------------------------------------------------------------- */
+
+/* Every rank passes NCCL_SPLIT_NOCOLOR: the split succeeds and every *newcomm is NULL. */
+static void nocolor_rank(struct world *w, int rank)
+{
+    ncclComm_t comm = NULL, child = (ncclComm_t)&child;
+    if (!check_res(ncclCommInitRank(&comm, w->n, w->id, rank), ncclSuccess, "nocolor init"))
+        return;
+    check_res(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, rank, &child, NULL), ncclSuccess,
+              "split with every rank NCCL_SPLIT_NOCOLOR");
+    check(child == NULL, "every rank NOCOLOR: *newcomm NULL", "%p", (void *)child);
+    {
+        int members[MAXR];
+        for (int q = 0; q < w->n; q++)
+            members[q] = q;
+        check_members(comm, rank, members, w->n, "parent works after an all-NOCOLOR split");
+    }
+    ncclCommDestroy(comm);
+}
+
+/* Ranks disagreeing on nranks: an error on each (NCCL's root refuses the mismatch), no hang. */
+static void nranks_mismatch_rank(struct world *w, int rank)
+{
+    ncclComm_t comm = NULL;
+    ncclResult_t res = ncclCommInitRank(&comm, rank == 0 ? 2 : 3, w->id, rank);
+    check(res != ncclSuccess, "init with ranks disagreeing on nranks fails",
+          "rank %d returned %d", rank, (int)res);
+    if (res == ncclSuccess)
+        ncclCommDestroy(comm);
+}
+
+/* Group state is per thread: an open group on one thread does not defer another's calls. */
+static void group_thread_rank(struct world *w, int rank)
+{
+    ncclComm_t comm = NULL;
+    if (!check_res(init1(&comm, NULL), ncclSuccess, "per-thread group init"))
+        return;
+    if (rank == 0) {
+        ncclGroupStart();
+        pthread_barrier_wait(&w->bar); /* rank 1 runs its call while this group is open */
+        pthread_barrier_wait(&w->bar);
+        check_res(ncclGroupEnd(), ncclSuccess, "the open group's end");
+    } else {
+        pthread_barrier_wait(&w->bar);
+        check_works(comm, "a call on another thread while a group is open runs at once");
+        pthread_barrier_wait(&w->bar);
+    }
+    ncclCommDestroy(comm);
+}
+
+/* ncclCommAbort from another thread while a blocking collective waits for a peer that never
+ * calls (PyTorch's watchdog): the waiting call returns an error promptly, abort returns. */
+static ncclComm_t abort_target;
+static volatile int abort_returned;
+
+static void abort_rank(struct world *w, int rank)
+{
+    ncclComm_t comm = NULL;
+    if (!check_res(ncclCommInitRank(&comm, 2, w->id, rank), ncclSuccess, "abort-stuck init")) {
+        pthread_barrier_wait(&w->bar);
+        return;
+    }
+    if (rank == 0) {
+        int32_t s[1000], r[1000];
+        double t0;
+        ncclResult_t res;
+        memset(s, 0, sizeof(s));
+        abort_target = comm;
+        pthread_barrier_wait(&w->bar);
+        t0 = now_s();
+        res = ncclAllReduce(s, r, 1000, ncclInt32, ncclSum, comm, NULL);
+        check(res != ncclSuccess, "a collective stuck on a silent peer fails on abort",
+              "returned %d", (int)res);
+        check(now_s() - t0 < 15.0, "the stuck collective returns promptly after abort",
+              "%.1f s", now_s() - t0);
+    } else {
+        /* Rank 1 never calls the all-reduce: it aborts rank 0's comm, then its own. */
+        pthread_barrier_wait(&w->bar);
+        usleep(300000);
+        check_res(ncclCommAbort(abort_target), ncclSuccess, "ncclCommAbort of a stuck comm");
+        check_res(ncclCommAbort(comm), ncclSuccess, "ncclCommAbort of the silent rank");
+    }
+}
+
+static void case_lifecycle(void)
+{
+    struct world w;
+    ncclComm_t two[2] = {NULL, NULL};
+    run_ranks(&w, 3, nocolor_rank);
+    run_ranks(&w, 2, nranks_mismatch_rank);
+    run_ranks(&w, 2, group_thread_rank);
+    run_ranks(&w, 2, abort_rank);
+    {
+        int dup[2] = {0, 0};
+        check_reject(ncclCommInitAll(two, 2, dup), ncclInvalidUsage,
+                     "ncclCommInitAll with a device twice -> ncclInvalidUsage");
+    }
+    if (dev_load() > 0) {
+        int bad[2] = {0, 999};
+        check_reject(ncclCommInitAll(two, 2, bad), ncclInvalidArgument,
+                     "ncclCommInitAll with a device that does not exist -> ncclInvalidArgument");
+    }
+}
+
 /* ---- Main -------------------------------------------------------------------------------------- */
 
 static void check_library_identity(void)
@@ -2514,6 +2618,7 @@ static const struct conform_case cases[] = {
     {"errors", case_errors},
     {"threads", case_threads},
     {"device", case_device},
+    {"lifecycle", case_lifecycle},
 };
 
 int main(int argc, char **argv)
