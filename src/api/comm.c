@@ -115,13 +115,21 @@ WEFT_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
             }
         }
     }
+    /* Rank i on devlist[i] (device i without a list; Weft wraps around the devices there are,
+     * where NCCL would fail, so several ranks may share a device). Without a device the list
+     * names nothing and is not checked. */
+    int ndevices = weft_cuda_device_count(), prev = weft_cuda_current_device();
+    for (int i = 0; devlist != NULL && ndevices > 0 && i < ndev; i++) {
+        if (devlist[i] >= ndevices) {
+            WEFT_WARN("ncclCommInitAll: devlist[%d] = %d is not a valid device (%d devices)", i,
+                      devlist[i], ndevices);
+            return ncclInvalidArgument;
+        }
+    }
     ncclUniqueId id;
     WEFT_CHECK(weft_bootstrap_get_unique_id(&id));
     WEFT_CHECK(weft_group_start());
     ncclResult_t res = ncclSuccess;
-    /* Rank i on devlist[i] (device i without a list; Weft wraps around the devices there are,
-     * where NCCL would fail, so several ranks may share a device). */
-    int ndevices = weft_cuda_device_count(), prev = weft_cuda_current_device();
     for (int i = 0; i < ndev && res == ncclSuccess; i++) {
         if (ndevices > 0)
             weft_cuda_set_device(devlist != NULL ? devlist[i] : i % ndevices);
