@@ -694,10 +694,57 @@ static void nb_early_rank(struct world *w, int rank)
     check_res(ncclCommDestroy(comm), ncclSuccess, "early-use destroy");
 }
 
+/* One thread initializes three non-blocking comms in a group (nccl-tests -g with a
+ * non-blocking config), polls each, then runs a grouped all-reduce over them. */
+static void case_nonblocking_grouped(void)
+{
+    enum { N = 3 };
+    ncclComm_t comms[N] = {NULL, NULL, NULL};
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    ncclUniqueId id;
+    int32_t s[N][50], r[N][50], want[50];
+    ncclResult_t res = ncclSuccess;
+
+    c.blocking = 0;
+    ncclGetUniqueId(&id);
+    ncclGroupStart();
+    for (int i = 0; i < N && (res == ncclSuccess || res == ncclInProgress); i++)
+        res = ncclCommInitRankConfig(&comms[i], N, id, i, &c);
+    {
+        ncclResult_t end = ncclGroupEnd();
+        if (res == ncclSuccess || res == ncclInProgress)
+            res = end;
+    }
+    check(res == ncclSuccess || res == ncclInProgress, "grouped non-blocking inits end",
+          "returned %d", (int)res);
+    for (int i = 0; i < N; i++)
+        if (comms[i] == NULL ||
+            !check_res(poll_async(comms[i], res), ncclSuccess, "grouped non-blocking init"))
+            return;
+    for (int j = 0; j < 50; j++) {
+        want[j] = 0;
+        for (int i = 0; i < N; i++) {
+            s[i][j] = pat(i, 12, (size_t)j);
+            want[j] += s[i][j];
+        }
+    }
+    ncclGroupStart();
+    for (int i = 0; i < N; i++)
+        ncclAllReduce(s[i], r[i], 50, ncclInt32, ncclSum, comms[i], NULL);
+    res = ncclGroupEnd();
+    check(res == ncclSuccess || res == ncclInProgress, "grouped non-blocking allreduce end",
+          "returned %d", (int)res);
+    for (int i = 0; i < N; i++)
+        report_i32("grouped non-blocking allreduce", poll_async(comms[i], res), r[i], want, 50);
+    for (int i = 0; i < N; i++)
+        check_res(ncclCommDestroy(comms[i]), ncclSuccess, "grouped non-blocking destroy");
+}
+
 static void case_nonblocking_early(void)
 {
     struct world w;
     run_ranks(&w, 2, nb_early_rank);
+    case_nonblocking_grouped();
 }
 
 /* Split configs: a non-blocking child of a blocking parent, and splitShare = 1. */
