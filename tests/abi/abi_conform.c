@@ -1421,6 +1421,20 @@ static void case_simulate(void)
     check_works(comm, "after ncclGroupSimulateEnd, calls run");
     check_reject(ncclGroupSimulateEnd(&sim), ncclInvalidUsage,
                  "ncclGroupSimulateEnd outside a group -> ncclInvalidUsage");
+    /* A simInfo without NCCL_SIM_INFO_INITIALIZER's magic: ncclInvalidArgument, and the group
+     * is over all the same (NCCL checks it after the outermost end): nothing stays deferred. */
+    {
+        ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
+        bad.magic = 0;
+        ncclGroupStart();
+        ncclAllReduce(s, r, 64, ncclInt32, ncclSum, comm, NULL);
+        check_reject(ncclGroupSimulateEnd(&bad), ncclInvalidArgument,
+                     "ncclGroupSimulateEnd with a bad magic -> ncclInvalidArgument");
+        check(r[0] == -7, "a refused simulation runs nothing", "recv[0] %d", r[0]);
+        check_reject(ncclGroupEnd(), ncclInvalidUsage,
+                     "the group is closed after a refused simulation");
+        check_works(comm, "calls run at once after a refused simulation");
+    }
     ncclCommDestroy(comm);
 }
 
