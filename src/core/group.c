@@ -238,21 +238,22 @@ static ncclResult_t weft_group_fail(struct weft_group *g, ncclResult_t res)
 ncclResult_t weft_group_simulate_end(ncclSimInfo_t *info)
 {
     struct weft_group *g = &weft_group_state;
-    if (info == NULL) {
-        WEFT_WARN("ncclGroupSimulateEnd: simInfo is NULL");
-        return ncclInvalidArgument;
-    }
-    if (info->magic != 0x74685283) {
-        WEFT_WARN("ncclGroupSimulateEnd: simInfo was not initialized with "
-                  "NCCL_SIM_INFO_INITIALIZER");
-        return ncclInvalidArgument;
-    }
     if (g->depth == 0) {
         WEFT_WARN("ncclGroupSimulateEnd: not inside a group (missing ncclGroupStart)");
         return ncclInvalidUsage;
     }
     if (--g->depth > 0)
         return ncclSuccess;
+    /* As in NCCL, simInfo is read at the outermost end, which closes the group either way:
+     * refused, it leaves nothing deferred behind. */
+    if (info == NULL || info->magic != 0x74685283) {
+        WEFT_WARN("ncclGroupSimulateEnd: simInfo %s", info == NULL
+                                                          ? "is NULL"
+                                                          : "was not initialized with "
+                                                            "NCCL_SIM_INFO_INITIALIZER");
+        weft_group_reset(g);
+        return ncclInvalidArgument;
+    }
     /* Predict, then drop the group: nothing runs. Communicators work in parallel, a
      * communicator's operations one after the other. */
     ncclResult_t res = g->error;
