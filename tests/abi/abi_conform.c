@@ -2007,7 +2007,9 @@ static void dev_rank(struct world *w, int rank)
     cudaStream_t st = NULL, st2 = NULL;
     int32_t *h = xcalloc(cnt * (size_t)n, 4), *want = xcalloc(cnt * (size_t)n, 4);
     int32_t *ds, *dr;
-    int dev = -1, cudev = -1;
+    int dev = -1, cudev = -1, nlater = 0;
+    void *later[4];
+    cudaStream_t later_stream = NULL;
     ncclResult_t res;
 
     dv.set(rank % dev_ndev);
@@ -2126,7 +2128,7 @@ static void dev_rank(struct world *w, int rank)
             }
             check_res(ncclRedOpDestroy(op, comm), ncclSuccess, "device-scalar op destroy");
         }
-        dv.free_(dsc);
+        later[nlater++] = dsc;
         free(hf);
         free(fin);
     }
@@ -2198,6 +2200,39 @@ static void dev_rank(struct world *w, int rank)
         if (m2)
             check_res(ncclMemFree(m2), ncclSuccess, "ncclMemFree with a device 2");
     }
+    /* cudaMalloc memory registered with ncclCommRegister (PyTorch registers its caching
+     * allocator's segments), used, deregistered, used again. */
+    {
+        void *hs = NULL, *hr = NULL;
+        fill_i32(h, cnt, rank);
+        for (size_t i = 0; i < cnt; i++) {
+            want[i] = 0;
+            for (int q = 0; q < n; q++)
+                want[i] += ival(q, i) + 100 * q;
+        }
+        check_res(ncclCommRegister(comm, ds, cnt * 4, &hs), ncclSuccess,
+                  "ncclCommRegister of cudaMalloc memory");
+        check_res(ncclCommRegister(comm, dr, cnt * 4, &hr), ncclSuccess,
+                  "ncclCommRegister of cudaMalloc memory 2");
+        for (int k = 0; k < 2; k++) {
+            dv.memcpy_(ds, h, cnt * 4);
+            res = ncclAllReduce(ds, dr, cnt, ncclInt32, ncclSum, comm, st);
+            if (res == ncclSuccess)
+                res = dv.stream_sync(st) == 0 ? ncclSuccess : ncclUnhandledCudaError;
+            {
+                int32_t *got = xcalloc(cnt, 4);
+                dv.memcpy_(got, dr, cnt * 4);
+                report_i32(k ? "allreduce after deregistration" : "allreduce on registered "
+                                                                  "cudaMalloc memory",
+                           res, got, want, cnt);
+                free(got);
+            }
+            if (k == 0) {
+                check_res(ncclCommDeregister(comm, hs), ncclSuccess, "deregister cudaMalloc");
+                check_res(ncclCommDeregister(comm, hr), ncclSuccess, "deregister cudaMalloc 2");
+            }
+        }
+    }
     /* A buffer of another device, and a stream of another device: refused with an error (never
      * a crash or a hang), and the comm still works after. */
     if (dev_ndev > 1) {
@@ -2227,19 +2262,29 @@ static void dev_rank(struct world *w, int rank)
             res = dv.stream_sync(st) == 0 ? ncclSuccess : ncclUnhandledCudaError;
         dv.memcpy_(h, dr, cnt * 4);
         report_i32("device comm works after refused calls", res, h, want, cnt);
-        dv.set(other);
-        dv.stream_destroy(ost);
-        dv.free_(od);
-        dv.set(rank % dev_ndev);
+        dv.stream_sync(ost);
+        later[nlater++] = od;
+        later_stream = ost;
     }
     dv.get(&dev);
     check(dev == rank % dev_ndev, "the caller's current device is unchanged", "device %d", dev);
-    dv.stream_destroy(st);
-    dv.stream_destroy(st2);
-    dv.free_(ds);
-    dv.free_(dr);
+    later[nlater++] = ds;
+    later[nlater++] = dr;
+    dv.stream_sync(st);
     check_res(ncclCommDestroy(comm), ncclSuccess, "device destroy");
 out:
+    /* cudaFree waits for all work of the device, and ranks share devices here: a rank freeing
+     * while a peer's kernel on its device still waits for this rank would wait forever (as on a
+     * GPU). Free once every rank is done. */
+    pthread_barrier_wait(&w->bar);
+    for (int i = 0; i < nlater; i++)
+        dv.free_(later[i]);
+    if (st)
+        dv.stream_destroy(st);
+    if (st2)
+        dv.stream_destroy(st2);
+    if (later_stream)
+        dv.stream_destroy(later_stream);
     free(h);
     free(want);
 }
@@ -2276,12 +2321,17 @@ static void dev_nb_rank(struct world *w, int rank)
         res = dev_wait(comm, st);
     dv.memcpy_(h, d, cnt * 4);
     report_i32("device allreduce on a non-blocking comm", res, h, want, cnt);
-    dv.free_(d);
-    dv.stream_destroy(st);
     res = ncclCommFinalize(comm);
     check_res(poll_async(comm, res), ncclSuccess, "device non-blocking finalize");
     check_res(ncclCommDestroy(comm), ncclSuccess, "device non-blocking destroy");
+    pthread_barrier_wait(&w->bar); /* cudaFree waits for the device, which ranks share */
+    dv.free_(d);
+    dv.stream_destroy(st);
+    free(h);
+    free(want);
+    return;
 out:
+    pthread_barrier_wait(&w->bar);
     free(h);
     free(want);
 }
