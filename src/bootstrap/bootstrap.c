@@ -108,7 +108,7 @@ static uint64_t weft_bs_hash(const char *s)
     return h != 0 ? h : 1;
 }
 
-ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id)
+static ncclResult_t weft_bs_make_id(ncclUniqueId *id, int use_comm_id)
 {
     struct weft_bs_id v;
     char ifname[WEFT_IFNAME_LEN], str[WEFT_SOCKADDR_STRLEN];
@@ -118,7 +118,7 @@ ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id)
     }
     memset(&v, 0, sizeof(v));
     v.tag = WEFT_BS_ID_TAG;
-    const char *env = weft_param_CommId();
+    const char *env = use_comm_id ? weft_param_CommId() : NULL;
     if (env != NULL && *env != '\0') {
         int have;
         WEFT_CHECK(weft_socket_addr_parse(env, &v.root));
@@ -142,6 +142,16 @@ ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id)
     memset(id, 0, sizeof(*id));
     memcpy(id->internal, &v, sizeof(v));
     return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id)
+{
+    return weft_bs_make_id(id, 1);
+}
+
+ncclResult_t weft_bootstrap_fresh_id(ncclUniqueId *id)
+{
+    return weft_bs_make_id(id, 0);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -65,6 +65,14 @@ struct weft_bootstrap; /* opaque: one rank's view of one communicator's bootstra
 ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id);
 
 /*
+ * Like weft_bootstrap_get_unique_id without NCCL_COMM_ID, whatever the environment says: a fresh
+ * magic and secret and a root thread on this host. For ids made inside the library and handed to
+ * the other ranks over an existing communicator (split, shrink), which NCCL_COMM_ID's one fixed
+ * address cannot serve.
+ */
+ncclResult_t weft_bootstrap_fresh_id(ncclUniqueId *id);
+
+/*
  * Collective over nranks ranks holding the same id: returns once every rank has reached the
  * root and this rank's ring connections are up. Validates 0 <= rank < nranks and the id
  * (ncclInvalidArgument for a zeroed, garbage or foreign id). abort_flag may be NULL; it must

@@ -238,21 +238,22 @@ static ncclResult_t weft_group_fail(struct weft_group *g, ncclResult_t res)
 ncclResult_t weft_group_simulate_end(ncclSimInfo_t *info)
 {
     struct weft_group *g = &weft_group_state;
-    if (info == NULL) {
-        WEFT_WARN("ncclGroupSimulateEnd: simInfo is NULL");
-        return ncclInvalidArgument;
-    }
-    if (info->magic != 0x74685283) {
-        WEFT_WARN("ncclGroupSimulateEnd: simInfo was not initialized with "
-                  "NCCL_SIM_INFO_INITIALIZER");
-        return ncclInvalidArgument;
-    }
     if (g->depth == 0) {
         WEFT_WARN("ncclGroupSimulateEnd: not inside a group (missing ncclGroupStart)");
         return ncclInvalidUsage;
     }
     if (--g->depth > 0)
         return ncclSuccess;
+    /* As in NCCL, simInfo is read at the outermost end, which closes the group either way:
+     * refused, it leaves nothing deferred behind. */
+    if (info == NULL || info->magic != 0x74685283) {
+        WEFT_WARN("ncclGroupSimulateEnd: simInfo %s", info == NULL
+                                                          ? "is NULL"
+                                                          : "was not initialized with "
+                                                            "NCCL_SIM_INFO_INITIALIZER");
+        weft_group_reset(g);
+        return ncclInvalidArgument;
+    }
     /* Predict, then drop the group: nothing runs. Communicators work in parallel, a
      * communicator's operations one after the other. */
     ncclResult_t res = g->error;
@@ -290,10 +291,28 @@ ncclResult_t weft_group_enqueue(const struct weft_task *task)
 {
     struct weft_group *g = &weft_group_state;
     uint64_t enq_ns = weft_trace_enabled() ? weft_time_ns() : 0;
+    /* As in NCCL, a non-blocking communicator takes no operation before its previous one (init,
+     * split, a collective, a group) has reached ncclSuccess through ncclCommGetAsyncError. */
+    if (!task->comm->blocking && weft_comm_async_state(task->comm) == ncclInProgress) {
+        WEFT_WARN("%s: comm %p used before its previous operation returned ncclSuccess (poll "
+                  "ncclCommGetAsyncError until it does)",
+                  task->api, (void *)task->comm);
+        return weft_group_record(ncclInvalidArgument);
+    }
     if (g->depth == 0) {
         struct weft_task copy = *task;
         copy.enq_ns = enq_ns;
         return weft_submit(&copy, 1);
+    }
+    /* As in NCCL, one group holds blocking or non-blocking communicators, not both: its end
+     * either returns when the work is enqueued or returns ncclInProgress. */
+    if (g->ntasks > 0 && g->tasks[0].comm->blocking != task->comm->blocking) {
+        WEFT_WARN("%s: blocking and non-blocking communicators are not allowed in the same group "
+                  "(comm %p is %s, comm %p is %s)",
+                  task->api, (void *)g->tasks[0].comm,
+                  g->tasks[0].comm->blocking ? "blocking" : "non-blocking", (void *)task->comm,
+                  task->comm->blocking ? "blocking" : "non-blocking");
+        return weft_group_fail(g, ncclInvalidArgument);
     }
     if (g->ntasks == g->task_cap) {
         int cap = g->task_cap ? 2 * g->task_cap : 64;

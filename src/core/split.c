@@ -48,20 +48,6 @@ static ncclResult_t weft_split_parent_ready(struct ncclComm *comm, const char *a
     return ncclSuccess;
 }
 
-/* Makes a child's unique id; refuses one whose magic the parent already uses (NCCL_COMM_ID). */
-static ncclResult_t weft_split_make_id(const struct ncclComm *comm, ncclUniqueId *id)
-{
-    WEFT_CHECK(weft_bootstrap_get_unique_id(id));
-    if (weft_bootstrap_magic(id) == comm->comm_hash) {
-        WEFT_WARN("rank %d: the new communicator's unique id equals the parent's (NCCL_COMM_ID is "
-                  "set?); split and shrink need fresh ids",
-                  comm->rank);
-        memset(id, 0, sizeof(*id));
-        return ncclInvalidUsage;
-    }
-    return ncclSuccess;
-}
-
 /*
  * Creates the child the way ncclCommInitRankConfig does, so groups (the init runs at
  * ncclGroupEnd) and non-blocking configs (ncclInProgress, *child_p set at once) behave the same.
@@ -169,7 +155,7 @@ ncclResult_t weft_comm_split(struct ncclComm *comm, int color, int key, const nc
             goto out_idle;
         }
         if (newrank == 0)
-            id_res = weft_split_make_id(comm, &ids[me]);
+            id_res = weft_bootstrap_fresh_id(&ids[me]);
     }
     WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, ids, sizeof(*ids)), res, out_idle);
     weft_split_busy(comm, -1);
@@ -275,7 +261,7 @@ static uint64_t weft_shrink_print(const uint8_t *excluded, int n)
 static ncclResult_t weft_shrink_send_ids(struct ncclComm *comm, const uint8_t *excluded,
                                          struct weft_shrink_msg *msg)
 {
-    ncclResult_t res = weft_split_make_id(comm, &msg->id);
+    ncclResult_t res = weft_bootstrap_fresh_id(&msg->id);
     msg->status = (int32_t)res;
     for (int r = comm->rank + 1; r < comm->nranks; r++)
         if (!excluded[r])
