@@ -287,7 +287,8 @@ struct weft_zcopy_op *weft_zcopy_begin(const struct weft_task *task, struct weft
     zc->desc_steps = weft_zcopy_ag_steps(comm, ZD_WORDS, &zc->desc_nsteps);
     zc->word_steps = weft_zcopy_ag_steps(comm, 1, &zc->word_nsteps);
     if (zc->descs == NULL || zc->words == NULL || zc->in == NULL || zc->out == NULL ||
-        zc->cma == NULL || zc->tmp == NULL || zc->ops == NULL || zc->desc_steps == NULL || zc->word_steps == NULL)
+        zc->cma == NULL || zc->tmp == NULL || zc->ops == NULL || zc->desc_steps == NULL ||
+        zc->word_steps == NULL)
         goto oom;
     size_t in, out;
     weft_zcopy_sizes(task, &in, &out);
