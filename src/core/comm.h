@@ -175,6 +175,7 @@ struct ncclComm {
     struct weft_reg *regs;
     struct weft_zcopy_map *zcopy_maps;
     uint64_t zcopy_ops; /* collectives that ran zero-copy (tests read it: weft_zcopy_count) */
+    uint64_t zcopy_cma_ops; /* all-gathers that read unregistered inputs (weft_zcopy_cma_count) */
     uint64_t zcopy_min_bytes; /* zero-copy candidates' least size, from exchanged values
                                * (weft_zcopy_setup); UINT64_MAX: none */
 

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -29,6 +30,11 @@ WEFT_PARAM(ZcopyMinBytes, "WEFT_ZCOPY_MIN_BYTES", 262144,
            "communicator of one machine read and write the peers' registered host buffers "
            "directly when every rank registered them (0 disables; the same on every rank)");
 
+WEFT_PARAM(ZcopyCma, "WEFT_ZCOPY_CMA", 1,
+           "1: an all-gather that is a zero-copy candidate (WEFT_ZCOPY_MIN_BYTES) reads the "
+           "unregistered inputs of peers in other processes with process_vm_readv, one copy "
+           "instead of two through the FIFOs; 0: only registered buffers go zero-copy");
+
 /* Bytes reduced (or copied) at a time: small enough to stay in cache while the result is copied
  * to every peer. */
 #define WEFT_ZCOPY_PIECE 65536
@@ -43,8 +49,11 @@ WEFT_PARAM(ZcopyMinBytes, "WEFT_ZCOPY_MIN_BYTES", 262144,
  * buffers: flags (WEFT_ZCOPY_REG: registered on this communicator; WEFT_ZCOPY_MEMFD: inside an
  * ncclMemAlloc block, so another process may map it), the memfd's number in the owner, its
  * st_dev, st_ino and size, the offset in it, and the raw pointer.
+ * Version 2: the vote (the second exchange) says how a rank got its peers' data: 1 every buffer
+ * mapped, 2 some inputs read with process_vm_readv (an all-gather), 0 no; version 1 voted 0 or 1
+ * only, so the two never mix (each votes no on the other's descriptors).
  */
-#define WEFT_ZCOPY_VERSION 1
+#define WEFT_ZCOPY_VERSION 2
 enum { ZD_VERSION, ZD_NONCE, ZD_CALL, ZD_COUNT, ZD_SCALAR, ZD_BUF };
 enum { ZD_BUF_WORDS = 7, ZD_WORDS = ZD_BUF + 2 * ZD_BUF_WORDS };
 enum { ZB_FLAGS, ZB_FD, ZB_DEV, ZB_INO, ZB_SIZE, ZB_OFFSET, ZB_PTR };
@@ -81,6 +90,7 @@ struct weft_zcopy_op {
     /* the peers' buffers in this address space */
     const char **in;
     char **out;
+    char *cma; /* [nranks]: 1 where peer k's input was read already (process_vm_readv) */
     struct weft_redop *ops; /* [nranks]: the operator with rank k's scalar */
 };
 
@@ -271,12 +281,14 @@ struct weft_zcopy_op *weft_zcopy_begin(const struct weft_task *task, struct weft
     zc->words = weft_arena_alloc((size_t)n * sizeof(uint64_t));
     zc->in = weft_arena_alloc((size_t)n * sizeof(*zc->in));
     zc->out = weft_arena_alloc((size_t)n * sizeof(*zc->out));
+    zc->cma = weft_arena_alloc((size_t)n);
     zc->tmp = weft_arena_alloc(WEFT_ZCOPY_PIECE);
     zc->ops = weft_arena_alloc((size_t)n * sizeof(*zc->ops));
     zc->desc_steps = weft_zcopy_ag_steps(comm, ZD_WORDS, &zc->desc_nsteps);
     zc->word_steps = weft_zcopy_ag_steps(comm, 1, &zc->word_nsteps);
     if (zc->descs == NULL || zc->words == NULL || zc->in == NULL || zc->out == NULL ||
-        zc->tmp == NULL || zc->ops == NULL || zc->desc_steps == NULL || zc->word_steps == NULL)
+        zc->cma == NULL || zc->tmp == NULL || zc->ops == NULL || zc->desc_steps == NULL ||
+        zc->word_steps == NULL)
         goto oom;
     size_t in, out;
     weft_zcopy_sizes(task, &in, &out);
@@ -305,7 +317,41 @@ int weft_zcopy_gated(const struct weft_zcopy_op *zc, struct weft_lane *lane)
     return 0;
 }
 
-/* Maps every buffer this rank needs; 1 when all could be. */
+/*
+ * An all-gather's input of peer p that could not be mapped, read straight into block p of this
+ * rank's output with process_vm_readv (cross memory attach: one copy, in the kernel). Done
+ * before the vote: the peer's input is valid and unchanging from its descriptor until the done
+ * exchange, and this rank writes only its own output's block p, which the normal path (should
+ * any rank vote no) writes again. Needs another process in this PID namespace (the pid must mean
+ * that process) and ptrace rights over it (same user, Yama permitting); 1 when all was read.
+ */
+static int weft_zcopy_cma_read(struct ncclComm *comm, int p, const uint64_t *d, char *dst,
+                               size_t bytes)
+{
+    const struct weft_peer_info *pi = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
+    if (!weft_param_ZcopyCma() || pi->pid_ns != self->pid_ns || pi->pid_ns == 0 ||
+        pi->pid == self->pid)
+        return 0;
+    size_t done = 0;
+    while (done < bytes) {
+        struct iovec local = {dst + done, bytes - done};
+        struct iovec remote = {(char *)(uintptr_t)d[ZB_PTR] + done, bytes - done};
+        ssize_t got = process_vm_readv(pi->pid, &local, 1, &remote, 1, 0);
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            WEFT_INFO(WEFT_LOG_REG, "rank %d: cannot read peer %d's input (pid %d) with "
+                      "process_vm_readv: %s", comm->rank, p, pi->pid,
+                      got < 0 ? strerror(errno) : "nothing read");
+            return 0;
+        }
+        done += (size_t)got;
+    }
+    return 1;
+}
+
+/* Maps (or, an all-gather's inputs, reads) every buffer this rank needs; the vote: 1 when all
+ * could be mapped, 2 when all could be had but some were read, 0 otherwise. */
 static int weft_zcopy_map_all(struct weft_zcopy_op *zc)
 {
     const struct weft_task *task = zc->task;
@@ -313,7 +359,8 @@ static int weft_zcopy_map_all(struct weft_zcopy_op *zc)
     size_t in, out;
     weft_zcopy_sizes(task, &in, &out);
     /* All-reduce pushes results into every output; the others write only their own. */
-    int push = task->coll == WEFT_COLL_ALLREDUCE;
+    int push = task->coll == WEFT_COLL_ALLREDUCE, vote = 1;
+    memset(zc->cma, 0, (size_t)comm->nranks);
     for (int p = 0; p < comm->nranks; p++) {
         const uint64_t *d = &zc->descs[(size_t)p * ZD_WORDS];
         if (d[ZD_VERSION] != WEFT_ZCOPY_VERSION || d[ZD_CALL] != zc->desc[ZD_CALL] ||
@@ -329,13 +376,22 @@ static int weft_zcopy_map_all(struct weft_zcopy_op *zc)
             continue;
         }
         zc->in[p] = weft_zcopy_map_buf(comm, p, d[ZD_NONCE], &d[ZD_BUF], in);
+        if (zc->in[p] == NULL && task->coll == WEFT_COLL_ALLGATHER) {
+            char *dst = (char *)task->recvbuf + (size_t)p * in;
+            if (!weft_zcopy_cma_read(comm, p, &d[ZD_BUF], dst, in))
+                return 0;
+            zc->cma[p] = 1;
+            zc->in[p] = dst;
+            vote = 2;
+            continue;
+        }
         zc->out[p] = push ? weft_zcopy_map_buf(comm, p, d[ZD_NONCE], &d[ZD_BUF + ZD_BUF_WORDS],
                                                out)
                           : NULL;
         if (zc->in[p] == NULL || (push && zc->out[p] == NULL))
             return 0;
     }
-    return 1;
+    return vote;
 }
 
 /*
@@ -390,7 +446,7 @@ static void weft_zcopy_data(struct weft_zcopy_op *zc, char *tmp)
     if (task->coll == WEFT_COLL_ALLGATHER) {
         for (int k = 0; k < n; k++) {
             char *dst = zc->out[me] + (size_t)k * count * es;
-            if (dst != zc->in[k])
+            if (dst != zc->in[k] && !zc->cma[k])
                 weft_zcopy_put(dst, zc->in[k], count * es);
         }
         goto fence;
@@ -442,9 +498,11 @@ int weft_zcopy_next(struct weft_zcopy_op *zc, struct weft_lane *lane)
         weft_zcopy_lane_words(lane, &zc->word, zc->words, zc->word_steps, zc->word_nsteps);
         return 1;
     case ZC_VOTE: {
-        int all = 1;
-        for (int p = 0; p < n; p++)
-            all &= zc->words[p] == 1;
+        int all = 1, cma = 0;
+        for (int p = 0; p < n; p++) {
+            all &= zc->words[p] == 1 || zc->words[p] == 2;
+            cma |= zc->words[p] == 2;
+        }
         if (!all) {
             /* Nothing was written yet: every rank runs the normal schedules. */
             WEFT_INFO(WEFT_LOG_REG, "rank %d: %s of %zu elements: not every rank registered "
@@ -458,9 +516,10 @@ int weft_zcopy_next(struct weft_zcopy_op *zc, struct weft_lane *lane)
         weft_zcopy_data(zc, zc->tmp);
         zc->direct = 1;
         zc->decided = 1;
-        __atomic_fetch_add(&comm->zcopy_ops, 1, __ATOMIC_RELAXED);
-        WEFT_INFO(WEFT_LOG_REG, "rank %d: %s of %zu elements ran zero-copy", comm->rank,
-                  zc->task->api, zc->task->count);
+        /* Every rank counts the same kind: the votes are the same everywhere. */
+        __atomic_fetch_add(cma ? &comm->zcopy_cma_ops : &comm->zcopy_ops, 1, __ATOMIC_RELAXED);
+        WEFT_INFO(WEFT_LOG_REG, "rank %d: %s of %zu elements ran zero-copy%s", comm->rank,
+                  zc->task->api, zc->task->count, cma ? " (inputs read with process_vm_readv)" : "");
         zc->phase = ZC_DONE;
         weft_zcopy_lane_words(lane, &zc->word, zc->words, zc->word_steps, zc->word_nsteps);
         return 1;
@@ -486,4 +545,9 @@ void weft_zcopy_fini(struct ncclComm *comm)
 uint64_t weft_zcopy_count(struct ncclComm *comm)
 {
     return __atomic_load_n(&comm->zcopy_ops, __ATOMIC_RELAXED);
+}
+
+uint64_t weft_zcopy_cma_count(struct ncclComm *comm)
+{
+    return __atomic_load_n(&comm->zcopy_cma_ops, __ATOMIC_RELAXED);
 }

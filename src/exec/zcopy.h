@@ -19,8 +19,12 @@
  *      number, must never map the wrong memory). Mappings are cached on the communicator per
  *      (owner, memfd inode) and unmapped when it is freed; a mapping holds the memfd's pages, so
  *      one whose block the owner freed stays valid memory (it is simply never matched again);
- *   3. votes: a second all-gather of "I could map everything": zero-copy only if every rank
- *      could; otherwise every rank runs the task's normal schedules (nothing was written yet);
+ *      an all-gather's input it cannot map (unregistered) a rank reads instead, from another
+ *      process of its PID namespace, with process_vm_readv straight into its output
+ *      (WEFT_ZCOPY_CMA; a failed read is a no vote);
+ *   3. votes: a second all-gather of "I could map (or read) everything": zero-copy only if every
+ *      rank could; otherwise every rank runs the task's normal schedules (nothing was written
+ *      yet but blocks of an all-gather's output the normal path writes again);
  *   4. the data: all-reduce: rank i reduces block i of every rank's input in rank order 0..n-1
  *      (deterministic, the operator's pre-multiplication once per input and integer avg's
  *      division at the end, as the normal path) and writes the result into block i of every
@@ -83,5 +87,7 @@ void weft_zcopy_fini(struct ncclComm *comm);
 
 /* Collectives comm has run zero-copy (for tests). */
 uint64_t weft_zcopy_count(struct ncclComm *comm);
+/* All-gathers that ran zero-copy reading some peers' unregistered inputs (process_vm_readv). */
+uint64_t weft_zcopy_cma_count(struct ncclComm *comm);
 
 #endif

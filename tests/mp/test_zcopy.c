@@ -8,8 +8,10 @@
  * Usage: test_zcopy -n NRANKS -c CASE [-t SECONDS]
  *   reg      every rank registers its ncclMemAlloc buffers: every operation runs zero-copy
  *   sub      buffers inside larger ncclMemAlloc blocks, at an offset, only they registered
- *   mixed    rank 0's buffers come from malloc, unregistered: every rank falls back, still right
- *   dereg    registered, then deregistered before use: falls back
+ *   mixed    rank 0's buffers come from malloc, unregistered: every rank falls back, still right,
+ *            except all-gather: the others read rank 0's input with process_vm_readv
+ *            (weft_zcopy_cma_count; with WEFT_ZCOPY_CMA=0 it falls back too)
+ *   dereg    registered, then deregistered before use: falls back (all-gather: as mixed)
  *   threads  ranks as threads of one process (ncclCommInitAll), malloc buffers registered
  *   kill     rank 1 is killed as it issues a zero-copy all-reduce: the others fail naming it
  *   mismatch rank 0 all-reduces another count: every rank fails, none crashes
@@ -219,9 +221,10 @@ static int verify(struct rank_bufs *b, int coll, int t, int op, size_t count, in
 
 /*
  * Every case over the nlocal ranks of this process (1, or all of them as threads: then each call
- * is a group over them). want_zcopy: every operation must have run zero-copy, or none.
+ * is a group over them). want_zcopy: every operation must have run zero-copy, or none;
+ * want_cma: every all-gather must have read unregistered inputs (process_vm_readv), or none.
  */
-static void run_all(struct rank_bufs *bufs, int nlocal, int want_zcopy)
+static void run_all(struct rank_bufs *bufs, int nlocal, int want_zcopy, int want_cma)
 {
     for (int coll = 0; coll < NCOLLS; coll++)
         for (int t = 0; t < NTYPES; t++)
@@ -234,10 +237,12 @@ static void run_all(struct rank_bufs *bufs, int nlocal, int want_zcopy)
                             continue;
                         size_t count = g_counts_run[ci];
                         int aop = coll == C_ALLGATHER ? -1 : op;
-                        uint64_t before[MAX_RANKS];
+                        uint64_t before[MAX_RANKS], before_cma[MAX_RANKS];
+                        int cma = want_cma && coll == C_ALLGATHER;
                         for (int i = 0; i < nlocal; i++) {
                             fill(&bufs[i], coll, t, aop, count, inplace);
                             before[i] = weft_zcopy_count(bufs[i].comm);
+                            before_cma[i] = weft_zcopy_cma_count(bufs[i].comm);
                         }
                         ncclResult_t res = ncclSuccess;
                         if (nlocal > 1)
@@ -250,7 +255,17 @@ static void run_all(struct rank_bufs *bufs, int nlocal, int want_zcopy)
                             int ok = check(res, bufs[i].rank, coll_names[coll]) &&
                                      verify(&bufs[i], coll, t, aop, count, inplace);
                             uint64_t ran = weft_zcopy_count(bufs[i].comm) - before[i];
-                            if (ok && ran != (uint64_t)want_zcopy) {
+                            uint64_t ran_cma =
+                                weft_zcopy_cma_count(bufs[i].comm) - before_cma[i];
+                            if (ok && ran_cma != (uint64_t)cma) {
+                                if (g_printed++ < 20)
+                                    fprintf(stderr, "rank %d: FAIL %s %s type %d: %s\n",
+                                            bufs[i].rank, g_case, coll_names[coll], t,
+                                            cma ? "did not read the inputs with process_vm_readv"
+                                                : "read inputs with process_vm_readv");
+                                ok = 0;
+                            }
+                            if (ok && ran != (uint64_t)(want_zcopy && !cma)) {
                                 if (g_printed++ < 20)
                                     fprintf(stderr, "rank %d: FAIL %s %s type %d: %s\n",
                                             bufs[i].rank, g_case, coll_names[coll], t,
@@ -324,7 +339,9 @@ static int rank_main(int rank, ncclUniqueId id)
         return !ok;
     }
     int want = strcmp(g_case, "reg") == 0 || strcmp(g_case, "sub") == 0;
-    run_all(&b, 1, want);
+    const char *cma_knob = getenv("WEFT_ZCOPY_CMA");
+    int want_cma = !want && (cma_knob == NULL || strcmp(cma_knob, "0") != 0);
+    run_all(&b, 1, want, want_cma);
     if (want) {
         /* Two zero-copy all-reduces of one group, in place on either buffer: they run in issue
          * order on the same connections, both right. */
@@ -389,7 +406,7 @@ static int threads_main(void)
         if (!bufs_setup(&bufs[r], 0, 1, 0))
             return 1;
     }
-    run_all(bufs, g_nranks, 1);
+    run_all(bufs, g_nranks, 1, 0);
     for (int r = 0; r < g_nranks; r++) {
         bufs_free(&bufs[r], 0);
         check(ncclCommDestroy(comms[r]), r, "ncclCommDestroy");
