@@ -44,6 +44,8 @@ WEFT_PARAM_DECL(Timeout);
 #define WEFT_SIG_TELL_TRIES 3
 /* sig_comm.tell[r]: rank r has the STATE note of the operation told_seq names. */
 #define WEFT_SIG_TOLD 0xff
+/* A MISMATCH note that failed is sent again this often while its sender waits for the answer. */
+#define WEFT_SIG_RESEND_NS 100000000ull
 /* A blocked operation tells every rank where it is after this long (or sooner, see below). */
 #define WEFT_SIG_TELL_NS 1000000000ull
 
@@ -341,13 +343,6 @@ static int sig_note_send(struct ncclComm *comm, int r, const struct weft_sig_not
     return res == ncclSuccess;
 }
 
-/* To every other rank whose process may still live. */
-static void sig_note_send_all(struct ncclComm *comm, const struct weft_sig_note *n)
-{
-    for (int r = 0; r < comm->nranks; r++)
-        sig_note_send(comm, r, n);
-}
-
 /* Same kind of sequence (collectives count together; point-to-point per peer). */
 static int sig_same_stream(const struct weft_op_sig *a, const struct weft_op_sig *b)
 {
@@ -428,25 +423,38 @@ ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, ui
             memset(&s->notes[r], 0, sizeof(s->notes[r]));
     struct weft_sig_note n;
     sig_note_fill(comm, WEFT_SIG_NOTE_MISMATCH, mine, -1, 0, peer, &n);
-    if (sig_is_p2p(mine->coll)) {
-        /* Only the pair is involved: the other ranks' operations go on. */
-        if (peer >= 0)
-            sig_note_send(comm, peer, &n);
-    } else {
-        sig_note_send_all(comm, &n);
-    }
+    /* Only the pair is involved in point-to-point: the other ranks' operations go on. */
+    int everyone = !sig_is_p2p(mine->coll);
+    /* unsent[r]: the note to r failed (the peer busy, a timeout under load); sent again while
+     * this rank waits for the answer, which that rank can give only once it has heard. */
+    uint8_t *unsent = calloc((size_t)comm->nranks, 1);
+    for (int r = 0; r < comm->nranks; r++)
+        if ((everyone || r == peer) && r != comm->rank && !sig_note_send(comm, r, &n) &&
+            unsent != NULL)
+            unsent[r] = 1;
     s->mismatch_seq = mine->seq + 1;
     /* Wait for the other side's signature: it answers once it hears ours (or finds it too). */
-    uint64_t t0 = weft_time_ns();
+    uint64_t t0 = weft_time_ns(), resent = t0;
     int other = -1;
     for (;;) {
         sig_note_drain(comm);
         other = sig_other(comm, mine, peer);
-        if (other >= 0 || weft_time_ns() - t0 > WEFT_SIG_GATHER_NS ||
+        uint64_t now = weft_time_ns();
+        int pending = 0; /* ranks that still wait for this note, though this rank has its answer */
+        if (unsent != NULL && now - resent > WEFT_SIG_RESEND_NS) {
+            resent = now;
+            for (int r = 0; r < comm->nranks; r++)
+                if (unsent[r] && sig_note_send(comm, r, &n))
+                    unsent[r] = 0;
+        }
+        for (int r = 0; unsent != NULL && r < comm->nranks; r++)
+            pending |= unsent[r];
+        if ((other >= 0 && !pending) || now - t0 > WEFT_SIG_GATHER_NS ||
             __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
             break;
         usleep(2000);
     }
+    free(unsent);
     char a[160], b[160];
     weft_sig_format(mine, a, sizeof(a));
     if (other >= 0) {
