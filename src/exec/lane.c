@@ -122,16 +122,9 @@ int weft_lane_check_mismatch(struct weft_lane *lane, int checks)
     return -1;
 }
 
-/*
- * Doorbells are rung once per call, after every post it made (weft_doorbell_ring_many: one fence,
- * not one per post), except after a large slice: its copy took long enough that a sleeping peer
- * must hear of it at once, not after the next slices.
- */
 int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked_send_p)
 {
-    int moved = 0, res = 0;
-    struct weft_doorbell *bells[2 * WEFT_LANE_BUDGET];
-    int nbells = 0;
+    int moved = 0;
     for (int budget = 0; budget < WEFT_LANE_BUDGET && lane->cur < lane->nsteps; budget++) {
         const struct weft_step *s = &lane->steps[lane->cur];
         size_t es = lane->elem_size;
@@ -182,15 +175,13 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
                 lane->error_got_bytes = in_hdr->bytes;
                 lane->error_want_bytes = nbytes;
                 lane->error_sig = sig;
-                res = -1;
-                break;
+                return -1;
             }
             if (in_hdr->bytes != nbytes) {
                 lane->error_peer = s->recv_peer;
                 lane->error_got_bytes = in_hdr->bytes;
                 lane->error_want_bytes = nbytes;
-                res = -1;
-                break;
+                return -1;
             }
             in = (const char *)in_hdr + WEFT_SLOT_HEADER;
         }
@@ -234,20 +225,14 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
             out_hdr->sig = lane->sig;
             __atomic_store_n(&out_hdr->seq, sc->step + 1, __ATOMIC_RELEASE);
             sc->step++;
-            if (sc->peer_bell != NULL)
-                bells[nbells++] = sc->peer_bell;
+            weft_doorbell_ring(sc->peer_bell);
             lane->bytes_sent += nbytes;
         }
         if (rc != NULL) {
             __atomic_store_n(&rc->ctrl->head, rc->step + 1, __ATOMIC_RELEASE);
             rc->step++;
-            if (rc->peer_bell != NULL)
-                bells[nbells++] = rc->peer_bell;
+            weft_doorbell_ring(rc->peer_bell);
             lane->bytes_recv += nbytes;
-        }
-        if (nbytes > WEFT_LL_PAYLOAD) {
-            weft_doorbell_ring_many(bells, nbells);
-            nbells = 0;
         }
         moved = 1;
         lane->cur_done += n;
@@ -256,6 +241,5 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
             lane->cur_done = 0;
         }
     }
-    weft_doorbell_ring_many(bells, nbells);
-    return res < 0 ? res : moved;
+    return moved;
 }

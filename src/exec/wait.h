@@ -39,46 +39,17 @@ void weft_eventfd_signal(int efd);
 /* Sleeps while *addr == expected, at most timeout_ns; returns early on a wake or signal. */
 void weft_futex_wait(uint32_t *addr, uint32_t expected, uint64_t timeout_ns);
 
-/* Wakes bell's owner if it sleeps; the caller has fenced after its posts. */
-static inline void weft_doorbell_wake(struct weft_doorbell *bell)
+static inline void weft_doorbell_ring(struct weft_doorbell *bell)
 {
+    if (bell == 0)
+        return;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__atomic_load_n(&bell->sleepers, __ATOMIC_RELAXED) != 0) {
         __atomic_fetch_add(&bell->seq, 1, __ATOMIC_SEQ_CST);
         if (bell->kind == WEFT_BELL_EVENTFD)
             weft_eventfd_signal(bell->efd);
         else
             weft_futex_wake(&bell->seq);
-    }
-}
-
-static inline void weft_doorbell_ring(struct weft_doorbell *bell)
-{
-    if (bell == 0)
-        return;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    weft_doorbell_wake(bell);
-}
-
-/*
- * Rings bells[0 .. n) (none NULL) after several posts with one fence: each post's store comes
- * before it, so a sleeper that registered after our load of its `sleepers` sees every post when
- * it re-checks (the argument above, for all of them at once). A fence costs ~8 ns: one per post
- * was 2 (n - 1) of them per small direct all-reduce on n ranks. A bell listed twice (both
- * directions of one peer) is rung once; the duplicates are looked for only where one sleeps.
- */
-static inline void weft_doorbell_ring_many(struct weft_doorbell *const *bells, int n)
-{
-    if (n == 0)
-        return;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    for (int i = 0; i < n; i++) {
-        if (__atomic_load_n(&bells[i]->sleepers, __ATOMIC_RELAXED) == 0)
-            continue; /* the common case: its owner is awake */
-        int seen = 0;
-        for (int j = 0; j < i && !seen; j++)
-            seen = bells[j] == bells[i];
-        if (!seen)
-            weft_doorbell_wake(bells[i]);
     }
 }
 
