@@ -479,13 +479,13 @@ static int weft_exec_resume_lane(const struct weft_exec_lane *lanes, int nlanes)
  * wait for is done (the caller adds them, weft_exec_resume, and calls again). */
 static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int resuming)
 {
-    int64_t spins, yields;
-    weft_exec_wait_policy(lanes[0].task->comm, &spins, &yields);
+    /* The wait policy and the lanes' communicators are looked at only once a round finds
+     * nothing to do: a lane that never waits skips them, and a rank that waits for its peer
+     * spends that time anyway (a clock read and four knob reads off the 8 B path). */
+    int64_t spins = -1, yields = 0;
     int64_t idle = 0;
     uint64_t idle_since = 0, last_check = 0;
     int multi_comm = 0;
-    for (int i = 1; i < nlanes; i++)
-        multi_comm |= lanes[i].task->comm != lanes[0].task->comm;
     for (;;) {
         struct weft_exec_block block = {-1, -1, 0};
         int ndone = 0;
@@ -500,6 +500,11 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int 
             idle = 0;
             idle_since = 0;
             continue;
+        }
+        if (__builtin_expect(spins < 0, 0)) {
+            weft_exec_wait_policy(lanes[0].task->comm, &spins, &yields);
+            for (int i = 1; i < nlanes; i++)
+                multi_comm |= lanes[i].task->comm != lanes[0].task->comm;
         }
         if (++idle <= spins) {
             weft_cpu_relax();
