@@ -265,6 +265,7 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
     free(comm->ring);
     free(comm->ring_pos);
     weft_sig_fini(comm);
+    free(comm->exec_cache);
     weft_zcopy_fini(comm);
     weft_mem_reg_drop(comm);
     pthread_mutex_destroy(&comm->reg_lock);

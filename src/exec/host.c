@@ -82,8 +82,77 @@ struct weft_exec_lane {
 };
 
 
+/*
+ * The schedule cache: the step lists of a communicator's last collective that ran alone (the
+ * executor's only task), so that the same call again, the small-operation loop of every training
+ * step and benchmark, skips choosing the algorithm and building the steps (8 B all-reduce: ~30 ns
+ * of ~170 per operation at 1 rank). A schedule's inputs that vary between calls are the
+ * collective, count, element size and root (the tuner's choice is a function of those and of the
+ * communicator's shared values, comm->tune; channels, chunk, ring and rank are the
+ * communicator's), so a cached list is exactly what every rank would build again. Buffers are not
+ * in the steps (offsets only). Cached calls log no TUNING line: the choice was logged when built.
+ * Only short lists are kept, and only for a lone task, so no running lane reads a list while it
+ * is rewritten; the communicator's tickets keep two threads from using it at once. Zero-copy
+ * candidates (exec/zcopy.h) take their own path and are never cached.
+ */
+#define WEFT_EXEC_CACHE_STEPS 64
+
+struct weft_exec_cache {
+    int valid;
+    int coll;
+    uint64_t count;
+    size_t es;
+    int root;
+    int a2a_in_place; /* an in-place all-to-all's schedule differs (weft_exec_build) */
+    uint64_t nsteps[WEFT_MAX_CHANNELS]; /* channel c's list: steps[c * ...] packed in order */
+    struct weft_step steps[WEFT_EXEC_CACHE_STEPS];
+};
+
+/* comm's cache entry for task when it holds that schedule, else NULL. */
+static const struct weft_exec_cache *weft_exec_cache_find(const struct ncclComm *comm,
+                                                          const struct weft_task *task, size_t es,
+                                                          int a2a_in_place)
+{
+    const struct weft_exec_cache *c = comm->exec_cache;
+    if (c == NULL || !c->valid || c->coll != task->coll || c->count != task->count ||
+        c->es != es || c->root != task->root || c->a2a_in_place != a2a_in_place)
+        return NULL;
+    return c;
+}
+
+/* Keeps the lists of lanes[0 .. nch) (task's, just built) in comm's cache when they are short. */
+static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task *task, size_t es,
+                                  int a2a_in_place, struct weft_exec_lane *lanes, int nch)
+{
+    uint64_t total = 0;
+    for (int c = 0; c < nch; c++)
+        total += lanes[c].lane.nsteps;
+    if (total > WEFT_EXEC_CACHE_STEPS)
+        return;
+    if (comm->exec_cache == NULL) {
+        comm->exec_cache = malloc(sizeof(struct weft_exec_cache));
+        if (comm->exec_cache == NULL)
+            return; /* no cache: every call builds, as without one */
+    }
+    struct weft_exec_cache *e = comm->exec_cache;
+    *e = (struct weft_exec_cache){
+        .valid = 1,
+        .coll = task->coll,
+        .count = task->count,
+        .es = es,
+        .root = task->root,
+        .a2a_in_place = a2a_in_place};
+    struct weft_step *at = e->steps;
+    for (int c = 0; c < nch; c++) {
+        e->nsteps[c] = lanes[c].lane.nsteps;
+        memcpy(at, lanes[c].steps, lanes[c].lane.nsteps * sizeof(*at));
+        at += lanes[c].lane.nsteps;
+    }
+}
+
+/* Builds the lanes of tasks[0 .. ntasks); `cache`: a lone task, which may use comm->exec_cache. */
 static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const uint64_t *recs,
-                                    struct weft_exec_lane **lanes_p, int *nlanes_p)
+                                    int cache, struct weft_exec_lane **lanes_p, int *nlanes_p)
 {
     int total = 0;
     for (int t = 0; t < ntasks; t++)
@@ -93,6 +162,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         WEFT_WARN("out of memory building %d lanes", total);
         return ncclSystemError;
     }
+    int sig_on = weft_sig_enabled();
     int n = 0;
     for (int t = 0; t < ntasks; t++) {
         struct weft_task *task = &tasks[t];
@@ -101,46 +171,60 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         uint64_t seq = ++comm->op_seq;
         int p2p = weft_task_is_p2p(task);
         int nch = p2p ? 1 : comm->nchannels;
-        int algo = weft_tune_algo(task->coll, task->count * es, &comm->tune);
         /* In place, an all-to-all takes the direct order, which sends every block of a piece
          * before it receives into any: the pairwise order would overwrite blocks before sending
          * them, and needed a copy of the whole input (algo/sched.c, DIRECT ALLTOALL). */
-        if (task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf)
-            algo = WEFT_ALGO_DIRECT;
+        int a2a_in_place = task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf;
+        int zc = !p2p && weft_zcopy_candidate(task);
+        const struct weft_exec_cache *hit =
+            cache && !zc ? weft_exec_cache_find(comm, task, es, a2a_in_place) : NULL;
+        const struct weft_step *cached = hit != NULL ? hit->steps : NULL;
+        int algo = hit != NULL       ? -1
+                   : a2a_in_place ? WEFT_ALGO_DIRECT
+                                  : weft_tune_algo(task->coll, task->count * es, &comm->tune);
         /* Element sizes are powers of two: a shift, not a 64-bit division (~40 cycles). */
         uint64_t chunk = (weft_slot_payload(comm->slot_bytes) * WEFT_CHUNK_SLOTS) >>
                          __builtin_ctzll(es);
+        int ll = weft_tune_ll(&comm->tune.cfg, task->coll);
+        uint32_t sig = sig_on ? weft_sig_of(comm, recs[t])->hash : 0;
         for (int c = 0; c < nch; c++) {
             struct weft_exec_lane *el = &lanes[n];
-            struct weft_sched_args args = {
-                .coll = task->coll,
-                .algo = algo,
-                .count = task->count,
-                .nranks = comm->nranks,
-                .rank = comm->rank,
-                .root = task->root,
-                .channel = c,
-                .nchannels = nch,
-                .chunk = chunk,
-                .ring = comm->ring,
-                .ring_pos = comm->ring_pos,
-                .local_ranks = comm->hier_k,
-            };
-            uint64_t max = weft_sched_max_steps(&args);
-            el->steps = max > 0 ? weft_arena_alloc(max * sizeof(struct weft_step)) : NULL;
-            if (max > 0 && el->steps == NULL) {
-                WEFT_WARN("out of memory for %llu steps of %s", (unsigned long long)max,
-                          task->api);
-                return ncclSystemError;
-            }
-            uint64_t nsteps = weft_sched_build(&args, el->steps, max);
-            if (nsteps == UINT64_MAX) {
-                WEFT_WARN("%s: no schedule for %s with %d ranks", task->api,
-                          weft_coll_name(task->coll), comm->nranks);
-                return ncclInternalError;
+            if (hit != NULL) {
+                /* Lanes only read their steps: the cached list serves as it is. */
+                el->steps = (struct weft_step *)cached;
+                el->lane.nsteps = hit->nsteps[c];
+                cached += hit->nsteps[c];
+            } else {
+                struct weft_sched_args args = {
+                    .coll = task->coll,
+                    .algo = algo,
+                    .count = task->count,
+                    .nranks = comm->nranks,
+                    .rank = comm->rank,
+                    .root = task->root,
+                    .channel = c,
+                    .nchannels = nch,
+                    .chunk = chunk,
+                    .ring = comm->ring,
+                    .ring_pos = comm->ring_pos,
+                    .local_ranks = comm->hier_k,
+                };
+                uint64_t max = weft_sched_max_steps(&args);
+                el->steps = max > 0 ? weft_arena_alloc(max * sizeof(struct weft_step)) : NULL;
+                if (max > 0 && el->steps == NULL) {
+                    WEFT_WARN("out of memory for %llu steps of %s", (unsigned long long)max,
+                              task->api);
+                    return ncclSystemError;
+                }
+                uint64_t nsteps = weft_sched_build(&args, el->steps, max);
+                if (nsteps == UINT64_MAX) {
+                    WEFT_WARN("%s: no schedule for %s with %d ranks", task->api,
+                              weft_coll_name(task->coll), comm->nranks);
+                    return ncclInternalError;
+                }
+                el->lane.nsteps = nsteps;
             }
             el->lane.steps = el->steps;
-            el->lane.nsteps = nsteps;
             el->key_chan = p2p ? comm->nchannels : c;
             el->key_peer = p2p ? task->root : -1;
             el->key_dir = task->coll == WEFT_COLL_RECV;
@@ -150,8 +234,8 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             el->lane.output = task->recvbuf;
             el->lane.elem_size = es;
             el->lane.op = task->has_redop ? &task->redop : NULL;
-            el->lane.ll = weft_tune_ll(&comm->tune.cfg, task->coll);
-            el->lane.sig = weft_sig_enabled() ? weft_sig_of(comm, recs[t])->hash : 0;
+            el->lane.ll = ll;
+            el->lane.sig = sig;
             weft_lane_init(&el->lane);
             el->task = task;
             el->seq = seq;
@@ -159,7 +243,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             el->done_ns = 0;
             el->zc = NULL;
             el->zc_ctl = c == 0;
-            if (!p2p && (c == 0 ? weft_zcopy_candidate(task) : lanes[n - c].zc != NULL)) {
+            if (zc) {
                 el->zc = c == 0 ? weft_zcopy_begin(task, &el->lane) : lanes[n - c].zc;
                 if (el->zc == NULL)
                     return ncclSystemError;
@@ -175,6 +259,8 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             }
             n++;
         }
+        if (cache && !zc && hit == NULL)
+            weft_exec_cache_store(comm, task, es, a2a_in_place, lanes + n - nch, nch);
     }
     *lanes_p = lanes;
     *nlanes_p = n;
@@ -416,13 +502,13 @@ static int weft_exec_resume_lane(const struct weft_exec_lane *lanes, int nlanes)
  * wait for is done (the caller adds them, weft_exec_resume, and calls again). */
 static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int resuming)
 {
-    int64_t spins, yields;
-    weft_exec_wait_policy(lanes[0].task->comm, &spins, &yields);
+    /* The wait policy and the lanes' communicators are looked at only once a round finds
+     * nothing to do: a lane that never waits skips them, and a rank that waits for its peer
+     * spends that time anyway (a clock read and four knob reads off the 8 B path). */
+    int64_t spins = -1, yields = 0;
     int64_t idle = 0;
     uint64_t idle_since = 0, last_check = 0;
     int multi_comm = 0;
-    for (int i = 1; i < nlanes; i++)
-        multi_comm |= lanes[i].task->comm != lanes[0].task->comm;
     for (;;) {
         struct weft_exec_block block = {-1, -1, 0};
         int ndone = 0;
@@ -437,6 +523,11 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int 
             idle = 0;
             idle_since = 0;
             continue;
+        }
+        if (__builtin_expect(spins < 0, 0)) {
+            weft_exec_wait_policy(lanes[0].task->comm, &spins, &yields);
+            for (int i = 1; i < nlanes; i++)
+                multi_comm |= lanes[i].task->comm != lanes[0].task->comm;
         }
         if (++idle <= spins) {
             weft_cpu_relax();
@@ -818,7 +909,10 @@ static ncclResult_t weft_exec_add_lanes(struct weft_exec_plan *x, int first,
 {
     struct weft_exec_lane *add, *all;
     int nadd, n = *nlanes_p;
-    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, &add, &nadd));
+    /* A lone task (the common case) may take its steps from the communicator's cache. */
+    int cache = first == 0 && x->ntasks == 1;
+    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, cache, &add,
+                               &nadd));
     if (n == 0) {
         all = add;
         goto done;

@@ -77,7 +77,8 @@ static void lane_slice(const struct weft_lane *lane, const struct weft_step *s,
     sl->rc = step_recvs(s->op) ? lane->peers[s->recv_peer].recv : NULL;
     sl->sc = step_sends(s->op) ? lane->peers[s->send_peer].send : NULL;
     size_t slot_bytes = sl->rc != NULL ? sl->rc->slot_bytes : sl->sc->slot_bytes;
-    sl->n = weft_slot_payload(slot_bytes) / es;
+    /* Element sizes are powers of two: a shift, not a 64-bit division on every poll. */
+    sl->n = weft_slot_payload(slot_bytes) >> __builtin_ctzll(es);
     if (sl->n > s->count - lane->cur_done)
         sl->n = s->count - lane->cur_done;
     sl->nbytes = (uint32_t)(sl->n * es);

@@ -108,7 +108,7 @@ struct weft_lane {
     int nranks;
     const void *input;
     void *output;
-    size_t elem_size;
+    size_t elem_size; /* a power of two (every datatype's size) */
     const struct weft_redop *op; /* NULL for collectives without reduction */
     int ll;                      /* small slices may take the connections' LL FIFOs */
     uint32_t sig; /* the operation's signature hash, sent with every slice and compared with
