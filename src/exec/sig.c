@@ -425,8 +425,9 @@ ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, ui
     sig_note_fill(comm, WEFT_SIG_NOTE_MISMATCH, mine, -1, 0, peer, &n);
     /* Only the pair is involved in point-to-point: the other ranks' operations go on. */
     int everyone = !sig_is_p2p(mine->coll);
-    /* unsent[r]: the note to r failed (the peer busy, a timeout under load); sent again while
-     * this rank waits for the answer, which that rank can give only once it has heard. */
+    /* unsent[r]: 1 + the tries again of a note to r that failed (the peer busy, a timeout under
+     * load); sent again while this rank waits for the answer, which r can give only once it has
+     * heard, WEFT_SIG_TELL_TRIES times at most. */
     uint8_t *unsent = calloc((size_t)comm->nranks, 1);
     for (int r = 0; r < comm->nranks; r++)
         if ((everyone || r == peer) && r != comm->rank && !sig_note_send(comm, r, &n) &&
@@ -444,8 +445,8 @@ ncclResult_t weft_sig_mismatch(struct ncclComm *comm, uint64_t rec, int peer, ui
         if (unsent != NULL && now - resent > WEFT_SIG_RESEND_NS) {
             resent = now;
             for (int r = 0; r < comm->nranks; r++)
-                if (unsent[r] && sig_note_send(comm, r, &n))
-                    unsent[r] = 0;
+                if (unsent[r] && (sig_note_send(comm, r, &n) || ++unsent[r] > WEFT_SIG_TELL_TRIES))
+                    unsent[r] = 0; /* sent, or given up: r may have left (refusing connections) */
         }
         for (int r = 0; unsent != NULL && r < comm->nranks; r++)
             pending |= unsent[r];
