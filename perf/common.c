@@ -1412,7 +1412,8 @@ static void usage(const char *prog)
            "[-u,--unalign <num elements>] \n\t"
            "[-H,--host_buffers <0/1> host memory even where a GPU is (default: 0)] \n\t"
            "[-R,--local_register <0/1> 1: buffers from ncclMemAlloc, registered with "
-           "ncclCommRegister (host buffers, Weft only; default: 0)] \n\t"
+           "ncclCommRegister (device memory where a GPU is; -H 1: Weft with WEFT_CUDA=0; "
+           "default: 0)] \n\t"
            "[-S,--time_target <seconds>] iterations per size for timed runs of about this long "
            "(replaces -n; default 0: -n)\n\t"
            "[-k,--repeats <1-64>] timed runs per row: the row shows their median time and "
@@ -1822,15 +1823,27 @@ static void allocate_buffers(struct perf_state *st)
     for (int i = 0; i < st->team.n; i++) {
         struct perf_slot *sl = &st->slots[i];
         if (a->local_register) {
-            /* ncclMemAlloc is host memory in Weft: -R 1 asks for host buffers. */
-            if (st->dev_bufs || strcmp(sl->ctx->library, "weft") != 0) {
-                fprintf(stderr, "perf: -R 1 needs Weft on host buffers (-H 1)\n");
+            /* ncclMemAlloc is device memory on the current device wherever the process has a
+             * CUDA device (NCCL's and Weft's); host memory only in Weft without one. */
+            if (!st->dev_bufs && (strcmp(sl->ctx->library, "weft") != 0 ||
+                                  (st->dm != NULL && st->dm->ndev > 0))) {
+                fprintf(stderr, "perf: -R 1 -H 1: ncclMemAlloc gives host memory only in Weft "
+                                "without a CUDA device (run with WEFT_CUDA=0)\n");
                 exit(2);
             }
+            slot_use(st, i);
             PERF_CHECK(st, st->be->reg_alloc(sl->ctx, buf + slack, &sl->send_alloc,
                                              &sl->send_reg));
             PERF_CHECK(st, st->be->reg_alloc(sl->ctx, buf + slack, &sl->recv_alloc,
                                              &sl->recv_reg));
+            /* Zeroed, so every page is touched before anything is timed. */
+            if (st->dev_bufs) {
+                PERF_CUDACHECK(st, st->dm->memset(sl->send_alloc, 0, buf + slack));
+                PERF_CUDACHECK(st, st->dm->memset(sl->recv_alloc, 0, buf + slack));
+            } else {
+                memset(sl->send_alloc, 0, buf + slack);
+                memset(sl->recv_alloc, 0, buf + slack);
+            }
             sl->send_base = sl->send_alloc;
             sl->recv_base = sl->recv_alloc;
         } else {
@@ -2590,15 +2603,14 @@ static ncclResult_t nccl_be_abort(const struct perf_ctx *ctx)
     return ctx->comm != NULL ? ncclCommAbort(ctx->comm) : ncclSuccess;
 }
 
-/* -R 1 (nccl-tests' --local_register): ncclMemAlloc'd, zeroed (pages faulted in before anything
- * is timed), registered on the rank's communicator. */
+/* -R 1 (nccl-tests' --local_register): ncclMemAlloc'd (on the calling thread's current device
+ * where there is one), registered on the rank's communicator. */
 static ncclResult_t nccl_be_reg_alloc(const struct perf_ctx *ctx, size_t bytes, void **p_p,
                                       void **handle_p)
 {
     ncclResult_t res = ncclMemAlloc(p_p, bytes);
     if (res != ncclSuccess)
         return res;
-    memset(*p_p, 0, bytes);
     res = ncclCommRegister(ctx->comm, *p_p, bytes, handle_p);
     if (res != ncclSuccess)
         ncclMemFree(*p_p);

@@ -273,9 +273,10 @@ struct perf_backend {
     int (*supports)(const struct perf_type *t, int op);
     const char *(*error_string)(ncclResult_t res);
     const char *(*last_error)(void);
-    /* -R 1: a zeroed host buffer of bytes registered on ctx's communicator for zero-copy
-     * (Weft: ncclMemAlloc, whose memory its local peers can map, and ncclCommRegister);
-     * reg_free deregisters and frees it. NULL: the backend cannot (-R 1 is refused). */
+    /* -R 1: a buffer of bytes registered on ctx's communicator for zero-copy (ncclMemAlloc:
+     * device memory on the current device where the process has one, else (Weft) host memory
+     * its local peers can map; then ncclCommRegister); the caller zeroes it. reg_free
+     * deregisters and frees it. NULL: the backend cannot (-R 1 is refused). */
     ncclResult_t (*reg_alloc)(const struct perf_ctx *ctx, size_t bytes, void **p_p,
                               void **handle_p);
     ncclResult_t (*reg_free)(const struct perf_ctx *ctx, void *p, void *handle);

@@ -1,9 +1,14 @@
 /*
- * Host memory for ncclMemAlloc and buffer registration.
+ * Memory for ncclMemAlloc and buffer registration.
  *
- * ncclMemAlloc hands out page-aligned memory backed by a memfd, so that local peers can map the
- * very same pages (through the fd, e.g. pidfd_getfd or /proc/<pid>/fd) and move data with one
- * copy instead of two. A registry maps each allocation to its fd. ncclCommRegister records a
+ * ncclMemAlloc follows NVIDIA's NCCL: in a process with a usable CUDA backend and a current device
+ * (real or emulated) it is device memory on that device, from the ops table's mem_create (cuMem:
+ * granularity-rounded, exportable as a POSIX fd) or, with NCCL_CUMEM_ENABLE=0 or no cuMem in the
+ * driver, its malloc (cudaMalloc); programs cudaMemcpy into it and launch kernels on it. Without
+ * a device (no toolkit, WEFT_CUDA=0) it is page-aligned host memory backed by a memfd, so that
+ * local peers can map the very same pages (through the fd, e.g. pidfd_getfd or /proc/<pid>/fd)
+ * and move data with one copy instead of two. A registry maps each allocation to what backs it;
+ * ncclMemFree releases either kind and refuses any other pointer. ncclCommRegister records a
  * buffer on the communicator's list (comm->regs); the host executor's zero-copy collectives
  * (exec/zcopy.c) ask whether a buffer is registered, and map a peer's through its memfd.
  */
@@ -18,7 +23,7 @@ struct ncclComm;
 
 ncclResult_t weft_mem_alloc(void **ptr_p, size_t size);
 ncclResult_t weft_mem_free(void *ptr);
-/* The memfd and offset behind ptr if it lies in an ncclMemAlloc allocation (and, when block_p is
+/* The memfd and offset behind ptr if it lies in a host (memfd) ncclMemAlloc allocation (and, when block_p is
  * not NULL, the allocation's mapped size); -1 otherwise. */
 int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p, size_t *block_p);
 

@@ -136,11 +136,12 @@ mplat_cases=(
     "emu=procs-4-legacy|15|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 4 --timeout 13 $P $L"
 )
 # Registered against unregistered buffers (nccl-tests' -R 1: ncclMemAlloc + ncclCommRegister),
-# rows at 1 MiB and 64 MiB: device buffers, 2 ranks on the GPU in one process; and host buffers
-# (-H 1), 2 processes, where Weft's zero-copy path for registered buffers is. with_reg adds -R 1,
-# or skips the case with the reason (no -R in this tree; -R 1 refusing device buffers).
+# rows at 1 MiB and 64 MiB: device buffers (ncclMemAlloc is device memory on a GPU), 2 ranks on
+# the GPU in one process; and host buffers (-H 1, WEFT_CUDA=0: ncclMemAlloc is host memory only
+# without a CUDA device), 2 processes. with_reg adds -R 1, or skips the case with the reason (no
+# -R in this tree; an older tree whose -R 1 refuses device buffers).
 G="-b 1M -e 64M -f 64 -n 20 -w 3 -c 1"
-W2="\$B/tools/weftrun -n 2 --timeout 8"
+W2="env WEFT_CUDA=0 \$B/tools/weftrun -n 2 --timeout 8"
 reg_cases=(
     "ar-unreg|10|\$B/perf/all_reduce_perf -g 2 $G"
     "ar-reg|10|with_reg \$B/perf/all_reduce_perf -g 2 $G"
@@ -203,8 +204,8 @@ has_reg() {
     case "$("$1" -h 2>&1)" in *"-R,--local_register"*) return 0 ;; *) return 1 ;; esac
 }
 # with_reg CMD...: runs CMD with -R 1 (registered buffers) after its perf tool (the first word
-# ending in _perf; CMD may start with weftrun). Exit 77 where the tool has no -R, or where its -R 1
-# refuses device buffers (the zero-copy path of registered buffers is for host buffers first).
+# ending in _perf; CMD may start with env or weftrun). Exit 77 where the tool has no -R, or where
+# its -R 1 refuses device buffers (trees before ncclMemAlloc gave device memory).
 with_reg() {
     local a tool="" args=() out rc
     for a in "$@"; do

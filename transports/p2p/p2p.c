@@ -38,8 +38,9 @@
 #include "transport.h"
 
 WEFT_PARAM(CumemEnable, "NCCL_CUMEM_ENABLE", -2,
-           "memory shared between processes for device FIFOs: 1 cuMem (file descriptors passed "
-           "over a Unix socket), 0 legacy CUDA IPC handles, -2 cuMem where the driver has it");
+           "shareable device memory (device FIFOs, ncclMemAlloc): 1 cuMem (file descriptors "
+           "passed over a Unix socket), 0 cudaMalloc and legacy CUDA IPC handles, -2 cuMem "
+           "where the driver has it");
 WEFT_PARAM_DECL(BootstrapTimeout);
 
 #define WEFT_P2P_MAGIC 0x3170327074666577ull /* "weftp2p1" */
