@@ -1074,6 +1074,64 @@ static void p2p_rank(struct world *w, int rank)
     check_res(ncclCommDestroy(comm), ncclSuccess, "p2p destroy");
 }
 
+/* ---- Device buffers (the emulated GPU, or a real one) ------------------------------------------
+ * A client built against NVIDIA's nccl.h would take its CUDA runtime from libcudart; here the
+ * device runtime is Weft's own forward of its CUDA backend (weft.h's weftCuda*, looked up with
+ * dlsym so this program still needs nothing but the toolkit's nccl.h). The cases run where that
+ * backend has a device: WEFT_CUDA=emu:2 in the abi_conform_emu test. */
+
+typedef struct CUevent_st *dev_event_t;
+static struct {
+    const char *(*backend)(void);
+    int (*count)(int *);
+    int (*set)(int);
+    int (*get)(int *);
+    int (*malloc_)(void **, size_t);
+    int (*free_)(void *);
+    int (*memcpy_)(void *, const void *, size_t);
+    int (*memcpy_async)(void *, const void *, size_t, cudaStream_t);
+    int (*stream_create)(cudaStream_t *);
+    int (*stream_destroy)(cudaStream_t);
+    int (*stream_sync)(cudaStream_t);
+    int (*stream_query)(cudaStream_t);
+    int (*event_create)(dev_event_t *);
+    int (*event_record)(dev_event_t, cudaStream_t);
+    int (*event_destroy)(dev_event_t);
+    int (*stream_wait_event)(cudaStream_t, dev_event_t);
+} dv;
+
+/* Returns the number of devices, 0 when there is none (or the functions are missing). */
+static int dev_load(void)
+{
+    int n = 0;
+#define DV(field, name)                                                                            \
+    do {                                                                                           \
+        *(void **)&dv.field = dlsym(RTLD_DEFAULT, name);                                           \
+        if (dv.field == NULL)                                                                      \
+            return 0;                                                                              \
+    } while (0)
+    DV(backend, "weftCudaBackend");
+    DV(count, "weftCudaGetDeviceCount");
+    DV(set, "weftCudaSetDevice");
+    DV(get, "weftCudaGetDevice");
+    DV(malloc_, "weftCudaMalloc");
+    DV(free_, "weftCudaFree");
+    DV(memcpy_, "weftCudaMemcpy");
+    DV(memcpy_async, "weftCudaMemcpyAsync");
+    DV(stream_create, "weftCudaStreamCreate");
+    DV(stream_destroy, "weftCudaStreamDestroy");
+    DV(stream_sync, "weftCudaStreamSynchronize");
+    DV(stream_query, "weftCudaStreamQuery");
+    DV(event_create, "weftCudaEventCreate");
+    DV(event_record, "weftCudaEventRecord");
+    DV(event_destroy, "weftCudaEventDestroy");
+    DV(stream_wait_event, "weftCudaStreamWaitEvent");
+#undef DV
+    if (strcmp(dv.backend(), "none") == 0 || dv.count(&n) != 0)
+        return 0;
+    return n;
+}
+
 /* Layout corners: NULL send buffer on broadcast non-roots and NULL receive buffer on reduce
  * non-roots (NCCL ignores them), buffers not aligned to more than their element (nccl-tests -u),
  * a long group of small operations, a window registered inside a group. */
@@ -1193,15 +1251,35 @@ static void corners_rank(struct world *w, int rank)
             ncclGroupStart();
             res = ncclCommWindowRegister(comm, m, 8192, &win, NCCL_WIN_COLL_SYMMETRIC);
             check_res(group_end(res), ncclSuccess, "ncclCommWindowRegister inside a group");
-            int32_t *b = m, want[2048];
+            /* With a device current, ncclMemAlloc gives device memory (as NVIDIA's NCCL): filled
+             * and read with copies on this rank's own stream (ranks share devices here: the
+             * legacy NULL stream, or a synchronous copy, would wait for a peer's kernel that waits
+             * for this rank). */
+            int on_dev = dev_load() > 0;
+            cudaStream_t st = NULL;
+            if (on_dev)
+                check(dv.stream_create(&st) == 0, "window stream", "failed");
+            int32_t b[2048], want[2048];
             for (int i = 0; i < 2048; i++) {
                 b[i] = pat(rank, 11, (size_t)i);
                 want[i] = 0;
                 for (int q = 0; q < n; q++)
                     want[i] += pat(q, 11, (size_t)i);
             }
-            report_i32("allreduce in place on a window",
-                       ncclAllReduce(b, b, 2048, ncclInt32, ncclSum, comm, NULL), b, want, 2048);
+            if (on_dev)
+                check(dv.memcpy_async(m, b, sizeof(b), st) == 0, "window copy in", "failed");
+            else
+                memcpy(m, b, sizeof(b));
+            res = ncclAllReduce(m, m, 2048, ncclInt32, ncclSum, comm, st);
+            if (on_dev) {
+                check(res != ncclSuccess ||
+                          (dv.memcpy_async(b, m, sizeof(b), st) == 0 && dv.stream_sync(st) == 0),
+                      "window copy out", "failed");
+                dv.stream_destroy(st);
+            } else {
+                memcpy(b, m, sizeof(b));
+            }
+            report_i32("allreduce in place on a window", res, b, want, 2048);
             ncclGroupStart();
             res = ncclCommWindowDeregister(comm, win);
             check_res(group_end(res), ncclSuccess, "ncclCommWindowDeregister inside a group");
@@ -1699,6 +1777,10 @@ static void mem_rank(struct world *w, int rank)
     ncclWindow_t win1 = NULL, win2 = NULL;
     ncclResult_t res;
 
+    /* With a device current ncclMemAlloc gives device memory (NVIDIA's NCCL does too): the
+     * device cases (dev_rank) check it there; these checks read and write it from the host. */
+    if (dev_load() > 0)
+        goto out;
     if (!check_res(ncclCommInitRank(&comm, n, w->id, rank), ncclSuccess, "mem init"))
         goto out;
     /* nccl-tests allocates inside an open group. */
@@ -1908,63 +1990,7 @@ static void case_threads(void)
     run_ranks(&w, 6, multi_rank);
 }
 
-/* ---- Device buffers (the emulated GPU, or a real one) ------------------------------------------
- * A client built against NVIDIA's nccl.h would take its CUDA runtime from libcudart; here the
- * device runtime is Weft's own forward of its CUDA backend (weft.h's weftCuda*, looked up with
- * dlsym so this program still needs nothing but the toolkit's nccl.h). The cases run where that
- * backend has a device: WEFT_CUDA=emu:2 in the abi_conform_emu test. */
-
-typedef struct CUevent_st *dev_event_t;
-static struct {
-    const char *(*backend)(void);
-    int (*count)(int *);
-    int (*set)(int);
-    int (*get)(int *);
-    int (*malloc_)(void **, size_t);
-    int (*free_)(void *);
-    int (*memcpy_)(void *, const void *, size_t);
-    int (*memcpy_async)(void *, const void *, size_t, cudaStream_t);
-    int (*stream_create)(cudaStream_t *);
-    int (*stream_destroy)(cudaStream_t);
-    int (*stream_sync)(cudaStream_t);
-    int (*stream_query)(cudaStream_t);
-    int (*event_create)(dev_event_t *);
-    int (*event_record)(dev_event_t, cudaStream_t);
-    int (*event_destroy)(dev_event_t);
-    int (*stream_wait_event)(cudaStream_t, dev_event_t);
-} dv;
-
-/* Returns the number of devices, 0 when there is none (or the functions are missing). */
-static int dev_load(void)
-{
-    int n = 0;
-#define DV(field, name)                                                                            \
-    do {                                                                                           \
-        *(void **)&dv.field = dlsym(RTLD_DEFAULT, name);                                           \
-        if (dv.field == NULL)                                                                      \
-            return 0;                                                                              \
-    } while (0)
-    DV(backend, "weftCudaBackend");
-    DV(count, "weftCudaGetDeviceCount");
-    DV(set, "weftCudaSetDevice");
-    DV(get, "weftCudaGetDevice");
-    DV(malloc_, "weftCudaMalloc");
-    DV(free_, "weftCudaFree");
-    DV(memcpy_, "weftCudaMemcpy");
-    DV(memcpy_async, "weftCudaMemcpyAsync");
-    DV(stream_create, "weftCudaStreamCreate");
-    DV(stream_destroy, "weftCudaStreamDestroy");
-    DV(stream_sync, "weftCudaStreamSynchronize");
-    DV(stream_query, "weftCudaStreamQuery");
-    DV(event_create, "weftCudaEventCreate");
-    DV(event_record, "weftCudaEventRecord");
-    DV(event_destroy, "weftCudaEventDestroy");
-    DV(stream_wait_event, "weftCudaStreamWaitEvent");
-#undef DV
-    if (strcmp(dv.backend(), "none") == 0 || dv.count(&n) != 0)
-        return 0;
-    return n;
-}
+/* ---- Device cases ---------------------------------------------------------------------------- */
 
 static int dev_ndev;
 
@@ -2008,7 +2034,7 @@ static void dev_rank(struct world *w, int rank)
     int32_t *h = xcalloc(cnt * (size_t)n, 4), *want = xcalloc(cnt * (size_t)n, 4);
     int32_t *ds, *dr;
     int dev = -1, cudev = -1, nlater = 0;
-    void *later[4];
+    void *later[8], *later_mem[2] = {NULL, NULL};
     cudaStream_t later_stream = NULL;
     ncclResult_t res;
 
@@ -2164,8 +2190,8 @@ static void dev_rank(struct world *w, int rank)
     }
 
     /* ncclMemAlloc with a device current (nccl-tests' buffers): filled with cudaMemcpy,
-     * registered, used as both buffers of an all-reduce. (Mixed with cudaMalloc memory it needs
-     * ncclMemAlloc to return device memory, as NCCL does: the devzc branch.) */
+     * registered, used as both buffers of an all-reduce, then mixed with cudaMalloc memory (both
+     * are device memory, as in NCCL). */
     {
         int32_t *m = NULL, *m2 = NULL;
         void *hd = NULL, *hd2 = NULL;
@@ -2192,13 +2218,19 @@ static void dev_rank(struct world *w, int rank)
                   "failed");
             report_i32("allreduce on registered ncclMemAlloc memory with a device", res, h, want,
                        cnt);
+            int32_t *d = dmalloc(cnt * 4);
+            res = ncclAllReduce(m, d, cnt, ncclInt32, ncclSum, comm, st);
+            if (res == ncclSuccess)
+                res = dv.stream_sync(st) == 0 ? ncclSuccess : ncclUnhandledCudaError;
+            memset(h, 0, cnt * 4);
+            check(dv.memcpy_(h, d, cnt * 4) == 0, "cudaMemcpy from cudaMalloc memory", "failed");
+            report_i32("allreduce from ncclMemAlloc into cudaMalloc memory", res, h, want, cnt);
+            later[nlater++] = d; /* freed once every rank is done (below) */
             ncclCommDeregister(comm, hd);
             ncclCommDeregister(comm, hd2);
         }
-        if (m)
-            check_res(ncclMemFree(m), ncclSuccess, "ncclMemFree with a device");
-        if (m2)
-            check_res(ncclMemFree(m2), ncclSuccess, "ncclMemFree with a device 2");
+        later_mem[0] = m; /* ncclMemFree waits for the device too: freed below */
+        later_mem[1] = m2;
     }
     /* cudaMalloc memory registered with ncclCommRegister (PyTorch registers its caching
      * allocator's segments), used, deregistered, used again. */
@@ -2279,6 +2311,9 @@ out:
     pthread_barrier_wait(&w->bar);
     for (int i = 0; i < nlater; i++)
         dv.free_(later[i]);
+    for (int i = 0; i < 2; i++)
+        if (later_mem[i] != NULL)
+            check_res(ncclMemFree(later_mem[i]), ncclSuccess, "ncclMemFree with a device");
     if (st)
         dv.stream_destroy(st);
     if (st2)
