@@ -188,6 +188,10 @@ WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
         WEFT_WARN("ncclCommFinalize: communicator was already finalized");
         return ncclInvalidArgument;
     }
+    /* NCCL refuses to finalize a non-blocking comm whose previous operation is still in progress
+     * (ncclInvalidArgument); ncclCommDestroy still works. NCCL also leaves that error sticky on
+     * the comm: not done here, since the sticky error would cut short the op still running. */
+    WEFT_CHECK(weft_comm_ensure_ready(comm, "ncclCommFinalize"));
     comm->finalized = 1;
     struct weft_finalize_job *f = calloc(1, sizeof(*f));
     if (f == NULL) {
@@ -319,6 +323,8 @@ WEFT_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count)
         WEFT_WARN("ncclCommCount: count is NULL");
         return ncclInvalidArgument;
     }
+    /* NCCL: a non-blocking init still in progress is refused, a sticky error returned. */
+    WEFT_CHECK(weft_comm_ensure_ready(comm, "ncclCommCount"));
     *count = comm->nranks;
     return ncclSuccess;
 }
@@ -330,6 +336,7 @@ WEFT_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
         WEFT_WARN("ncclCommCuDevice: device is NULL");
         return ncclInvalidArgument;
     }
+    WEFT_CHECK(weft_comm_ensure_ready(comm, "ncclCommCuDevice"));
     *device = comm->cuda_dev;
     return ncclSuccess;
 }
@@ -341,6 +348,7 @@ WEFT_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank)
         WEFT_WARN("ncclCommUserRank: rank is NULL");
         return ncclInvalidArgument;
     }
+    WEFT_CHECK(weft_comm_ensure_ready(comm, "ncclCommUserRank"));
     *rank = comm->rank;
     return ncclSuccess;
 }

@@ -814,3 +814,15 @@ ncclResult_t weft_comm_async_state(struct ncclComm *comm)
                __atomic_load_n(&comm->issued, __ATOMIC_ACQUIRE);
     return busy ? ncclInProgress : ncclSuccess;
 }
+
+ncclResult_t weft_comm_ensure_ready(struct ncclComm *comm, const char *api)
+{
+    ncclResult_t state = weft_comm_async_state(comm);
+    if (state == ncclInProgress) {
+        WEFT_WARN("%s: comm %p used before its previous operation returned ncclSuccess (poll "
+                  "ncclCommGetAsyncError until it does)",
+                  api, (void *)comm);
+        return ncclInvalidArgument;
+    }
+    return state;
+}

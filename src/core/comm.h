@@ -225,6 +225,12 @@ ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket);
 void weft_comm_ticket_done(struct ncclComm *comm);
 /* The state ncclCommGetAsyncError reports. */
 ncclResult_t weft_comm_async_state(struct ncclComm *comm);
+/*
+ * As NCCL before it reads a communicator's attributes or finalizes it: ncclInvalidArgument (with a
+ * message naming api) while its previous operation is still ncclInProgress; its sticky error if it
+ * has one; ncclSuccess otherwise. Any thread; does not block.
+ */
+ncclResult_t weft_comm_ensure_ready(struct ncclComm *comm, const char *api);
 /* Frees local resources; peers may be gone. */
 ncclResult_t weft_comm_free(struct ncclComm *comm);
 

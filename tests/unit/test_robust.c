@@ -297,6 +297,19 @@ static void case_init_failed(void)
     EXPECT(res == ncclInProgress || res == ncclSuccess, "init %d", res);
     if (comm == NULL)
         return;
+    /* NCCL's attribute queries and finalize also refuse a comm whose init is pending (they may
+     * not read it before the init is joined) and leave their output alone. */
+    int out = -7;
+    res = ncclCommCount(comm, &out);
+    EXPECT(res == ncclInvalidArgument && out == -7, "count during the init %d (%d)", res, out);
+    res = ncclCommCuDevice(comm, &out);
+    EXPECT(res == ncclInvalidArgument && out == -7, "cu device during the init %d (%d)", res, out);
+    res = ncclCommUserRank(comm, &out);
+    EXPECT(res == ncclInvalidArgument && out == -7, "user rank during the init %d (%d)", res, out);
+    EXPECT(strstr(ncclGetLastError(comm), "ncclCommUserRank") != NULL, "message '%s'",
+           ncclGetLastError(comm));
+    res = ncclCommFinalize(comm);
+    EXPECT(res == ncclInvalidArgument, "finalize during the init %d", res);
     int v = 1;
     res = ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, NULL);
     EXPECT(res == ncclInvalidArgument, "all-reduce during the init %d", res);
@@ -308,6 +321,9 @@ static void case_init_failed(void)
     }
     EXPECT(state != ncclSuccess && state != ncclInProgress, "async state %d", state);
     EXPECT(v == 1, "the all-reduce ran: %d", v);
+    /* Once the init failed, the queries return its error, as NCCL's do. */
+    res = ncclCommCount(comm, &out);
+    EXPECT(res == state && out == -7, "count after the failed init %d (%d)", res, out);
     ncclCommAbort(comm);
 }
 
