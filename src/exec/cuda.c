@@ -95,8 +95,6 @@ struct weft_cuda_clique {
     } rank[];
 };
 
-#define WEFT_CUDA_STAGE_OLD 16
-
 struct weft_cuda_comm {
     int dev;
     int nch;           /* collective channels (blocks) */
@@ -121,13 +119,6 @@ struct weft_cuda_comm {
     int reported; /* the stuck record was turned into an error */
     int dead_peer; /* a peer found gone while the kernels ran (their abort word set), or -1 */
     uint64_t alive_check_ns; /* when peers' liveness may be checked next */
-    /* Copies of in-place all-to-all inputs (the pairwise exchange would overwrite blocks before
-     * sending them). Grown, never shrunk; replaced buffers stay allocated until the communicator
-     * goes, since a captured graph may still copy into them. */
-    char *stage;
-    size_t stage_bytes;
-    void *stage_old[WEFT_CUDA_STAGE_OLD];
-    int nstage_old;
     struct weft_kernel kernel;
 };
 
@@ -247,10 +238,6 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
         ops->event_destroy(cc->ev_out);
     if (cc->ring != NULL)
         ops->free(cc->ring);
-    for (int i = 0; i < cc->nstage_old; i++)
-        ops->free(cc->stage_old[i]);
-    if (cc->stage != NULL)
-        ops->free(cc->stage);
     if (cc->steps != NULL)
         ops->free(cc->steps);
     if (cc->dstate != NULL)
@@ -969,7 +956,13 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     op->seq = ++comm->op_seq;
     op->root = t->root;
     op->coll = (uint8_t)t->coll;
-    op->algo = (uint8_t)weft_tune_algo(t->coll, t->count * es, &comm->tune);
+    /* In place, an all-to-all takes the direct order, as on the host: it sends every block of a
+     * piece before it receives into any (algo/sched.c, DIRECT ALLTOALL), so the kernel needs no
+     * copy of the input; a SEND step has copied its block into the FIFO slot when the lane moves
+     * on. */
+    op->algo = (uint8_t)(t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf
+                             ? WEFT_ALGO_DIRECT
+                             : weft_tune_algo(t->coll, t->count * es, &comm->tune));
     op->dtype = (uint8_t)t->dtype;
     if (t->has_redop) {
         op->has_redop = 1;
@@ -996,68 +989,6 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
         };
         weft_trace_record(comm, &tr);
     }
-}
-
-static int weft_cuda_inplace_a2a(const struct weft_task *t)
-{
-    return t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf;
-}
-
-/*
- * Stages the inputs of the in-place all-to-alls among tasks[idx[0 .. n-1]] (comm's tasks of one
- * launch, params->ops[k] being tasks[idx[k]]; copies on the internal stream, so in stream order)
- * and points the ops there. Grows the staging buffer where needed, which cannot happen under
- * capture.
- */
-static ncclResult_t weft_cuda_stage(struct ncclComm *comm, const struct weft_task *tasks,
-                                    const int *idx, int n, struct weft_dev_params *params)
-{
-    const struct weft_cuda_ops *ops = weft_cuda();
-    struct weft_cuda_comm *cc = comm->cuda;
-    size_t need = 0;
-    for (int k = 0; k < n; k++)
-        if (weft_cuda_inplace_a2a(&tasks[idx[k]]))
-            need += (tasks[idx[k]].count * weft_dtype_size(tasks[idx[k]].dtype) * comm->nranks +
-                     255) & ~(size_t)255;
-    if (need == 0)
-        return ncclSuccess;
-    if (need > cc->stage_bytes) {
-        int capturing = 0;
-        ops->stream_capturing(cc->stream, &capturing);
-        if (capturing) {
-            WEFT_WARN("rank %d: in-place ncclAlltoAll under graph capture needs %zu bytes of "
-                      "staging (have %zu): issue one of that size outside the capture first",
-                      comm->rank, need, cc->stage_bytes);
-            return ncclInvalidUsage;
-        }
-        if (cc->stage != NULL) {
-            if (cc->nstage_old == WEFT_CUDA_STAGE_OLD) {
-                WEFT_CUDA_CALL(ops->stream_synchronize(cc->stream), "cudaStreamSynchronize",
-                               comm->rank);
-                for (int i = 0; i < cc->nstage_old; i++)
-                    ops->free(cc->stage_old[i]);
-                cc->nstage_old = 0;
-            }
-            cc->stage_old[cc->nstage_old++] = cc->stage;
-            cc->stage = NULL;
-            cc->stage_bytes = 0;
-        }
-        WEFT_CUDA_CALL(ops->malloc((void **)&cc->stage, need), "cudaMalloc (all-to-all staging)",
-                       comm->rank);
-        cc->stage_bytes = need;
-    }
-    size_t off = 0;
-    for (int k = 0; k < n; k++) {
-        const struct weft_task *t = &tasks[idx[k]];
-        if (weft_cuda_inplace_a2a(t)) {
-            size_t bytes = t->count * weft_dtype_size(t->dtype) * comm->nranks;
-            WEFT_CUDA_CALL(ops->memcpy_async(cc->stage + off, t->sendbuf, bytes, cc->stream),
-                           "cudaMemcpyAsync (all-to-all staging)", comm->rank);
-            params->ops[k].sendbuf = cc->stage + off;
-            off += (bytes + 255) & ~(size_t)255;
-        }
-    }
-    return ncclSuccess;
 }
 
 /*
@@ -1142,7 +1073,6 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
     struct ncclComm **comms = calloc((size_t)ntasks, sizeof(*comms));
     struct weft_dev_params *params = malloc(sizeof(*params));
     int *phase = calloc((size_t)ntasks, sizeof(int));
-    int idx[WEFT_DEV_MAX_OPS];
     weft_cuda_stream_t streams[WEFT_CUDA_MAX_STREAMS];
     if (comms == NULL || params == NULL || phase == NULL) {
         WEFT_WARN("out of memory launching %d device operations", ntasks);
@@ -1208,11 +1138,9 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             for (int t = 0; t < ntasks; t++) {
                 if (phase[t] < p0 || phase[t] >= p1)
                     continue;
-                idx[params->nops] = t;
                 weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
             }
             p0 = p1;
-            WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, idx, params->nops, params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,

@@ -655,6 +655,81 @@ static int case_graph(void)
     return 0;
 }
 
+/*
+ * An in-place ncclAlltoAll captured in a graph as the comms' first device operation, replayed
+ * with new inputs: the kernel runs the direct order in place (no staging copy, which could not
+ * be allocated under capture: ncclInvalidUsage before). Rank r's block j holds
+ * (r * 1000 + j * 10 + rep) + i % 7; after the exchange block j holds rank j's block r.
+ */
+static float a2a_val(int from, int block, int rep, size_t i)
+{
+    return (float)(from * 1000 + block * 10 + rep) + (float)(i % 7);
+}
+
+static int case_graph_a2a(void)
+{
+    if (!setup_all())
+        return 1;
+    size_t count = 20011; /* per block: several Simple slots per piece, not a multiple of 4 */
+    size_t total = count * (size_t)g_n;
+    float *d[MAXR], *h = malloc(total * sizeof(float));
+    weftCudaGraph_t g[MAXR];
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&d[r], total * sizeof(float)));
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
+    }
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < g_n; r++)
+        check(ncclAlltoAll(d[r], d[r], count, ncclFloat32, g_comms[r], g_bufs[r].stream),
+              "ncclAlltoAll in place under capture");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            for (size_t i = 0; i < total; i++)
+                h[i] = a2a_val(r, (int)(i / count), rep, i % count);
+            CU(cu->memcpy_async(d[r], h, total * sizeof(float), g_bufs[r].stream));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+        }
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
+        }
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+            CU(cu->memcpy_async(h, d[r], total * sizeof(float), g_bufs[r].stream));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+            int ok = 1;
+            for (size_t i = 0; i < total && ok; i++) {
+                float want = a2a_val((int)(i / count), r, rep, i % count);
+                if (h[i] != want) {
+                    fprintf(stderr, "FAIL in-place all-to-all replay %d rank %d index %zu: got %g "
+                            "want %g\n", rep, r, i, h[i], want);
+                    ok = 0;
+                }
+            }
+            tally(ok);
+        }
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaGraphDestroy(g[r]));
+        CU(cu->free(d[r]));
+    }
+    free(h);
+    teardown();
+    return 0;
+}
+
 /* ---- faults ------------------------------------------------------------------------------ */
 
 /* Rank 0 launches an all-reduce its peer never joins. */
@@ -1089,6 +1164,8 @@ int main(int argc, char **argv)
         rc = case_initrank();
     else if (strcmp(c, "graph") == 0)
         rc = case_graph();
+    else if (strcmp(c, "graph-a2a") == 0)
+        rc = case_graph_a2a();
     else if (strcmp(c, "abort") == 0)
         rc = case_abort();
     else if (strcmp(c, "biggroup") == 0)
