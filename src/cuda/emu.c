@@ -443,6 +443,7 @@ struct emu_stream {
 };
 
 struct emu_event {
+    int device;      /* current at cudaEventCreate: it is recorded only on that device's streams */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t rec, done;
@@ -1875,6 +1876,7 @@ static int emu_event_create(weft_cuda_event_t *e_p)
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->refs = 1;
+    e->device = emu_cur_dev;
     pthread_mutex_lock(&emu_mu);
     e->next = emu_events;
     emu_events = e;
@@ -1910,6 +1912,13 @@ static int emu_event_record(weft_cuda_event_t eh, weft_cuda_stream_t sh)
         res = emu_stream_get(sh, "cudaEventRecord", &s);
     if (res != WEFT_CUDA_SUCCESS)
         return res;
+    /* CUDA: recording fails when the event and the stream belong to different devices (waiting
+     * on an event of another device is allowed). */
+    if (e->device != s->device) {
+        WEFT_WARN("emulated cudaEventRecord: event of device %d on a stream of device %d",
+                  e->device, s->device);
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
     pthread_mutex_lock(&emu_mu);
     if (s->cap != NULL) {
         res = s->cap->invalid ? WEFT_CUDA_ERR_CAPTURE_INVALIDATED : WEFT_CUDA_SUCCESS;
@@ -2030,6 +2039,12 @@ static int emu_launch(const struct weft_kernel *k, int grid, int block, size_t s
     int res = emu_stream_get(h, "cudaLaunchKernel", &s);
     if (res != WEFT_CUDA_SUCCESS)
         return res;
+    /* CUDA: a kernel launch fails on a stream not of the current device. */
+    if (s->device != emu_cur_dev) {
+        WEFT_WARN("emulated cudaLaunchKernel %s: stream of device %d, current device %d", k->name,
+                  s->device, emu_cur_dev);
+        return WEFT_CUDA_ERR_INVALID_HANDLE;
+    }
     struct emu_item *it = emu_item_new(EMU_KERNEL, "cudaLaunchKernel");
     if (it == NULL)
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;

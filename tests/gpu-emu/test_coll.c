@@ -126,6 +126,13 @@ static ncclRedOp_t make_op(int r, int t, int op)
     return o;
 }
 
+/* Rank r's stream: its own, or with -s the one of the first rank on its device (CUDA fails an
+ * operation on a stream of another device than the communicator's). */
+static cudaStream_t user_stream(int r)
+{
+    return g_bufs[g_one_stream ? r % g_d : r].stream;
+}
+
 static void run_one(int coll, int t, int op, size_t count, int inplace, int root)
 {
     int n = g_n;
@@ -171,7 +178,7 @@ static void run_one(int coll, int t, int op, size_t count, int inplace, int root
     int ok = check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < n && ok; r++) {
         ncclComm_t c = g_comms[r];
-        cudaStream_t s = g_one_stream ? g_bufs[0].stream : g_bufs[r].stream;
+        cudaStream_t s = user_stream(r);
         ncclResult_t res = ncclSuccess;
         switch (coll) {
         case C_ALLREDUCE: res = ncclAllReduce(inptr[r], outptr[r], count, t, rops[r], c, s); break;
@@ -205,7 +212,7 @@ static void run_one(int coll, int t, int op, size_t count, int inplace, int root
     ok &= check(ncclGroupEnd(), "ncclGroupEnd");
     for (int r = 0; r < n; r++) {
         CU(cu->set_device(g_dev[r]));
-        CU(cu->stream_synchronize(g_one_stream ? g_bufs[0].stream : g_bufs[r].stream));
+        CU(cu->stream_synchronize(user_stream(r)));
         if (coll <= C_REDUCESCATTER && op == OP_PREMUL)
             ncclRedOpDestroy(rops[r], g_comms[r]);
     }
@@ -1116,6 +1123,16 @@ static int case_badbuf(void)
     ncclResult_t r2 = ncclAllReduce(host, d1, 16, ncclFloat32, ncclSum,
                                     g_comms[g_d > 1 ? 1 : 0], g_bufs[0].stream);
     ok &= r2 == ncclInvalidArgument && strstr(ncclGetLastError(NULL), "host memory") != NULL;
+    if (g_d > 1) {
+        /* Rank 1's buffers, on device 1, and a stream of device 0: CUDA fails recording the
+         * comm's event there (NCCL: ncclUnhandledCudaError, "invalid resource handle"). */
+        ncclResult_t r3 = ncclAllReduce(d1, d1, 16, ncclFloat32, ncclSum, g_comms[1],
+                                        g_bufs[0].stream);
+        ok &= r3 == ncclUnhandledCudaError &&
+              strstr(ncclGetLastError(NULL), "cudaEventRecord") != NULL;
+        if (r3 != ncclUnhandledCudaError)
+            fprintf(stderr, "FAIL badbuf: a stream of another device gave %d\n", r3);
+    }
     if (!ok)
         fprintf(stderr, "FAIL badbuf: %s\n", ncclGetLastError(NULL));
     CU(cu->free(d1));
