@@ -327,6 +327,83 @@ static void case_init_failed(void)
     ncclCommAbort(comm);
 }
 
+/* Rank 1 of case_finalize_busy: joins the all-reduce only once rank 0 has tried to finalize. */
+struct busy_peer {
+    ncclUniqueId id;
+    int go;
+    int v;
+    ncclResult_t res;
+};
+
+static ncclResult_t busy_wait(ncclComm_t comm)
+{
+    ncclResult_t state = ncclInProgress;
+    double t0 = now_s();
+    while (state == ncclInProgress && now_s() - t0 < 20) {
+        ncclCommGetAsyncError(comm, &state);
+        if (state == ncclInProgress)
+            usleep(1000);
+    }
+    return state;
+}
+
+static void *busy_peer_run(void *arg)
+{
+    struct busy_peer *b = arg;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t comm = NULL;
+    b->res = ncclCommInitRankConfig(&comm, 2, b->id, 1, &cfg);
+    if (comm == NULL || (b->res = busy_wait(comm)) != ncclSuccess)
+        return NULL;
+    for (int i = 0; i < 20000 && !__atomic_load_n(&b->go, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    ncclAllReduce(&b->v, &b->v, 1, ncclInt32, ncclSum, comm, NULL);
+    if ((b->res = busy_wait(comm)) == ncclSuccess) {
+        ncclCommFinalize(comm);
+        b->res = busy_wait(comm);
+    }
+    ncclCommDestroy(comm);
+    return NULL;
+}
+
+/* ncclCommFinalize while a non-blocking all-reduce still waits for its peer: refused with
+ * ncclInvalidArgument as NCCL does (its previous operation has not returned ncclSuccess); the
+ * op still completes, and ncclCommDestroy right after waits for it and frees the comm. */
+static void case_finalize_busy(void)
+{
+    struct busy_peer b = {.v = 2};
+    EXPECT(ncclGetUniqueId(&b.id) == ncclSuccess, "unique id");
+    pthread_t th;
+    pthread_create(&th, NULL, busy_peer_run, &b);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t comm = NULL;
+    ncclResult_t res = ncclCommInitRankConfig(&comm, 2, b.id, 0, &cfg);
+    EXPECT(comm != NULL && busy_wait(comm) == ncclSuccess, "init %d", res);
+    if (comm == NULL) {
+        __atomic_store_n(&b.go, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        return;
+    }
+    int v = 1;
+    res = ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, NULL);
+    EXPECT(res == ncclInProgress || res == ncclSuccess, "all-reduce %d", res);
+    ncclResult_t state;
+    ncclCommGetAsyncError(comm, &state);
+    EXPECT(state == ncclInProgress, "the all-reduce waits for its peer: %d", state);
+    res = ncclCommFinalize(comm);
+    EXPECT(res == ncclInvalidArgument, "finalize with the all-reduce in flight %d", res);
+    EXPECT(strstr(ncclGetLastError(comm), "ncclCommFinalize") != NULL, "message '%s'",
+           ncclGetLastError(comm));
+    __atomic_store_n(&b.go, 1, __ATOMIC_RELEASE);
+    res = ncclCommDestroy(comm);
+    EXPECT(res == ncclSuccess, "destroy right after %d", res);
+    pthread_join(th, NULL);
+    EXPECT(b.res == ncclSuccess, "peer %d", b.res);
+    EXPECT(v == 3 && b.v == 3, "all-reduce gave %d and %d, want 3", v, b.v);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -342,9 +419,12 @@ int main(int argc, char **argv)
         case_keepalive();
     else if (strcmp(c, "init-failed") == 0)
         case_init_failed();
+    else if (strcmp(c, "finalize-busy") == 0)
+        case_finalize_busy();
     else {
         fprintf(stderr,
-                "usage: test_robust fault-parse|arena|ticket|stream|keepalive|init-failed\n");
+                "usage: test_robust fault-parse|arena|ticket|stream|keepalive|init-failed|\n"
+                "finalize-busy\n");
         return 2;
     }
     printf("%s: %d passed, %d failed\n", c, npass, nfail);
