@@ -39,6 +39,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "core/mem.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
 #include "dev_fifo.h"
@@ -62,10 +63,13 @@ WEFT_PARAM(CudaLlMaxBytes, "WEFT_CUDA_LL_MAX_BYTES", 65536,
            "device operations of up to this many bytes (count x element size) take the LL "
            "protocol where NCCL_PROTO allows both LL and Simple");
 WEFT_PARAM_DECL(Timeout);
+WEFT_PARAM_DECL(ZcopyMinBytes);
 
 /* The emulated build of the kernel (kernels/coll_kernel_emu.cc), and nvcc's, where linked. */
 void weft_coll_kernel_emu(void *params);
 const void *weft_coll_kernel_device_fn(void) __attribute__((weak));
+void weft_zc_kernel_emu(void *params);
+const void *weft_zc_kernel_device_fn(void) __attribute__((weak));
 
 /* weft_cuda_test_kernel's choice (NULL, NULL: the library's kernel). */
 static void (*weft_cuda_test_emu)(void *);
@@ -88,6 +92,11 @@ void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn)
 struct weft_cuda_clique {
     int refs; /* ranks of this process that have not left yet */
     int nranks;
+    /* The direct kernel's exchange (kernels/dev_kernel.h), pinned: zc_nblocks * nranks slots,
+     * then per rank its run counter and skip word (struct weft_cuda_zc_rank). NULL where the
+     * communicator spans processes (every rank then launches no direct kernel). */
+    struct weft_zc_slot *zc;
+    int zc_nblocks;
     struct {
         void *mem[WEFT_DEV_NREGIONS]; /* device FIFOs, host FIFOs (or NULL) */
         int how[WEFT_DEV_NREGIONS];   /* p2p mem_alloc's; -1: plain malloc / host_alloc */
@@ -96,6 +105,17 @@ struct weft_cuda_clique {
 };
 
 #define WEFT_CUDA_STAGE_OLD 16
+
+struct weft_cuda_zc_rank {
+    uint64_t runs;
+    uint32_t skip;
+    uint32_t pad[13];
+};
+
+static struct weft_cuda_zc_rank *weft_cuda_zc_rank(struct weft_cuda_clique *q, int r)
+{
+    return (struct weft_cuda_zc_rank *)(q->zc + (size_t)q->zc_nblocks * (size_t)q->nranks) + r;
+}
 
 struct weft_cuda_comm {
     int dev;
@@ -129,6 +149,7 @@ struct weft_cuda_comm {
     void *stage_old[WEFT_CUDA_STAGE_OLD];
     int nstage_old;
     struct weft_kernel kernel;
+    struct weft_kernel zkernel; /* the direct kernel; emu_fn NULL: none (a test kernel) */
 };
 
 /* Logs a failed CUDA call with its text. */
@@ -274,6 +295,8 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
                 for (int g = 0; g < WEFT_DEV_NREGIONS; g++)
                     weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g);
             }
+            if (q->zc != NULL)
+                ops->host_free(q->zc);
             free(q);
         }
     } else {
@@ -469,6 +492,18 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         }
         clique->refs = nlocal;
         clique->nranks = nranks;
+        if (one_process) {
+            size_t zb = (size_t)cc->nch * (size_t)nranks * sizeof(struct weft_zc_slot) +
+                        (size_t)nranks * sizeof(struct weft_cuda_zc_rank);
+            if (ops->host_alloc((void **)&clique->zc, zb) != 0) {
+                WEFT_WARN("rank %d: cudaHostAlloc (zero-copy exchange, %zu bytes) failed", me, zb);
+                free(clique);
+                res = ncclSystemError;
+                goto err;
+            }
+            memset(clique->zc, 0, zb);
+            clique->zc_nblocks = cc->nch;
+        }
         peers[me].clique = (uint64_t)(uintptr_t)clique;
     }
     /* Nothing may fail between here and joining the clique: every local rank must join it. */
@@ -603,9 +638,13 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     cc->kernel.emu_fn = weft_coll_kernel_emu;
     void (*test_emu)(void *) = __atomic_load_n(&weft_cuda_test_emu, __ATOMIC_ACQUIRE);
     const void *test_dev = __atomic_load_n(&weft_cuda_test_dev, __ATOMIC_ACQUIRE);
+    cc->zkernel.name = "weft_zc_kernel";
+    cc->zkernel.device_fn = weft_zc_kernel_device_fn != NULL ? weft_zc_kernel_device_fn() : NULL;
+    cc->zkernel.emu_fn = weft_zc_kernel_emu;
     if (test_emu != NULL || test_dev != NULL) {
         cc->kernel.emu_fn = test_emu;
         cc->kernel.device_fn = test_dev;
+        cc->zkernel.emu_fn = NULL; /* a test kernel knows no skip word */
     }
     free(conns);
     free(peers);
@@ -998,6 +1037,58 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     }
 }
 
+/*
+ * A launch of the one operation t may go direct (registered buffers read and written in place by
+ * the direct kernel) when this is 1. Decided only from what every rank shares: the collective,
+ * its size against WEFT_ZCOPY_MIN_BYTES, and whether the communicator lives in one process;
+ * never from this rank's registration (the direct kernel votes on that).
+ */
+static int weft_cuda_zc_candidate(const struct ncclComm *comm, const struct weft_task *t)
+{
+    const struct weft_cuda_comm *cc = comm->cuda;
+    int64_t min = weft_param_ZcopyMinBytes();
+    size_t bytes = t->count * weft_dtype_size(t->dtype);
+    return cc->clique != NULL && cc->clique->zc != NULL && cc->zkernel.emu_fn != NULL &&
+           comm->nranks > 1 && min > 0 && bytes >= (size_t)min && bytes > 0 &&
+           (t->coll == WEFT_COLL_ALLREDUCE || t->coll == WEFT_COLL_ALLGATHER ||
+            t->coll == WEFT_COLL_REDUCESCATTER);
+}
+
+/* Launches the direct kernel for params->ops[0] (task t) before its normal launch, which then
+ * skips when the direct kernel did the work. */
+static ncclResult_t weft_cuda_zc_launch(struct ncclComm *comm, const struct weft_task *t,
+                                        struct weft_dev_params *params)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_cuda_comm *cc = comm->cuda;
+    struct weft_cuda_clique *q = cc->clique;
+    size_t bytes = t->count * weft_dtype_size(t->dtype), n = (size_t)comm->nranks;
+    size_t in = t->coll == WEFT_COLL_REDUCESCATTER ? n * bytes : bytes;
+    size_t out = t->coll == WEFT_COLL_ALLGATHER ? n * bytes : bytes;
+    struct weft_cuda_zc_rank *zr = weft_cuda_zc_rank(q, comm->rank);
+    struct weft_zc_params zp;
+    memset(&zp, 0, sizeof(zp));
+    zp.comm = cc->dstate;
+    zp.area = weft_cuda_dev_view(q->zc);
+    zp.skip = weft_cuda_dev_view(&zr->skip);
+    zp.runs = weft_cuda_dev_view(&zr->runs);
+    zp.reg = weft_mem_reg_covers(comm, t->sendbuf, in) && weft_mem_reg_covers(comm, t->recvbuf, out);
+    zp.op = params->ops[0];
+    params->skip = zp.skip;
+    WEFT_CUDA_CALL(ops->launch(&cc->zkernel, q->zc_nblocks, cc->nthreads, WEFT_DEV_SHARED_BYTES,
+                               &zp, sizeof(zp), cc->stream),
+                   "direct kernel launch", comm->rank);
+    return ncclSuccess;
+}
+
+uint64_t weft_cuda_zcopy_count(struct ncclComm *comm)
+{
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL || cc->clique == NULL || cc->clique->zc == NULL)
+        return 0;
+    return __atomic_load_n(&weft_cuda_zc_rank(cc->clique, comm->rank)->runs, __ATOMIC_ACQUIRE);
+}
+
 static int weft_cuda_inplace_a2a(const struct weft_task *t)
 {
     return t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf;
@@ -1213,6 +1304,8 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             }
             p0 = p1;
             WEFT_CHECK_GOTO(weft_cuda_stage(comm, tasks, idx, params->nops, params), res, out);
+            if (params->nops == 1 && weft_cuda_zc_candidate(comm, &tasks[idx[0]]))
+                WEFT_CHECK_GOTO(weft_cuda_zc_launch(comm, &tasks[idx[0]], params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,

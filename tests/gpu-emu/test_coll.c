@@ -13,6 +13,9 @@
  *   multicomm  one group over two communicators (all-reduce on one, all-gather on the other)
  *   initrank   one thread per rank, each ncclCommInitRank on its device and its own stream
  *              (-b: non-blocking communicators, ncclCommInitRankConfig with blocking = 0)
+ *   zcopy      registered device buffers go direct (WEFT_ZCOPY_MIN_BYTES set low): every
+ *              candidate collective x type x op x in/out of place checked and counted
+ *              (weft_zcopy_count); one rank unregistered; deregistration; a graph replayed 3 times
  *   graph      3 all-reduces captured into a graph, replayed 5 times, checked after each replay
  *   biggroup   one group of 101 operations per rank (send/recv in orders that differ between
  *              ranks, an all-reduce): more than one launch holds, cut where every rank agrees
@@ -40,6 +43,7 @@
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
 #include "emu_check.h"
+#include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"
 #include "weft.h"
@@ -60,11 +64,34 @@ struct rank_bufs {
     char *dscalar;       /* a PreMulSum scalar in device memory (ncclScalarDevice) */
     size_t bytes;
     cudaStream_t stream;
+    void *hsend_reg, *hrecv_reg; /* ncclCommRegister handles (case zcopy) */
 };
 
 static ncclComm_t g_comms[MAXR];
 static struct rank_bufs g_bufs[MAXR];
 static int g_dev[MAXR];
+/* case zcopy: ranks whose buffers bufs_ensure registers (bit r) */
+static unsigned g_reg_mask;
+
+static void bufs_unregister(int r)
+{
+    struct rank_bufs *b = &g_bufs[r];
+    if (b->hsend_reg != NULL)
+        check(ncclCommDeregister(g_comms[r], b->hsend_reg), "ncclCommDeregister");
+    if (b->hrecv_reg != NULL)
+        check(ncclCommDeregister(g_comms[r], b->hrecv_reg), "ncclCommDeregister");
+    b->hsend_reg = b->hrecv_reg = NULL;
+}
+
+static void bufs_register(int r)
+{
+    struct rank_bufs *b = &g_bufs[r];
+    bufs_unregister(r);
+    if (!(g_reg_mask >> r & 1) || b->dsend == NULL)
+        return;
+    check(ncclCommRegister(g_comms[r], b->dsend, b->bytes, &b->hsend_reg), "ncclCommRegister");
+    check(ncclCommRegister(g_comms[r], b->drecv, b->bytes, &b->hrecv_reg), "ncclCommRegister");
+}
 
 static void bufs_ensure(int r, size_t bytes)
 {
@@ -72,6 +99,7 @@ static void bufs_ensure(int r, size_t bytes)
     if (b->bytes >= bytes)
         return;
     CU(cu->set_device(g_dev[r]));
+    bufs_unregister(r);
     if (b->dsend != NULL) {
         CU(cu->free(b->dsend));
         CU(cu->free(b->drecv));
@@ -83,6 +111,7 @@ static void bufs_ensure(int r, size_t bytes)
     b->hsend = malloc(bytes);
     b->hrecv = malloc(bytes);
     b->bytes = bytes;
+    bufs_register(r);
 }
 
 static void fail(const char *what, int coll, int t, int op, size_t count, int inplace, int r,
@@ -275,6 +304,8 @@ static void teardown(void)
 {
     for (int r = 0; r < g_n; r++) {
         if (g_comms[r] != NULL)
+            bufs_unregister(r);
+        if (g_comms[r] != NULL)
             check(ncclCommDestroy(g_comms[r]), "ncclCommDestroy");
         g_comms[r] = NULL;
         CU(cu->set_device(g_dev[r]));
@@ -350,6 +381,175 @@ static int case_sweep(void)
             }
         }
     }
+    teardown();
+    return 0;
+}
+
+
+/* ---- registered device buffers (zero-copy, the direct kernel) ---------------------------- */
+
+/* 1 when run_one's operation must have gone direct on every rank: every rank registered, and
+ * the input at least WEFT_ZCOPY_MIN_BYTES (the test sets it). */
+static int zc_expect(int coll, int t, size_t count)
+{
+    const char *e = getenv("WEFT_ZCOPY_MIN_BYTES");
+    long long min = e != NULL ? atoll(e) : 262144;
+    size_t bytes = count * weft_dtype_size(t);
+    return g_n > 1 && min > 0 && bytes > 0 && bytes >= (size_t)min &&
+           g_reg_mask == (1u << g_n) - 1 && coll <= C_ALLGATHER && coll != C_REDUCE;
+}
+
+/* run_one, then checks on every rank that the operation went direct exactly when it must. */
+static void zc_run(int coll, int t, int op, size_t count, int inplace)
+{
+    uint64_t before[MAXR];
+    for (int r = 0; r < g_n; r++) {
+        bufs_ensure(r, (count * (size_t)g_n + 1) * weft_dtype_size(t));
+        before[r] = weft_zcopy_count(g_comms[r]);
+    }
+    run_one(coll, t, op, count, inplace, 0);
+    uint64_t want = (uint64_t)zc_expect(coll, t, count);
+    for (int r = 0; r < g_n; r++) {
+        uint64_t ran = weft_zcopy_count(g_comms[r]) - before[r];
+        if (ran != want) {
+            fail("direct-count", coll, t, op, count, inplace, r, 0, (double)ran, (double)want);
+            continue;
+        }
+        g_passed++;
+    }
+}
+
+/* 3 in-place all-reduces of registered buffers captured, replayed 3 times; each replay runs
+ * direct (the descriptors are exchanged when the kernels run) and is checked. */
+static int zc_graph(void)
+{
+    size_t count = 3001;
+    float *d[MAXR][3], *h = malloc(count * sizeof(float));
+    void *hd[MAXR][3];
+    weftCudaGraph_t g[MAXR];
+    int ok = 1;
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        for (int k = 0; k < 3; k++) {
+            CU(cu->malloc((void **)&d[r][k], count * sizeof(float)));
+            ok &= check(ncclCommRegister(g_comms[r], d[r][k], count * sizeof(float), &hd[r][k]),
+                        "ncclCommRegister");
+        }
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
+    }
+    for (int k = 0; k < 3; k++) {
+        check(ncclGroupStart(), "ncclGroupStart");
+        for (int r = 0; r < g_n; r++)
+            check(ncclAllReduce(d[r][k], d[r][k], count, ncclFloat32, ncclSum, g_comms[r],
+                                g_bufs[r].stream), "ncclAllReduce");
+        check(ncclGroupEnd(), "ncclGroupEnd");
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t before[MAXR];
+        for (int r = 0; r < g_n; r++) {
+            before[r] = weft_zcopy_count(g_comms[r]);
+            CU(cu->set_device(g_dev[r]));
+            for (int k = 0; k < 3; k++) {
+                for (size_t i = 0; i < count; i++)
+                    h[i] = (float)((r + 1) * (k + 1) + (int)(i % 50) + rep);
+                CU(cu->memcpy_async(d[r][k], h, count * sizeof(float), g_bufs[r].stream));
+                CU(cu->stream_synchronize(g_bufs[r].stream));
+            }
+        }
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
+        }
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+            uint64_t ran = weft_zcopy_count(g_comms[r]) - before[r];
+            if (ran != 3) {
+                fprintf(stderr, "FAIL graph replay %d rank %d: %llu direct runs, want 3\n", rep, r,
+                        (unsigned long long)ran);
+                ok = 0;
+            }
+            for (int k = 0; k < 3; k++) {
+                CU(cu->memcpy_async(h, d[r][k], count * sizeof(float), g_bufs[r].stream));
+                CU(cu->stream_synchronize(g_bufs[r].stream));
+                for (size_t i = 0; i < count; i++) {
+                    float want = (float)((k + 1) * g_n * (g_n + 1) / 2 +
+                                         g_n * ((int)(i % 50) + rep));
+                    if (h[i] != want) {
+                        fprintf(stderr, "FAIL graph replay %d rank %d op %d index %zu: got %g "
+                                "want %g\n", rep, r, k, i, h[i], want);
+                        ok = 0;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaGraphDestroy(g[r]));
+        for (int k = 0; k < 3; k++) {
+            check(ncclCommDeregister(g_comms[r], hd[r][k]), "ncclCommDeregister");
+            CU(cu->free(d[r][k]));
+        }
+    }
+    free(h);
+    return ok;
+}
+
+/*
+ * Registered device buffers (WEFT_ZCOPY_MIN_BYTES set low by the test): all-reduce,
+ * reduce-scatter and all-gather x types x ops x in/out of place, every element checked and each
+ * operation checked to have run direct (weft_zcopy_count) exactly when every rank registered
+ * and it is large enough; then one rank unregistered (normal path, right results), a
+ * deregistration between two operations, and a captured graph replayed 3 times.
+ */
+static int case_zcopy(void)
+{
+    if (!setup_all())
+        return 1;
+    static const int types[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt32, ncclFloat8e4m3};
+    static const int colls[] = {C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER};
+    static const size_t counts[] = {7, 1500, 65536 + 3};
+    g_reg_mask = (1u << g_n) - 1;
+    for (int ci = 0; ci < 3; ci++) {
+        int coll = colls[ci];
+        for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
+            int nops = coll == C_ALLGATHER ? 1 : NOPS;
+            for (int op = 0; op < nops; op++)
+                for (int k = 0; k < 3; k++) {
+                    if (k == 2 && (op != 0 || (ti != 0 && ti != 2)))
+                        continue; /* the large count on a few cases, to stay fast */
+                    for (int inplace = 0; inplace < 2; inplace++)
+                        zc_run(coll, types[ti], coll == C_ALLGATHER ? -1 : op, counts[k],
+                               inplace);
+                }
+        }
+    }
+    /* The last rank unregistered: everyone takes the normal path. */
+    g_reg_mask = (1u << g_n) - 1 - (1u << (g_n - 1));
+    for (int r = 0; r < g_n; r++)
+        bufs_register(r);
+    for (int ci = 0; ci < 3; ci++)
+        for (int inplace = 0; inplace < 2; inplace++)
+            zc_run(colls[ci], ncclFloat32, colls[ci] == C_ALLGATHER ? -1 : OP_SUM, 1500, inplace);
+    /* Registered, one direct all-reduce; deregistered, the next one takes the normal path. */
+    g_reg_mask = (1u << g_n) - 1;
+    for (int r = 0; r < g_n; r++)
+        bufs_register(r);
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1500, 0);
+    g_reg_mask = 0;
+    for (int r = 0; r < g_n; r++)
+        bufs_register(r);
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1500, 0);
+    tally(zc_graph());
     teardown();
     return 0;
 }
@@ -901,6 +1101,16 @@ static int case_sig(void)
         CU(cu->memset_async(o[r], 0, sizeof(h), g_bufs[r].stream));
         CU(cu->stream_synchronize(g_bufs[r].stream));
     }
+    /* WEFT_TEST_SIG_REG=1: the buffers registered, so the calls that differ are zero-copy
+     * candidates; the direct kernel sees the difference and leaves it to the normal path. */
+    void *reg[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    if (getenv("WEFT_TEST_SIG_REG") != NULL)
+        for (int r = 0; r < 2; r++) {
+            check(ncclCommRegister(g_comms[r], d[r], N * sizeof(float), &reg[r][0]),
+                  "ncclCommRegister");
+            check(ncclCommRegister(g_comms[r], o[r], N * sizeof(float), &reg[r][1]),
+                  "ncclCommRegister");
+        }
     const char *a = NULL, *b = NULL; /* rank 0's call, rank 1's */
     check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < 2; r++) {
@@ -978,6 +1188,9 @@ static int case_sig(void)
     printf("sig %s: rank 0 %d, rank 1 %d\n", what, args[0].res, args[1].res);
     for (int r = 0; r < 2; r++) {
         CU(cu->set_device(g_dev[r]));
+        for (int k = 0; k < 2; k++)
+            if (reg[r][k] != NULL)
+                ncclCommDeregister(g_comms[r], reg[r][k]);
         CU(cu->free(d[r]));
         CU(cu->free(o[r]));
         ncclCommAbort(g_comms[r]);
@@ -1089,6 +1302,8 @@ int main(int argc, char **argv)
         rc = case_initrank();
     else if (strcmp(c, "graph") == 0)
         rc = case_graph();
+    else if (strcmp(c, "zcopy") == 0)
+        rc = case_zcopy();
     else if (strcmp(c, "abort") == 0)
         rc = case_abort();
     else if (strcmp(c, "biggroup") == 0)
