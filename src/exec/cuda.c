@@ -1072,7 +1072,10 @@ static ncclResult_t weft_cuda_zc_launch(struct ncclComm *comm, const struct weft
     zp.area = weft_cuda_dev_view(q->zc);
     zp.skip = weft_cuda_dev_view(&zr->skip);
     zp.runs = weft_cuda_dev_view(&zr->runs);
-    zp.reg = weft_mem_reg_covers(comm, t->sendbuf, in) && weft_mem_reg_covers(comm, t->recvbuf, out);
+    /* As on the host path: all-gather and reduce-scatter write only their own output, so only
+     * the inputs the peers read must be registered; all-reduce writes the peers' outputs too. */
+    zp.reg = weft_mem_reg_covers(comm, t->sendbuf, in) &&
+             (t->coll != WEFT_COLL_ALLREDUCE || weft_mem_reg_covers(comm, t->recvbuf, out));
     zp.op = params->ops[0];
     params->skip = zp.skip;
     WEFT_CUDA_CALL(ops->launch(&cc->zkernel, q->zc_nblocks, cc->nthreads, WEFT_DEV_SHARED_BYTES,
