@@ -48,6 +48,7 @@
 #include "exec/cuda.h"
 #include "transport.h"
 #include "exec/sig.h"
+#include "exec/zcopy.h"
 
 WEFT_PARAM(CudaChannels, "WEFT_CUDA_CHANNELS", 2,
            "blocks (channels) of the collective kernel; 1 with WEFT_EMU_SERIALIZE=1");
@@ -63,7 +64,6 @@ WEFT_PARAM(CudaLlMaxBytes, "WEFT_CUDA_LL_MAX_BYTES", 65536,
            "device operations of up to this many bytes (count x element size) take the LL "
            "protocol where NCCL_PROTO allows both LL and Simple");
 WEFT_PARAM_DECL(Timeout);
-WEFT_PARAM_DECL(ZcopyMinBytes);
 
 /* The emulated build of the kernel (kernels/coll_kernel_emu.cc), and nvcc's, where linked. */
 void weft_coll_kernel_emu(void *params);
@@ -1040,18 +1040,15 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
 /*
  * A launch of the one operation t may go direct (registered buffers read and written in place by
  * the direct kernel) when this is 1. Decided only from what every rank shares: the collective,
- * its size against WEFT_ZCOPY_MIN_BYTES, and whether the communicator lives in one process;
+ * its size against WEFT_ZCOPY_MIN_BYTES (weft_zcopy_candidate, the host path's test), and whether
+ * the communicator lives in one process;
  * never from this rank's registration (the direct kernel votes on that).
  */
 static int weft_cuda_zc_candidate(const struct ncclComm *comm, const struct weft_task *t)
 {
     const struct weft_cuda_comm *cc = comm->cuda;
-    int64_t min = weft_param_ZcopyMinBytes();
-    size_t bytes = t->count * weft_dtype_size(t->dtype);
     return cc->clique != NULL && cc->clique->zc != NULL && cc->zkernel.emu_fn != NULL &&
-           comm->nranks > 1 && min > 0 && bytes >= (size_t)min && bytes > 0 &&
-           (t->coll == WEFT_COLL_ALLREDUCE || t->coll == WEFT_COLL_ALLGATHER ||
-            t->coll == WEFT_COLL_REDUCESCATTER);
+           t->count > 0 && weft_zcopy_candidate(t);
 }
 
 /* Launches the direct kernel for params->ops[0] (task t) before its normal launch, which then

@@ -392,12 +392,13 @@ static int case_sweep(void)
 /* ---- registered device buffers (zero-copy, the direct kernel) ---------------------------- */
 
 /* 1 when run_one's operation must have gone direct on every rank: every rank registered, and
- * the input at least WEFT_ZCOPY_MIN_BYTES (the test sets it). */
+ * the larger buffer at least WEFT_ZCOPY_MIN_BYTES (the test sets it). */
 static int zc_expect(int coll, int t, size_t count)
 {
     const char *e = getenv("WEFT_ZCOPY_MIN_BYTES");
     long long min = e != NULL ? atoll(e) : 262144;
-    size_t bytes = count * weft_dtype_size(t);
+    /* the larger of the input and the output */
+    size_t bytes = count * weft_dtype_size(t) * (coll == C_ALLREDUCE ? 1 : (size_t)g_n);
     return g_n > 1 && min > 0 && bytes > 0 && bytes >= (size_t)min &&
            g_reg_mask == (1u << g_n) - 1 && coll <= C_ALLGATHER && coll != C_REDUCE &&
            (!g_reg_send_only || coll != C_ALLREDUCE);
