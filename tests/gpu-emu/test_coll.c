@@ -391,6 +391,8 @@ static int case_sweep(void)
 
 /* ---- registered device buffers (zero-copy, the direct kernel) ---------------------------- */
 
+static int graph_run(int reg, int reps);
+
 /* 1 when run_one's operation must have gone direct on every rank: every rank registered, and
  * the larger buffer at least WEFT_ZCOPY_MIN_BYTES (the test sets it). */
 static int zc_expect(int coll, int t, size_t count)
@@ -422,91 +424,6 @@ static void zc_run(int coll, int t, int op, size_t count, int inplace)
         }
         g_passed++;
     }
-}
-
-/* 3 in-place all-reduces of registered buffers captured, replayed 3 times; each replay runs
- * direct (the descriptors are exchanged when the kernels run) and is checked. */
-static int zc_graph(void)
-{
-    size_t count = 3001;
-    float *d[MAXR][3], *h = malloc(count * sizeof(float));
-    void *hd[MAXR][3];
-    weftCudaGraph_t g[MAXR];
-    int ok = 1;
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        for (int k = 0; k < 3; k++) {
-            CU(cu->malloc((void **)&d[r][k], count * sizeof(float)));
-            ok &= check(ncclCommRegister(g_comms[r], d[r][k], count * sizeof(float), &hd[r][k]),
-                        "ncclCommRegister");
-        }
-    }
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
-    }
-    for (int k = 0; k < 3; k++) {
-        check(ncclGroupStart(), "ncclGroupStart");
-        for (int r = 0; r < g_n; r++)
-            check(ncclAllReduce(d[r][k], d[r][k], count, ncclFloat32, ncclSum, g_comms[r],
-                                g_bufs[r].stream), "ncclAllReduce");
-        check(ncclGroupEnd(), "ncclGroupEnd");
-    }
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
-    }
-    for (int rep = 0; rep < 3; rep++) {
-        uint64_t before[MAXR];
-        for (int r = 0; r < g_n; r++) {
-            before[r] = weft_zcopy_count(g_comms[r]);
-            CU(cu->set_device(g_dev[r]));
-            for (int k = 0; k < 3; k++) {
-                for (size_t i = 0; i < count; i++)
-                    h[i] = (float)((r + 1) * (k + 1) + (int)(i % 50) + rep);
-                CU(cu->memcpy_async(d[r][k], h, count * sizeof(float), g_bufs[r].stream));
-                CU(cu->stream_synchronize(g_bufs[r].stream));
-            }
-        }
-        for (int r = 0; r < g_n; r++) {
-            CU(cu->set_device(g_dev[r]));
-            CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
-        }
-        for (int r = 0; r < g_n; r++) {
-            CU(cu->set_device(g_dev[r]));
-            CU(cu->stream_synchronize(g_bufs[r].stream));
-            uint64_t ran = weft_zcopy_count(g_comms[r]) - before[r];
-            if (ran != 3) {
-                fprintf(stderr, "FAIL graph replay %d rank %d: %llu direct runs, want 3\n", rep, r,
-                        (unsigned long long)ran);
-                ok = 0;
-            }
-            for (int k = 0; k < 3; k++) {
-                CU(cu->memcpy_async(h, d[r][k], count * sizeof(float), g_bufs[r].stream));
-                CU(cu->stream_synchronize(g_bufs[r].stream));
-                for (size_t i = 0; i < count; i++) {
-                    float want = (float)((k + 1) * g_n * (g_n + 1) / 2 +
-                                         g_n * ((int)(i % 50) + rep));
-                    if (h[i] != want) {
-                        fprintf(stderr, "FAIL graph replay %d rank %d op %d index %zu: got %g "
-                                "want %g\n", rep, r, k, i, h[i], want);
-                        ok = 0;
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        CU(weftCudaGraphDestroy(g[r]));
-        for (int k = 0; k < 3; k++) {
-            check(ncclCommDeregister(g_comms[r], hd[r][k]), "ncclCommDeregister");
-            CU(cu->free(d[r][k]));
-        }
-    }
-    free(h);
-    return ok;
 }
 
 /*
@@ -563,7 +480,7 @@ static int case_zcopy(void)
     for (int r = 0; r < g_n; r++)
         bufs_register(r);
     zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1500, 0);
-    tally(zc_graph());
+    tally(graph_run(1, 3));
     teardown();
     return 0;
 }
@@ -794,20 +711,29 @@ static int case_initrank(void)
 
 /* ---- graphs ------------------------------------------------------------------------------ */
 
-static int case_graph(void)
+/*
+ * 3 in-place all-reduces captured into a graph per rank, replayed reps times, checked after each
+ * replay. reg: the buffers registered, and every replay must run all 3 direct (the descriptors
+ * are exchanged when the kernels run). 1 when all is right.
+ */
+static int graph_run(int reg, int reps)
 {
-    if (!setup_all())
-        return 1;
     size_t count = 3001;
     float *d[MAXR][3], *h = malloc(count * sizeof(float));
+    void *hd[MAXR][3] = {{NULL}};
     weftCudaGraph_t g[MAXR];
+    int all_ok = 1;
     /* Through the public forwards of weft.h, as a program would. Each rank's stream captures its
      * own graph; the captures run from one thread inside one
      * group per operation (the kernels of all ranks must run at once at replay). */
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 3; k++) {
             CU(cu->malloc((void **)&d[r][k], count * sizeof(float)));
+            if (reg)
+                all_ok &= check(ncclCommRegister(g_comms[r], d[r][k], count * sizeof(float),
+                                                 &hd[r][k]), "ncclCommRegister");
+        }
     }
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
@@ -824,8 +750,10 @@ static int case_graph(void)
         CU(cu->set_device(g_dev[r]));
         CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
     }
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < reps; rep++) {
+        uint64_t before[MAXR];
         for (int r = 0; r < g_n; r++) {
+            before[r] = weft_zcopy_count(g_comms[r]);
             CU(cu->set_device(g_dev[r]));
             for (int k = 0; k < 3; k++) {
                 for (size_t i = 0; i < count; i++)
@@ -841,6 +769,12 @@ static int case_graph(void)
         for (int r = 0; r < g_n; r++) {
             CU(cu->set_device(g_dev[r]));
             CU(cu->stream_synchronize(g_bufs[r].stream));
+            uint64_t ran = weft_zcopy_count(g_comms[r]) - before[r];
+            if (ran != (reg ? 3u : 0u)) {
+                fprintf(stderr, "FAIL graph replay %d rank %d: %llu direct runs, want %d\n", rep,
+                        r, (unsigned long long)ran, reg ? 3 : 0);
+                all_ok = 0;
+            }
             for (int k = 0; k < 3; k++) {
                 CU(cu->memcpy_async(h, d[r][k], count * sizeof(float), g_bufs[r].stream));
                 CU(cu->stream_synchronize(g_bufs[r].stream));
@@ -854,17 +788,30 @@ static int case_graph(void)
                         ok = 0;
                     }
                 }
-                tally(ok);
+                all_ok &= ok;
+                if (!reg)
+                    tally(ok);
             }
         }
     }
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
         CU(weftCudaGraphDestroy(g[r]));
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 3; k++) {
+            if (hd[r][k] != NULL)
+                check(ncclCommDeregister(g_comms[r], hd[r][k]), "ncclCommDeregister");
             CU(cu->free(d[r][k]));
+        }
     }
     free(h);
+    return all_ok;
+}
+
+static int case_graph(void)
+{
+    if (!setup_all())
+        return 1;
+    graph_run(0, 5);
     teardown();
     return 0;
 }
