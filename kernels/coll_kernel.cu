@@ -1068,6 +1068,7 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
 struct zc_shared {
     work w;
     int32_t what; /* 0: fall back, 1: direct, 2: leave (stuck record written) */
+    uint64_t lo, len; /* this block's elements: [lo, lo + len) */
 };
 WEFT_STATIC_ASSERT(sizeof(zc_shared) <= WEFT_DEV_SHARED_BYTES, "fits the shared memory");
 
@@ -1180,37 +1181,24 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
         w->divisor = op->divisor;
         w->comm = comm;
         w->failed = 0;
+        if (op->coll == WEFT_COLL_ALLREDUCE) {
+            /* rank me reduces its share of the elements, then writes it to every output */
+            uint64_t rlo, rn;
+            zc_split(op->count, es, me, n, &rlo, &rn);
+            zc_split(rn, es, b, nb, &sh->lo, &sh->len);
+            sh->lo += rlo;
+        } else {
+            zc_split(op->count, es, b, nb, &sh->lo, &sh->len);
+        }
     }
     weft_sync_block();
     if (sh->what == 1) {
-        uint64_t count = op->count, lo = 0, len = 0;
-        if (tid == 0) {
-            if (op->coll == WEFT_COLL_ALLREDUCE) {
-                /* rank me reduces its share of the elements, then writes it to every output */
-                uint64_t rlo, rn;
-                zc_split(count, es, me, n, &rlo, &rn);
-                zc_split(rn, es, b, nb, &lo, &len);
-                lo += rlo;
-            } else {
-                zc_split(count, es, b, nb, &lo, &len);
-            }
-        }
-        /* thread 0 alone knows lo and len; every thread follows its w */
-        const uint64_t piece = 65536;
-        uint64_t off = 0;
-        for (;;) {
-            if (tid == 0)
-                sh->w.n = off < len ? 1 : 0;
-            weft_sync_block();
-            int more = sh->w.n != 0;
-            weft_sync_block();
-            if (!more)
-                break;
-            uint64_t m = 0, at = 0;
-            if (tid == 0) {
-                m = (len - off) * es < piece ? len - off : piece / es;
-                at = (lo + off) * es;
-            }
+        /* Every thread runs the same loop over pieces; thread 0 fills w for each step. A piece
+         * is large: each step costs two block barriers (expensive on the emulated GPU). */
+        const uint64_t count = op->count, lo = sh->lo, len = sh->len, piece = 1 << 20;
+        for (uint64_t off = 0, m = 0; off < len; off += m) {
+            m = (len - off) * es < piece ? len - off : piece / es;
+            uint64_t at = (lo + off) * es;
             if (op->coll == WEFT_COLL_ALLGATHER) {
                 for (int k = 0; k < n; k++) {
                     if (tid == 0) {
@@ -1255,8 +1243,6 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
                     zc_step(sh, tid, nt);
                 }
             }
-            if (tid == 0)
-                off += m;
         }
     }
     if (tid == 0 && sh->what != 2) {

@@ -455,6 +455,11 @@ static int case_zcopy(void)
                 }
         }
     }
+    /* More than one 1 MiB piece per block of the direct kernel (2 blocks by default). */
+    for (int ci = 0; ci < 3; ci++)
+        for (int inplace = 0; inplace < 2; inplace++)
+            zc_run(colls[ci], ncclFloat32, colls[ci] == C_ALLGATHER ? -1 : OP_SUM,
+                   (1u << 20) + 5, inplace);
     /* The last rank unregistered: everyone takes the normal path. */
     g_reg_mask = (1u << g_n) - 1 - (1u << (g_n - 1));
     for (int r = 0; r < g_n; r++)
