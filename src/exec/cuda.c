@@ -94,7 +94,8 @@ struct weft_cuda_clique {
     int nranks;
     /* The direct kernel's exchange (kernels/dev_kernel.h), pinned: zc_nblocks * nranks slots,
      * then per rank its run counter and skip word (struct weft_cuda_zc_rank). NULL where the
-     * communicator spans processes (every rank then launches no direct kernel). */
+     * communicator spans processes or some pair of devices lacks peer access (every rank then
+     * launches no direct kernel). */
     struct weft_zc_slot *zc;
     int zc_nblocks;
     struct {
@@ -492,7 +493,13 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         }
         clique->refs = nlocal;
         clique->nranks = nranks;
-        if (one_process) {
+        /* The direct kernel reads and writes peers' device buffers: every pair of devices
+         * must map each other's memory (reach is the same on every rank). */
+        int all_reach = 1;
+        for (int a = 0; a < nranks; a++)
+            for (int b = 0; b < nranks; b++)
+                all_reach &= !weft_cuda_host_fifo(reach, a, b);
+        if (one_process && all_reach) {
             size_t zb = (size_t)cc->nch * (size_t)nranks * sizeof(struct weft_zc_slot) +
                         (size_t)nranks * sizeof(struct weft_cuda_zc_rank);
             if (ops->host_alloc((void **)&clique->zc, zb) != 0) {
