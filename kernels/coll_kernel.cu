@@ -1074,7 +1074,7 @@ WEFT_STATIC_ASSERT(sizeof(zc_shared) <= WEFT_DEV_SHARED_BYTES, "fits the shared 
 
 /* Thread 0: waits until every rank's slot `word` (0 seq, 1 done) of block b reaches e. 1 on
  * success; 0 after the abort word or the deadline (stuck record written). */
-WEFT_KFN int zc_wait(const weft_zc_params *p, int b, int word, uint64_t e)
+WEFT_KFN_CALLED int zc_wait(const weft_zc_params *p, int b, int word, uint64_t e)
 {
     const weft_dev_comm *comm = p->comm;
     int n = comm->nranks;
@@ -1115,8 +1115,10 @@ WEFT_KFN int zc_wait(const weft_zc_params *p, int b, int word, uint64_t e)
     return 1;
 }
 
-/* All threads: w (filled by thread 0) done, between two barriers. */
-WEFT_KFN void zc_step(zc_shared *sh, int tid, int nt)
+/* All threads: w (filled by thread 0) done, between two barriers. Not inlined: one copy of the
+ * whole type and operator dispatch for the kernel's three call sites (inlined thrice, ptxas
+ * took 5 minutes and the entry spilled 32 bytes on sm_100). */
+WEFT_KFN_CALLED void zc_step(zc_shared *sh, int tid, int nt)
 {
     weft_sync_block();
     if (sh->w.n > 0)
