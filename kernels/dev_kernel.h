@@ -62,7 +62,39 @@ struct weft_dev_params {
     struct weft_dev_comm *comm; /* device address */
     int32_t nops;
     int32_t pad;
+    /* Or NULL. A launch of one registered-buffer candidate (exec/cuda.c) follows a direct kernel
+     * (struct weft_zc_params) that sets this word to 1 when it did the operation: then every
+     * thread returns at once. */
+    const uint32_t *skip;
     struct weft_dev_op ops[WEFT_DEV_MAX_OPS];
+};
+
+/*
+ * The direct (zero-copy) kernel's exchange slot: one per rank and block, in pinned host memory
+ * shared by the ranks of one process (struct weft_cuda_clique). A block writes its fields, then
+ * seq (release, system scope); after the data movement (or the decision to fall back) done.
+ * seq and done count this block's direct launches on the communicator: equal on every rank,
+ * since every rank launches the direct kernel for the same operations, so they stay right under
+ * graph replays.
+ */
+struct weft_zc_slot {
+    uint64_t seq, done;
+    uint64_t call;   /* coll | dtype << 8 | kind << 16 | has_redop << 24 | premul << 25 */
+    uint64_t count;
+    uint64_t scalar; /* this rank's PreMulSum scalar (element bits) */
+    uint64_t reg;    /* 1: both buffers registered on this communicator */
+    uint64_t send, recv;
+    uint64_t pad[8];
+};
+
+struct weft_zc_params {
+    const struct weft_dev_comm *comm; /* abort word, deadline, stuck records */
+    struct weft_zc_slot *area;        /* [nblocks][nranks], device view */
+    uint32_t *skip;                   /* this rank's skip word (weft_dev_params.skip) */
+    uint64_t *runs;                   /* this rank's count of direct runs (host reads it) */
+    int32_t reg;                      /* this rank's buffers are registered */
+    int32_t pad;
+    struct weft_dev_op op;
 };
 
 /* The communicator's device state (device memory, written by the host at init). */

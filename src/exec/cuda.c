@@ -39,6 +39,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "core/mem.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
 #include "dev_fifo.h"
@@ -47,6 +48,7 @@
 #include "exec/cuda.h"
 #include "transport.h"
 #include "exec/sig.h"
+#include "exec/zcopy.h"
 
 WEFT_PARAM(CudaChannels, "WEFT_CUDA_CHANNELS", 2,
            "blocks (channels) of the collective kernel; 1 with WEFT_EMU_SERIALIZE=1");
@@ -66,6 +68,8 @@ WEFT_PARAM_DECL(Timeout);
 /* The emulated build of the kernel (kernels/coll_kernel_emu.cc), and nvcc's, where linked. */
 void weft_coll_kernel_emu(void *params);
 const void *weft_coll_kernel_device_fn(void) __attribute__((weak));
+void weft_zc_kernel_emu(void *params);
+const void *weft_zc_kernel_device_fn(void) __attribute__((weak));
 
 /* weft_cuda_test_kernel's choice (NULL, NULL: the library's kernel). */
 static void (*weft_cuda_test_emu)(void *);
@@ -88,12 +92,29 @@ void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn)
 struct weft_cuda_clique {
     int refs; /* ranks of this process that have not left yet */
     int nranks;
+    /* The direct kernel's exchange (kernels/dev_kernel.h), pinned: zc_nblocks * nranks slots,
+     * then per rank its run counter and skip word (struct weft_cuda_zc_rank). NULL where the
+     * communicator spans processes or some pair of devices lacks peer access (every rank then
+     * launches no direct kernel). */
+    struct weft_zc_slot *zc;
+    int zc_nblocks;
     struct {
         void *mem[WEFT_DEV_NREGIONS]; /* device FIFOs, host FIFOs (or NULL) */
         int how[WEFT_DEV_NREGIONS];   /* p2p mem_alloc's; -1: plain malloc / host_alloc */
         int dev;
     } rank[];
 };
+
+struct weft_cuda_zc_rank {
+    uint64_t runs;
+    uint32_t skip;
+    uint32_t pad[13];
+};
+
+static struct weft_cuda_zc_rank *weft_cuda_zc_rank(struct weft_cuda_clique *q, int r)
+{
+    return (struct weft_cuda_zc_rank *)(q->zc + (size_t)q->zc_nblocks * (size_t)q->nranks) + r;
+}
 
 struct weft_cuda_comm {
     int dev;
@@ -120,6 +141,7 @@ struct weft_cuda_comm {
     int dead_peer; /* a peer found gone while the kernels ran (their abort word set), or -1 */
     uint64_t alive_check_ns; /* when peers' liveness may be checked next */
     struct weft_kernel kernel;
+    struct weft_kernel zkernel; /* the direct kernel; emu_fn NULL: none (a test kernel) */
 };
 
 /* Logs a failed CUDA call with its text. */
@@ -261,6 +283,8 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
                 for (int g = 0; g < WEFT_DEV_NREGIONS; g++)
                     weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g);
             }
+            if (q->zc != NULL)
+                ops->host_free(q->zc);
             free(q);
         }
     } else {
@@ -456,6 +480,24 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         }
         clique->refs = nlocal;
         clique->nranks = nranks;
+        /* The direct kernel reads and writes peers' device buffers: every pair of devices
+         * must map each other's memory (reach is the same on every rank). */
+        int all_reach = 1;
+        for (int a = 0; a < nranks; a++)
+            for (int b = 0; b < nranks; b++)
+                all_reach &= !weft_cuda_host_fifo(reach, a, b);
+        if (one_process && all_reach) {
+            size_t zb = (size_t)cc->nch * (size_t)nranks * sizeof(struct weft_zc_slot) +
+                        (size_t)nranks * sizeof(struct weft_cuda_zc_rank);
+            if (ops->host_alloc((void **)&clique->zc, zb) != 0) {
+                WEFT_WARN("rank %d: cudaHostAlloc (zero-copy exchange, %zu bytes) failed", me, zb);
+                free(clique);
+                res = ncclSystemError;
+                goto err;
+            }
+            memset(clique->zc, 0, zb);
+            clique->zc_nblocks = cc->nch;
+        }
         peers[me].clique = (uint64_t)(uintptr_t)clique;
     }
     /* Nothing may fail between here and joining the clique: every local rank must join it. */
@@ -590,9 +632,13 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     cc->kernel.emu_fn = weft_coll_kernel_emu;
     void (*test_emu)(void *) = __atomic_load_n(&weft_cuda_test_emu, __ATOMIC_ACQUIRE);
     const void *test_dev = __atomic_load_n(&weft_cuda_test_dev, __ATOMIC_ACQUIRE);
+    cc->zkernel.name = "weft_zc_kernel";
+    cc->zkernel.device_fn = weft_zc_kernel_device_fn != NULL ? weft_zc_kernel_device_fn() : NULL;
+    cc->zkernel.emu_fn = weft_zc_kernel_emu;
     if (test_emu != NULL || test_dev != NULL) {
         cc->kernel.emu_fn = test_emu;
         cc->kernel.device_fn = test_dev;
+        cc->zkernel.emu_fn = NULL; /* a test kernel knows no skip word */
     }
     free(conns);
     free(peers);
@@ -992,6 +1038,58 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
 }
 
 /*
+ * A launch of the one operation t may go direct (registered buffers read and written in place by
+ * the direct kernel) when this is 1. Decided only from what every rank shares: the collective,
+ * its size against WEFT_ZCOPY_MIN_BYTES (weft_zcopy_candidate, the host path's test), and whether
+ * the communicator lives in one process;
+ * never from this rank's registration (the direct kernel votes on that).
+ */
+static int weft_cuda_zc_candidate(const struct ncclComm *comm, const struct weft_task *t)
+{
+    const struct weft_cuda_comm *cc = comm->cuda;
+    return cc->clique != NULL && cc->clique->zc != NULL && cc->zkernel.emu_fn != NULL &&
+           t->count > 0 && weft_zcopy_candidate(t);
+}
+
+/* Launches the direct kernel for params->ops[0] (task t) before its normal launch, which then
+ * skips when the direct kernel did the work. */
+static ncclResult_t weft_cuda_zc_launch(struct ncclComm *comm, const struct weft_task *t,
+                                        struct weft_dev_params *params)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_cuda_comm *cc = comm->cuda;
+    struct weft_cuda_clique *q = cc->clique;
+    size_t bytes = t->count * weft_dtype_size(t->dtype), n = (size_t)comm->nranks;
+    size_t in = t->coll == WEFT_COLL_REDUCESCATTER ? n * bytes : bytes;
+    size_t out = t->coll == WEFT_COLL_ALLGATHER ? n * bytes : bytes;
+    struct weft_cuda_zc_rank *zr = weft_cuda_zc_rank(q, comm->rank);
+    struct weft_zc_params zp;
+    memset(&zp, 0, sizeof(zp));
+    zp.comm = cc->dstate;
+    zp.area = weft_cuda_dev_view(q->zc);
+    zp.skip = weft_cuda_dev_view(&zr->skip);
+    zp.runs = weft_cuda_dev_view(&zr->runs);
+    /* As on the host path: all-gather and reduce-scatter write only their own output, so only
+     * the inputs the peers read must be registered; all-reduce writes the peers' outputs too. */
+    zp.reg = weft_mem_reg_covers(comm, t->sendbuf, in) &&
+             (t->coll != WEFT_COLL_ALLREDUCE || weft_mem_reg_covers(comm, t->recvbuf, out));
+    zp.op = params->ops[0];
+    params->skip = zp.skip;
+    WEFT_CUDA_CALL(ops->launch(&cc->zkernel, q->zc_nblocks, cc->nthreads, WEFT_DEV_SHARED_BYTES,
+                               &zp, sizeof(zp), cc->stream),
+                   "direct kernel launch", comm->rank);
+    return ncclSuccess;
+}
+
+uint64_t weft_cuda_zcopy_count(struct ncclComm *comm)
+{
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL || cc->clique == NULL || cc->clique->zc == NULL)
+        return 0;
+    return __atomic_load_n(&weft_cuda_zc_rank(cc->clique, comm->rank)->runs, __ATOMIC_ACQUIRE);
+}
+
+/*
  * The phase of each of comm's tasks (phase[t], -1 for other communicators' tasks), for cutting
  * a group into launches of at most WEFT_DEV_MAX_OPS operations. A launch's kernel finishes only
  * when the peers run the partners of its operations, so every rank must cut at points its peers
@@ -1135,12 +1233,17 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             }
             memset(params, 0, sizeof(*params));
             params->comm = cc->dstate;
+            int first = -1; /* the launch's first task */
             for (int t = 0; t < ntasks; t++) {
                 if (phase[t] < p0 || phase[t] >= p1)
                     continue;
+                if (first < 0)
+                    first = t;
                 weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
             }
             p0 = p1;
+            if (params->nops == 1 && weft_cuda_zc_candidate(comm, &tasks[first]))
+                WEFT_CHECK_GOTO(weft_cuda_zc_launch(comm, &tasks[first], params), res, out);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,

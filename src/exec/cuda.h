@@ -59,6 +59,9 @@ ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, i
 /* Launches the device tasks of one submission (any communicators): returns once enqueued. */
 ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks);
 
+/* Collectives this rank ran with the direct kernel (registered device buffers, zero-copy). */
+uint64_t weft_cuda_zcopy_count(struct ncclComm *comm);
+
 /* Turns a kernel's stuck record into the communicator's error (logged once); ncclSuccess if the
  * kernels are fine. Called where the async error is read and before every launch; while the
  * kernels run it also looks (every 100 ms at most) for a peer process that died, and then stops

@@ -22,6 +22,7 @@
 #include "core/mem.h"
 #include "core/param.h"
 #include "exec/arena.h"
+#include "exec/cuda.h"
 #include "exec/lane.h"
 #include "exec/zcopy.h"
 
@@ -544,7 +545,7 @@ void weft_zcopy_fini(struct ncclComm *comm)
 
 uint64_t weft_zcopy_count(struct ncclComm *comm)
 {
-    return __atomic_load_n(&comm->zcopy_ops, __ATOMIC_RELAXED);
+    return __atomic_load_n(&comm->zcopy_ops, __ATOMIC_RELAXED) + weft_cuda_zcopy_count(comm);
 }
 
 uint64_t weft_zcopy_cma_count(struct ncclComm *comm)

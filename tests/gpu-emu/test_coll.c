@@ -13,6 +13,9 @@
  *   multicomm  one group over two communicators (all-reduce on one, all-gather on the other)
  *   initrank   one thread per rank, each ncclCommInitRank on its device and its own stream
  *              (-b: non-blocking communicators, ncclCommInitRankConfig with blocking = 0)
+ *   zcopy      registered device buffers go direct (WEFT_ZCOPY_MIN_BYTES set low): every
+ *              candidate collective x type x op x in/out of place checked and counted
+ *              (weft_zcopy_count); one rank unregistered; deregistration; a graph replayed 3 times
  *   graph      3 all-reduces captured into a graph, replayed 5 times, checked after each replay
  *   biggroup   one group of 101 operations per rank (send/recv in orders that differ between
  *              ranks, an all-reduce): more than one launch holds, cut where every rank agrees
@@ -40,6 +43,7 @@
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
 #include "emu_check.h"
+#include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"
 #include "weft.h"
@@ -60,11 +64,37 @@ struct rank_bufs {
     char *dscalar;       /* a PreMulSum scalar in device memory (ncclScalarDevice) */
     size_t bytes;
     cudaStream_t stream;
+    void *hsend_reg, *hrecv_reg; /* ncclCommRegister handles (case zcopy) */
 };
 
 static ncclComm_t g_comms[MAXR];
 static struct rank_bufs g_bufs[MAXR];
 static int g_dev[MAXR];
+/* case zcopy: ranks whose buffers bufs_ensure registers (bit r) */
+static unsigned g_reg_mask;
+static int g_reg_send_only; /* register the send buffers only */
+
+static void bufs_unregister(int r)
+{
+    struct rank_bufs *b = &g_bufs[r];
+    if (b->hsend_reg != NULL)
+        check(ncclCommDeregister(g_comms[r], b->hsend_reg), "ncclCommDeregister");
+    if (b->hrecv_reg != NULL)
+        check(ncclCommDeregister(g_comms[r], b->hrecv_reg), "ncclCommDeregister");
+    b->hsend_reg = b->hrecv_reg = NULL;
+}
+
+static void bufs_register(int r)
+{
+    struct rank_bufs *b = &g_bufs[r];
+    bufs_unregister(r);
+    if (!(g_reg_mask >> r & 1) || b->dsend == NULL)
+        return;
+    check(ncclCommRegister(g_comms[r], b->dsend, b->bytes, &b->hsend_reg), "ncclCommRegister");
+    if (!g_reg_send_only)
+        check(ncclCommRegister(g_comms[r], b->drecv, b->bytes, &b->hrecv_reg),
+              "ncclCommRegister");
+}
 
 static void bufs_ensure(int r, size_t bytes)
 {
@@ -72,6 +102,7 @@ static void bufs_ensure(int r, size_t bytes)
     if (b->bytes >= bytes)
         return;
     CU(cu->set_device(g_dev[r]));
+    bufs_unregister(r);
     if (b->dsend != NULL) {
         CU(cu->free(b->dsend));
         CU(cu->free(b->drecv));
@@ -83,6 +114,7 @@ static void bufs_ensure(int r, size_t bytes)
     b->hsend = malloc(bytes);
     b->hrecv = malloc(bytes);
     b->bytes = bytes;
+    bufs_register(r);
 }
 
 static void fail(const char *what, int coll, int t, int op, size_t count, int inplace, int r,
@@ -282,6 +314,8 @@ static void teardown(void)
 {
     for (int r = 0; r < g_n; r++) {
         if (g_comms[r] != NULL)
+            bufs_unregister(r);
+        if (g_comms[r] != NULL)
             check(ncclCommDestroy(g_comms[r]), "ncclCommDestroy");
         g_comms[r] = NULL;
         CU(cu->set_device(g_dev[r]));
@@ -357,6 +391,118 @@ static int case_sweep(void)
             }
         }
     }
+    teardown();
+    return 0;
+}
+
+
+/* ---- registered device buffers (zero-copy, the direct kernel) ---------------------------- */
+
+static int graph_run(int reg, int reps);
+static int zc_peers_reach(void);
+
+/* 0 with WEFT_EMU_PEER=0 on 2 devices: they cannot map each other's memory, nothing goes direct. */
+static int zc_peers_reach(void)
+{
+    const char *peer = getenv("WEFT_EMU_PEER");
+    return g_d == 1 || peer == NULL || strcmp(peer, "0") != 0;
+}
+
+/* 1 when run_one's operation must have gone direct on every rank: every rank registered, and
+ * the larger buffer at least WEFT_ZCOPY_MIN_BYTES (the test sets it). */
+static int zc_expect(int coll, int t, size_t count)
+{
+    const char *e = getenv("WEFT_ZCOPY_MIN_BYTES");
+    long long min = e != NULL ? atoll(e) : 262144;
+    if (!zc_peers_reach())
+        return 0;
+    /* the larger of the input and the output */
+    size_t bytes = count * weft_dtype_size(t) * (coll == C_ALLREDUCE ? 1 : (size_t)g_n);
+    return g_n > 1 && min > 0 && bytes > 0 && bytes >= (size_t)min &&
+           g_reg_mask == (1u << g_n) - 1 && coll <= C_ALLGATHER && coll != C_REDUCE &&
+           (!g_reg_send_only || coll != C_ALLREDUCE);
+}
+
+/* run_one, then checks on every rank that the operation went direct exactly when it must. */
+static void zc_run(int coll, int t, int op, size_t count, int inplace)
+{
+    uint64_t before[MAXR];
+    for (int r = 0; r < g_n; r++) {
+        bufs_ensure(r, (count * (size_t)g_n + 1) * weft_dtype_size(t));
+        before[r] = weft_zcopy_count(g_comms[r]);
+    }
+    run_one(coll, t, op, count, inplace, 0);
+    uint64_t want = (uint64_t)zc_expect(coll, t, count);
+    for (int r = 0; r < g_n; r++) {
+        uint64_t ran = weft_zcopy_count(g_comms[r]) - before[r];
+        if (ran != want) {
+            fail("direct-count", coll, t, op, count, inplace, r, 0, (double)ran, (double)want);
+            continue;
+        }
+        g_passed++;
+    }
+}
+
+/*
+ * Registered device buffers (WEFT_ZCOPY_MIN_BYTES set low by the test): all-reduce,
+ * reduce-scatter and all-gather x types x ops x in/out of place, every element checked and each
+ * operation checked to have run direct (weft_zcopy_count) exactly when every rank registered
+ * and it is large enough; then one rank unregistered (normal path, right results), a
+ * deregistration between two operations, and a captured graph replayed 3 times.
+ */
+static int case_zcopy(void)
+{
+    if (!setup_all())
+        return 1;
+    static const int types[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt32, ncclFloat8e4m3};
+    static const int colls[] = {C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER};
+    static const size_t counts[] = {7, 1500, 65536 + 3};
+    g_reg_mask = (1u << g_n) - 1;
+    for (int ci = 0; ci < 3; ci++) {
+        int coll = colls[ci];
+        for (int ti = 0; ti < (int)(sizeof(types) / sizeof(types[0])); ti++) {
+            int nops = coll == C_ALLGATHER ? 1 : NOPS;
+            for (int op = 0; op < nops; op++)
+                for (int k = 0; k < 3; k++) {
+                    if (k == 2 && (op != 0 || (ti != 0 && ti != 2)))
+                        continue; /* the large count on a few cases, to stay fast */
+                    for (int inplace = 0; inplace < 2; inplace++)
+                        zc_run(coll, types[ti], coll == C_ALLGATHER ? -1 : op, counts[k],
+                               inplace);
+                }
+        }
+    }
+    /* More than one 1 MiB piece per block of the direct kernel (2 blocks by default). */
+    for (int ci = 0; ci < 3; ci++)
+        for (int inplace = 0; inplace < 2; inplace++)
+            zc_run(colls[ci], ncclFloat32, colls[ci] == C_ALLGATHER ? -1 : OP_SUM,
+                   (1u << 20) + 5, inplace);
+    /* The last rank unregistered: everyone takes the normal path. */
+    g_reg_mask = (1u << g_n) - 1 - (1u << (g_n - 1));
+    for (int r = 0; r < g_n; r++)
+        bufs_register(r);
+    for (int ci = 0; ci < 3; ci++)
+        for (int inplace = 0; inplace < 2; inplace++)
+            zc_run(colls[ci], ncclFloat32, colls[ci] == C_ALLGATHER ? -1 : OP_SUM, 1500, inplace);
+    /* Send buffers only: all-gather and reduce-scatter (in place too: the input lies in the
+     * unregistered output then, so only out of place goes direct) still go direct, all-reduce
+     * does not. */
+    g_reg_mask = (1u << g_n) - 1;
+    g_reg_send_only = 1;
+    for (int r = 0; r < g_n; r++)
+        bufs_register(r);
+    for (int ci = 0; ci < 3; ci++)
+        zc_run(colls[ci], ncclFloat32, colls[ci] == C_ALLGATHER ? -1 : OP_SUM, 1500, 0);
+    g_reg_send_only = 0;
+    /* Registered, one direct all-reduce; deregistered, the next one takes the normal path. */
+    for (int r = 0; r < g_n; r++)
+        bufs_register(r);
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1500, 0);
+    g_reg_mask = 0;
+    for (int r = 0; r < g_n; r++)
+        bufs_register(r);
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1500, 0);
+    tally(graph_run(1, 3));
     teardown();
     return 0;
 }
@@ -587,20 +733,29 @@ static int case_initrank(void)
 
 /* ---- graphs ------------------------------------------------------------------------------ */
 
-static int case_graph(void)
+/*
+ * 3 in-place all-reduces captured into a graph per rank, replayed reps times, checked after each
+ * replay. reg: the buffers registered, and every replay must run all 3 direct (the descriptors
+ * are exchanged when the kernels run). 1 when all is right.
+ */
+static int graph_run(int reg, int reps)
 {
-    if (!setup_all())
-        return 1;
     size_t count = 3001;
     float *d[MAXR][3], *h = malloc(count * sizeof(float));
+    void *hd[MAXR][3] = {{NULL}};
     weftCudaGraph_t g[MAXR];
+    int all_ok = 1;
     /* Through the public forwards of weft.h, as a program would. Each rank's stream captures its
      * own graph; the captures run from one thread inside one
      * group per operation (the kernels of all ranks must run at once at replay). */
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 3; k++) {
             CU(cu->malloc((void **)&d[r][k], count * sizeof(float)));
+            if (reg)
+                all_ok &= check(ncclCommRegister(g_comms[r], d[r][k], count * sizeof(float),
+                                                 &hd[r][k]), "ncclCommRegister");
+        }
     }
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
@@ -617,8 +772,10 @@ static int case_graph(void)
         CU(cu->set_device(g_dev[r]));
         CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
     }
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < reps; rep++) {
+        uint64_t before[MAXR];
         for (int r = 0; r < g_n; r++) {
+            before[r] = weft_zcopy_count(g_comms[r]);
             CU(cu->set_device(g_dev[r]));
             for (int k = 0; k < 3; k++) {
                 for (size_t i = 0; i < count; i++)
@@ -634,6 +791,13 @@ static int case_graph(void)
         for (int r = 0; r < g_n; r++) {
             CU(cu->set_device(g_dev[r]));
             CU(cu->stream_synchronize(g_bufs[r].stream));
+            uint64_t ran = weft_zcopy_count(g_comms[r]) - before[r];
+            int want_ran = reg && zc_peers_reach() ? 3 : 0;
+            if (ran != (uint64_t)want_ran) {
+                fprintf(stderr, "FAIL graph replay %d rank %d: %llu direct runs, want %d\n", rep,
+                        r, (unsigned long long)ran, want_ran);
+                all_ok = 0;
+            }
             for (int k = 0; k < 3; k++) {
                 CU(cu->memcpy_async(h, d[r][k], count * sizeof(float), g_bufs[r].stream));
                 CU(cu->stream_synchronize(g_bufs[r].stream));
@@ -647,17 +811,30 @@ static int case_graph(void)
                         ok = 0;
                     }
                 }
-                tally(ok);
+                all_ok &= ok;
+                if (!reg)
+                    tally(ok);
             }
         }
     }
     for (int r = 0; r < g_n; r++) {
         CU(cu->set_device(g_dev[r]));
         CU(weftCudaGraphDestroy(g[r]));
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 3; k++) {
+            if (hd[r][k] != NULL)
+                check(ncclCommDeregister(g_comms[r], hd[r][k]), "ncclCommDeregister");
             CU(cu->free(d[r][k]));
+        }
     }
     free(h);
+    return all_ok;
+}
+
+static int case_graph(void)
+{
+    if (!setup_all())
+        return 1;
+    graph_run(0, 5);
     teardown();
     return 0;
 }
@@ -983,6 +1160,16 @@ static int case_sig(void)
         CU(cu->memset_async(o[r], 0, sizeof(h), g_bufs[r].stream));
         CU(cu->stream_synchronize(g_bufs[r].stream));
     }
+    /* WEFT_TEST_SIG_REG=1: the buffers registered, so the calls that differ are zero-copy
+     * candidates; the direct kernel sees the difference and leaves it to the normal path. */
+    void *reg[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    if (getenv("WEFT_TEST_SIG_REG") != NULL)
+        for (int r = 0; r < 2; r++) {
+            check(ncclCommRegister(g_comms[r], d[r], N * sizeof(float), &reg[r][0]),
+                  "ncclCommRegister");
+            check(ncclCommRegister(g_comms[r], o[r], N * sizeof(float), &reg[r][1]),
+                  "ncclCommRegister");
+        }
     const char *a = NULL, *b = NULL; /* rank 0's call, rank 1's */
     check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < 2; r++) {
@@ -1060,6 +1247,9 @@ static int case_sig(void)
     printf("sig %s: rank 0 %d, rank 1 %d\n", what, args[0].res, args[1].res);
     for (int r = 0; r < 2; r++) {
         CU(cu->set_device(g_dev[r]));
+        for (int k = 0; k < 2; k++)
+            if (reg[r][k] != NULL)
+                ncclCommDeregister(g_comms[r], reg[r][k]);
         CU(cu->free(d[r]));
         CU(cu->free(o[r]));
         ncclCommAbort(g_comms[r]);
@@ -1183,6 +1373,8 @@ int main(int argc, char **argv)
         rc = case_graph();
     else if (strcmp(c, "graph-a2a") == 0)
         rc = case_graph_a2a();
+    else if (strcmp(c, "zcopy") == 0)
+        rc = case_zcopy();
     else if (strcmp(c, "abort") == 0)
         rc = case_abort();
     else if (strcmp(c, "biggroup") == 0)
