@@ -6,6 +6,8 @@
 
 /* How many slices one call may move before returning, so other lanes get their turn. */
 #define WEFT_LANE_BUDGET 16
+/* Bytes a fused reduce-then-copy step handles at a time (well inside L1 with its inputs). */
+#define LANE_TILE_BYTES 4096
 
 void weft_lane_init(struct weft_lane *lane)
 {
@@ -209,8 +211,14 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
             weft_reduce(lane->op, dst, in, src, n, lane_reduce_flags(s));
             break;
         case WEFT_STEP_RECV_REDUCE_COPY_SEND:
-            weft_reduce(lane->op, dst, in, src, n, lane_reduce_flags(s));
-            memcpy(out, dst, nbytes);
+            /* Tile by tile, so that the copy into the FIFO reads the result from L1 rather than
+             * reading the whole slot's output back from L2 or beyond. */
+            for (uint64_t t = 0, tile = LANE_TILE_BYTES / es; t < n; t += tile) {
+                uint64_t m = n - t < tile ? n - t : tile;
+                weft_reduce(lane->op, dst + t * es, in + t * es, src + t * es, m,
+                            lane_reduce_flags(s));
+                memcpy(out + t * es, dst + t * es, m * es);
+            }
             break;
         case WEFT_STEP_RECV_COPY_SEND:
             memcpy(dst, in, nbytes);
