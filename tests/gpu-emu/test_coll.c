@@ -733,6 +733,31 @@ static int case_initrank(void)
 
 /* ---- graphs ------------------------------------------------------------------------------ */
 
+/* Every rank's stream starts (ends into g[r]) a capture; every rank's graph g[r] is launched. */
+static void graphs_begin(void)
+{
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
+    }
+}
+
+static void graphs_end(weftCudaGraph_t *g)
+{
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
+    }
+}
+
+static void graphs_launch(weftCudaGraph_t *g)
+{
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
+    }
+}
+
 /*
  * 3 in-place all-reduces captured into a graph per rank, replayed reps times, checked after each
  * replay. reg: the buffers registered, and every replay must run all 3 direct (the descriptors
@@ -757,10 +782,7 @@ static int graph_run(int reg, int reps)
                                                  &hd[r][k]), "ncclCommRegister");
         }
     }
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
-    }
+    graphs_begin();
     for (int k = 0; k < 3; k++) {
         check(ncclGroupStart(), "ncclGroupStart");
         for (int r = 0; r < g_n; r++)
@@ -768,10 +790,7 @@ static int graph_run(int reg, int reps)
                                 g_bufs[r].stream), "ncclAllReduce");
         check(ncclGroupEnd(), "ncclGroupEnd");
     }
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
-    }
+    graphs_end(g);
     for (int rep = 0; rep < reps; rep++) {
         uint64_t before[MAXR];
         for (int r = 0; r < g_n; r++) {
@@ -784,10 +803,7 @@ static int graph_run(int reg, int reps)
                 CU(cu->stream_synchronize(g_bufs[r].stream)); /* h is rewritten next */
             }
         }
-        for (int r = 0; r < g_n; r++) {
-            CU(cu->set_device(g_dev[r]));
-            CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
-        }
+        graphs_launch(g);
         for (int r = 0; r < g_n; r++) {
             CU(cu->set_device(g_dev[r]));
             CU(cu->stream_synchronize(g_bufs[r].stream));
@@ -862,19 +878,13 @@ static int case_graph_a2a(void)
         CU(cu->set_device(g_dev[r]));
         CU(cu->malloc((void **)&d[r], total * sizeof(float)));
     }
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        CU(weftCudaStreamBeginCapture(g_bufs[r].stream));
-    }
+    graphs_begin();
     check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < g_n; r++)
         check(ncclAlltoAll(d[r], d[r], count, ncclFloat32, g_comms[r], g_bufs[r].stream),
               "ncclAlltoAll in place under capture");
     check(ncclGroupEnd(), "ncclGroupEnd");
-    for (int r = 0; r < g_n; r++) {
-        CU(cu->set_device(g_dev[r]));
-        CU(weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]));
-    }
+    graphs_end(g);
     for (int rep = 0; rep < 3; rep++) {
         for (int r = 0; r < g_n; r++) {
             CU(cu->set_device(g_dev[r]));
@@ -883,10 +893,7 @@ static int case_graph_a2a(void)
             CU(cu->memcpy_async(d[r], h, total * sizeof(float), g_bufs[r].stream));
             CU(cu->stream_synchronize(g_bufs[r].stream));
         }
-        for (int r = 0; r < g_n; r++) {
-            CU(cu->set_device(g_dev[r]));
-            CU(weftCudaGraphLaunch(g[r], g_bufs[r].stream));
-        }
+        graphs_launch(g);
         for (int r = 0; r < g_n; r++) {
             CU(cu->set_device(g_dev[r]));
             CU(cu->stream_synchronize(g_bufs[r].stream));
