@@ -350,6 +350,11 @@ int weft_tune_algo_quiet(int coll, size_t bytes, const struct weft_tune_comm *tc
     return tune_choose(coll, bytes, tc, us_p, &why);
 }
 
+int weft_tune_algo_of(int coll, int a2a_in_place, size_t bytes, const struct weft_tune_comm *tc)
+{
+    return a2a_in_place ? WEFT_ALGO_DIRECT : weft_tune_algo(coll, bytes, tc);
+}
+
 int weft_tune_algo(int coll, size_t bytes, const struct weft_tune_comm *tc)
 {
     if (__builtin_expect(weft_log_level < 0, 0))

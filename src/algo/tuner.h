@@ -101,6 +101,11 @@ struct weft_tune_comm {
  */
 int weft_tune_algo(int coll, size_t bytes, const struct weft_tune_comm *tc);
 
+/* The algorithm an operation runs, on every executor: an in-place all-to-all takes the direct
+ * order, which sends every block of a piece before it receives into any (the pairwise order would
+ * overwrite blocks before sending them; algo/sched.c, DIRECT ALLTOALL); the rest weft_tune_algo. */
+int weft_tune_algo_of(int coll, int a2a_in_place, size_t bytes, const struct weft_tune_comm *tc);
+
 /* weft_tune_algo without the log line, and the predicted microseconds of each algorithm on tc's
  * fabric (-1 where coll has no schedule of that algorithm) in us_p[WEFT_ALGO_COUNT] if not NULL. */
 int weft_tune_algo_quiet(int coll, size_t bytes, const struct weft_tune_comm *tc, double *us_p);

@@ -1002,13 +1002,12 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
     op->seq = ++comm->op_seq;
     op->root = t->root;
     op->coll = (uint8_t)t->coll;
-    /* In place, an all-to-all takes the direct order, as on the host: it sends every block of a
-     * piece before it receives into any (algo/sched.c, DIRECT ALLTOALL), so the kernel needs no
-     * copy of the input; a SEND step has copied its block into the FIFO slot when the lane moves
+    /* An in-place all-to-all takes the direct order (weft_tune_algo_of), so the kernel needs no
+     * copy of the input: a SEND step has copied its block into the FIFO slot when the lane moves
      * on. */
-    op->algo = (uint8_t)(t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf
-                             ? WEFT_ALGO_DIRECT
-                             : weft_tune_algo(t->coll, t->count * es, &comm->tune));
+    op->algo = (uint8_t)weft_tune_algo_of(t->coll,
+                                          t->coll == WEFT_COLL_ALLTOALL && t->sendbuf == t->recvbuf,
+                                          t->count * es, &comm->tune);
     op->dtype = (uint8_t)t->dtype;
     if (t->has_redop) {
         op->has_redop = 1;

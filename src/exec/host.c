@@ -171,17 +171,15 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         uint64_t seq = ++comm->op_seq;
         int p2p = weft_task_is_p2p(task);
         int nch = p2p ? 1 : comm->nchannels;
-        /* In place, an all-to-all takes the direct order, which sends every block of a piece
-         * before it receives into any: the pairwise order would overwrite blocks before sending
-         * them, and needed a copy of the whole input (algo/sched.c, DIRECT ALLTOALL). */
+        /* An in-place all-to-all's schedule differs (weft_tune_algo_of). */
         int a2a_in_place = task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf;
         int zc = !p2p && weft_zcopy_candidate(task);
         const struct weft_exec_cache *hit =
             cache && !zc ? weft_exec_cache_find(comm, task, es, a2a_in_place) : NULL;
         const struct weft_step *cached = hit != NULL ? hit->steps : NULL;
-        int algo = hit != NULL       ? -1
-                   : a2a_in_place ? WEFT_ALGO_DIRECT
-                                  : weft_tune_algo(task->coll, task->count * es, &comm->tune);
+        int algo = hit != NULL ? -1
+                               : weft_tune_algo_of(task->coll, a2a_in_place, task->count * es,
+                                                   &comm->tune);
         /* Element sizes are powers of two: a shift, not a 64-bit division (~40 cycles). */
         uint64_t chunk = (weft_slot_payload(comm->slot_bytes) * WEFT_CHUNK_SLOTS) >>
                          __builtin_ctzll(es);
