@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${TSAN_BUILD:-build-tsan}
-[ -d "$dir" ] || meson setup "$dir" -Db_sanitize=thread -Dbuildtype=debugoptimized >/dev/null ||
+[ -d "$dir" ] || meson setup "$dir" -Db_sanitize=thread -Dbuildtype=debugoptimized -Dcuda=disabled >/dev/null ||
     { echo "tsan: meson setup failed"; exit 1; }
 meson compile -C "$dir" tests/gpu-emu/test_coll tests/gpu-emu/test_emu tests/gpu-emu/test_kern_unit \
     >/dev/null ||
