@@ -22,7 +22,7 @@
 # without a GPU, the stages whose cases can run on the emulated GPU: mplat, reg, torch).
 #
 # Build: a build carried from the CPU machine (--build DIR, default build-gpu, made with
-# `meson setup build-gpu -Dcuda=enabled -Dbuildtype=release`) is used as it is when its library
+# `meson setup build-gpu -Dcuda=enabled -Dgpu_checks=true -Dbuildtype=release`) is used as it is when its library
 # loads here and holds the CUDA kernels; otherwise the script builds one with the toolkit it finds
 # (meson, ninja -j16), in a fresh folder build-gpu-local where the carried one is unusable.
 #
@@ -313,7 +313,7 @@ stage_build() {
     [ ! -e "$build" ] || { build=$local; rm -rf "$build"; }
     echo "building $build" >>"$log"
     local left=$((end - $(date +%s)))
-    if (cd "$top" && timeout "$left" meson setup "$build" -Dcuda=enabled -Dbuildtype=release \
+    if (cd "$top" && timeout "$left" meson setup "$build" -Dcuda=enabled -Dgpu_checks=true -Dbuildtype=release \
             >>"$log" 2>&1 && timeout "$((end - $(date +%s)))" ninja -C "$build" -j16 \
             >>"$log" 2>&1); then
         say "build: 1 passed, 0 failed, 0 skipped (built here)"
