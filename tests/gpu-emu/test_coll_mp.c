@@ -9,6 +9,11 @@
  * Usage: weftrun -n N test_coll_mp CASE [-q]
  *   sweep  every collective x types x ops x counts x in/out-of-place (-q: fewer types and counts)
  *   split  ncclCommSplit into even and odd ranks, a sweep (-q) on each half, then the parent
+ *   zcopy  registered ncclMemAlloc buffers (WEFT_ZCOPY_MIN_BYTES=1024): every candidate
+ *          collective x float, half, bf16, int32 x every op x in/out of place, each checked to
+ *          have run direct (weft_zcopy_count) exactly when it must; below the threshold; one
+ *          rank unregistered, then registered again; a cudaMalloc buffer registered (not
+ *          shareable); everything deregistered
  *   kill   the last rank dies by SIGKILL as its kernel starts an all-reduce; every survivor,
  *          polling ncclCommGetAsyncError, gets an error naming it within WEFT_TIMEOUT seconds
  *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
@@ -35,6 +40,7 @@
 #include "coll_cases.h"
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
+#include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"
 #include "weft.h"
@@ -272,6 +278,105 @@ static int case_sweep(void)
     return 0;
 }
 
+/* run_one, then checks that the operation went direct (want 1) or not (0) on this rank. */
+static void zc_run(int coll, int t, int op, size_t count, int inplace, int want)
+{
+    uint64_t before = weft_zcopy_count(g_comm);
+    int failed = g_failed;
+    run_one(coll, t, op, count, inplace, 0);
+    uint64_t ran = weft_zcopy_count(g_comm) - before;
+    if (g_failed == failed && ran != (uint64_t)want) {
+        g_passed--;
+        fail("direct-count", coll, t, op, count, inplace, 0, (double)ran, (double)want);
+    }
+}
+
+static int case_zcopy(void)
+{
+    const size_t count = 4099; /* every candidate's larger buffer >= 1024 bytes */
+    const char *e = getenv("WEFT_ZCOPY_MIN_BYTES");
+    if (e == NULL || atoll(e) != 1024) {
+        fprintf(stderr, "rank %d: zcopy wants WEFT_ZCOPY_MIN_BYTES=1024\n", g_me);
+        return 1;
+    }
+    /* the emulated devices all reach each other unless WEFT_EMU_PEER=0 */
+    const char *peer = getenv("WEFT_EMU_PEER");
+    int direct = g_n > 1 && (peer == NULL || atoi(peer) != 0);
+    size_t bytes = ((size_t)g_n * count + 1) * 8;
+    bufs_ensure(1); /* the plain buffers exist; the registered ones stand in for them */
+    char *plain_send = g_dsend, *plain_recv = g_drecv;
+    size_t plain_bytes = g_bytes;
+    char *hs = NULL, *hr = NULL;
+    free(g_hsend);
+    free(g_hrecv);
+    g_hsend = malloc(bytes);
+    g_hrecv = malloc(bytes);
+    void *rs = NULL, *rr = NULL;
+    if (g_hsend == NULL || g_hrecv == NULL ||
+        !check(ncclMemAlloc((void **)&hs, bytes), "ncclMemAlloc") ||
+        !check(ncclMemAlloc((void **)&hr, bytes), "ncclMemAlloc") ||
+        !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister") ||
+        !check(ncclCommRegister(g_comm, hr, bytes, &rr), "ncclCommRegister"))
+        return 1;
+    g_dsend = hs;
+    g_drecv = hr;
+    g_bytes = bytes;
+    /* a barrier (not a candidate): every rank has registered, its offers are on their way */
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0);
+    static const int types[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt32};
+    static const int colls[] = {C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER};
+    for (int ci = 0; ci < 3; ci++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int op = 0; op < (colls[ci] == C_ALLGATHER ? 1 : NOPS); op++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    zc_run(colls[ci], types[ti], colls[ci] == C_ALLGATHER ? -1 : op, count,
+                           inplace, direct);
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 7, 0, 0); /* 28 bytes: below the threshold */
+    /* the last rank's input unregistered: nobody goes direct; registered again: all do */
+    int last = g_me == g_n - 1;
+    if (last && !check(ncclCommDeregister(g_comm, rs), "ncclCommDeregister"))
+        return 1;
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, 0);
+    zc_run(C_ALLREDUCE, ncclInt32, OP_SUM, count, 0, 0);
+    if (last && !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister"))
+        return 1;
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0); /* barrier */
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, direct);
+    zc_run(C_REDUCESCATTER, ncclBfloat16, OP_MAX, count, 0, direct);
+    /* rank 0's input a registered cudaMalloc buffer: its peers cannot map it (legacy IPC is
+     * the comm's handle form only for ncclMemAlloc memory), so every rank votes no */
+    void *rp = NULL;
+    if (g_me == 0) {
+        g_dsend = plain_send;
+        if (plain_bytes < bytes) {
+            CU(cu->free(plain_send));
+            CU(cu->malloc((void **)&plain_send, bytes));
+            g_dsend = plain_send;
+            plain_bytes = bytes;
+        }
+        if (!check(ncclCommRegister(g_comm, g_dsend, bytes, &rp), "ncclCommRegister"))
+            return 1;
+    }
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, 0);
+    zc_run(C_REDUCESCATTER, ncclFloat32, OP_SUM, count, 0, 0);
+    g_dsend = hs;
+    if (g_me == 0 && !check(ncclCommDeregister(g_comm, rp), "ncclCommDeregister"))
+        return 1;
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, direct);
+    /* everything deregistered: the normal path, right results */
+    if (!check(ncclCommDeregister(g_comm, rs), "ncclCommDeregister") ||
+        !check(ncclCommDeregister(g_comm, rr), "ncclCommDeregister"))
+        return 1;
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, count, 0, 0);
+    zc_run(C_ALLGATHER, ncclInt32, -1, count, 1, 0);
+    g_dsend = plain_send;
+    g_drecv = plain_recv;
+    g_bytes = plain_bytes < bytes ? plain_bytes : bytes;
+    if (!check(ncclMemFree(hs), "ncclMemFree") || !check(ncclMemFree(hr), "ncclMemFree"))
+        return 1;
+    return 0;
+}
+
 static int case_kill(void)
 {
     int victim = g_n - 1;
@@ -366,7 +471,7 @@ int listen(int fd, int backlog)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | kill [-s]\n", argv[0]);
+        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | kill [-s]\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
@@ -395,6 +500,7 @@ int main(int argc, char **argv)
     double t0 = now_s();
     int rc = strcmp(argv[1], "kill") == 0    ? case_kill()
              : strcmp(argv[1], "split") == 0 ? case_split()
+             : strcmp(argv[1], "zcopy") == 0 ? case_zcopy()
                                              : case_sweep();
     if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
         rc = 1;
