@@ -1012,6 +1012,16 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
     /* The direct kernel before this launch did its operation (weft_dev_params.skip). */
     if (p->skip != NULL && weft_ld_relaxed_u32(p->skip, WEFT_SCOPE_GPU) != 0)
         return;
+    if (p->zc_mine != NULL && tid == 0) {
+        /* No direct kernel here: say so (weft_dev_params.zc_mine); fields before seq. */
+        weft_zc_slot *mine = p->zc_mine + weft_bid();
+        uint64_t e = mine->seq + 1;
+        mine->call = WEFT_ZC_NOT_DIRECT;
+        mine->reg = 0;
+        weft_st_release_u64(&mine->seq, e, WEFT_SCOPE_SYS);
+        weft_st_release_u64(&mine->vote, 2 * e, WEFT_SCOPE_SYS);
+        weft_st_release_u64(&mine->done, e, WEFT_SCOPE_SYS);
+    }
     if (tid == 0) {
         c->p = p;
         c->comm = p->comm;

@@ -66,6 +66,13 @@ struct weft_dev_params {
      * (struct weft_zc_params) that sets this word to 1 when it did the operation: then every
      * thread returns at once. */
     const uint32_t *skip;
+    /* Or NULL. A launch holding collectives that no direct kernel precedes, on a communicator
+     * with direct kernels: this rank's exchange slots [nblocks] (device). Each block first
+     * publishes "not direct" there under the next direct sequence number, so that a peer's
+     * direct kernel for a mismatched call (a candidate there, not here) votes no at once and the
+     * normal kernels report the mismatch. Every rank publishes once per launch holding
+     * collectives, by one kernel or the other, so the numbers stay in step. */
+    struct weft_zc_slot *zc_mine;
     struct weft_dev_op ops[WEFT_DEV_MAX_OPS];
 };
 
@@ -78,6 +85,7 @@ struct weft_dev_params {
  * on every rank, since every rank launches the direct kernel for the same operations, so they
  * stay right under graph replays.
  */
+#define WEFT_ZC_NOT_DIRECT (~(uint64_t)0) /* call: a normal kernel's "not direct" */
 struct weft_zc_slot {
     uint64_t seq, done;
     uint64_t call;   /* coll | dtype << 8 | kind << 16 | has_redop << 24 | premul << 25 */

@@ -1228,6 +1228,15 @@ static int weft_cuda_phases(struct ncclComm *comm, const struct weft_task *tasks
     return nphases;
 }
 
+/* 1 when the launch holds a collective (every rank then makes this launch). */
+static int weft_cuda_has_coll(const struct weft_dev_params *params)
+{
+    for (int i = 0; i < params->nops; i++)
+        if (params->ops[i].coll != WEFT_COLL_SEND && params->ops[i].coll != WEFT_COLL_RECV)
+            return 1;
+    return 0;
+}
+
 /* The user streams of comm's tasks, without repeats. */
 static int weft_cuda_streams(const struct weft_task *tasks, int ntasks,
                              const struct ncclComm *comm, weft_cuda_stream_t *out, int max)
@@ -1329,6 +1338,8 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             p0 = p1;
             if (params->nops == 1 && weft_cuda_zc_candidate(comm, &tasks[first]))
                 WEFT_CHECK_GOTO(weft_cuda_zc_launch(comm, &tasks[first], params), res, out);
+            else if (cc->zpeers != NULL && weft_cuda_has_coll(params))
+                params->zc_mine = (struct weft_zc_slot *)(cc->fifo + cc->zc_off);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,

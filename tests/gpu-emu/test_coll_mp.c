@@ -14,6 +14,9 @@
  *          have run direct (weft_zcopy_count) exactly when it must; below the threshold; one
  *          rank unregistered, then registered again; a cudaMalloc buffer registered (not
  *          shareable); everything deregistered
+ *   straddle  registered buffers, rank 0's all-reduce count below WEFT_ZCOPY_MIN_BYTES (1024),
+ *          the others' above: the others launch the direct kernel, rank 0 not; every rank gets
+ *          the signature error (ncclInvalidUsage, "operations differ") well before WEFT_TIMEOUT
  *   kill   the last rank dies by SIGKILL as its kernel starts an all-reduce; every survivor,
  *          polling ncclCommGetAsyncError, gets an error naming it within WEFT_TIMEOUT seconds
  *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
@@ -377,6 +380,47 @@ static int case_zcopy(void)
     return 0;
 }
 
+static int case_straddle(void)
+{
+    size_t bytes = 4099 * sizeof(float), count = g_me == 0 ? 100 : 4099;
+    char *hs = NULL, *hr = NULL;
+    void *rs = NULL, *rr = NULL;
+    if (!check(ncclMemAlloc((void **)&hs, bytes), "ncclMemAlloc") ||
+        !check(ncclMemAlloc((void **)&hr, bytes), "ncclMemAlloc") ||
+        !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister") ||
+        !check(ncclCommRegister(g_comm, hr, bytes, &rr), "ncclCommRegister"))
+        return 1;
+    CU(cu->memset_async(hs, 0, bytes, g_stream));
+    /* a barrier (not a candidate), then the mismatched pair */
+    if (!check(ncclAllReduce(hs, hr, 1, ncclFloat32, ncclSum, g_comm, g_stream), "ncclAllReduce"))
+        return 1;
+    CU(cu->stream_synchronize(g_stream));
+    double t0 = now_s();
+    if (!check(ncclAllReduce(hs, hr, count, ncclFloat32, ncclSum, g_comm, g_stream),
+               "ncclAllReduce"))
+        return 1;
+    const char *to = getenv("WEFT_TIMEOUT");
+    double limit = (to != NULL ? atof(to) : 300) / 3;
+    ncclResult_t async = ncclSuccess;
+    while (now_s() - t0 < limit) {
+        if (!check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError"))
+            return 1;
+        if (async != ncclSuccess && async != ncclInProgress)
+            break;
+        usleep(10000);
+    }
+    double took = now_s() - t0;
+    const char *msg = ncclGetLastError(g_comm);
+    int ok = async == ncclInvalidUsage && strstr(msg, "operations differ between ranks") != NULL &&
+             took < limit;
+    fprintf(stderr, "rank %d: straddle: %s after %.1f s (limit %.0f s): %s: %s\n", g_me,
+            ok ? "ok" : "FAIL", took, limit, ncclGetErrorString(async), msg);
+    sleep(1); /* the slower ranks still read this one's slots */
+    ncclCommAbort(g_comm);
+    g_comm = NULL;
+    _exit(ok ? 0 : 1); /* the communicator is broken: nothing else to tidy */
+}
+
 static int case_kill(void)
 {
     int victim = g_n - 1;
@@ -501,6 +545,7 @@ int main(int argc, char **argv)
     int rc = strcmp(argv[1], "kill") == 0    ? case_kill()
              : strcmp(argv[1], "split") == 0 ? case_split()
              : strcmp(argv[1], "zcopy") == 0 ? case_zcopy()
+             : strcmp(argv[1], "straddle") == 0 ? case_straddle()
                                              : case_sweep();
     if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
         rc = 1;
