@@ -21,7 +21,8 @@
  *          polling ncclCommGetAsyncError, gets an error naming it within WEFT_TIMEOUT seconds
  *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
  *          in cudaStreamSynchronize instead, and the kernel's deadline ends the wait (the error
- *          still names the dead rank)
+ *          still names the dead rank); -z: registered ncclMemAlloc buffers, so the dying
+ *          all-reduce runs in the direct kernel (checked on one that runs first)
  * WEFT_TEST_SILENT_STRAY=1: every listener this process opens (bootstrap, socket transport,
  * device socket proxy) gets a silent connection the moment it listens, queued ahead of the real
  * peers; init must not wait for it (it took WEFT_SOCK_ADMIT_MS, 5 s, where the device proxy
@@ -51,7 +52,7 @@
 #define MAX_FAIL_PRINT 20
 
 
-static int g_me, g_n, g_quick, g_sync;
+static int g_me, g_n, g_quick, g_sync, g_zreg;
 static int g_passed, g_failed, g_printed;
 static const struct weft_cuda_ops *cu;
 static ncclComm_t g_comm;
@@ -427,6 +428,24 @@ static int case_kill(void)
     size_t count = 1 << 20;
     run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1023, 0, 0); /* everyone is up and connected */
     bufs_ensure(count * sizeof(float));
+    if (g_zreg) {
+        /* registered ncclMemAlloc buffers: the all-reduces run in the direct kernel, whose
+         * exchange waits must end too (with WEFT_ZCOPY_MIN_BYTES at most 4 MiB) */
+        void *h0 = NULL, *h1 = NULL;
+        bufs_ensure((count + 1) * sizeof(float)); /* run_one's size: no reallocation below */
+        if (!check(ncclMemAlloc((void **)&g_dsend, g_bytes), "ncclMemAlloc") ||
+            !check(ncclMemAlloc((void **)&g_drecv, g_bytes), "ncclMemAlloc") ||
+            !check(ncclCommRegister(g_comm, g_dsend, g_bytes, &h0), "register") ||
+            !check(ncclCommRegister(g_comm, g_drecv, g_bytes, &h1), "register"))
+            return 1;
+        run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0); /* a barrier: all registered */
+        uint64_t before = weft_zcopy_count(g_comm);
+        run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, count, 0, 0);
+        if (weft_zcopy_count(g_comm) != before + 1) {
+            fprintf(stderr, "rank %d: kill -z: the all-reduce did not run direct\n", g_me);
+            return 1;
+        }
+    }
     if (!check(ncclAllReduce(g_dsend, g_drecv, count, ncclFloat32, ncclSum, g_comm, g_stream),
                "ncclAllReduce"))
         return 1;
@@ -515,11 +534,12 @@ int listen(int fd, int backlog)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | kill [-s]\n", argv[0]);
+        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | kill [-s|-z]\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
     g_sync = argc > 2 && strcmp(argv[2], "-s") == 0;
+    g_zreg = argc > 2 && strcmp(argv[2], "-z") == 0;
     cu = weft_cuda();
     int local = 0, ndev = 0;
     if (cu->get_device_count(&ndev) != 0 || ndev < 1) {
