@@ -381,6 +381,22 @@ static int case_zcopy(void)
     return 0;
 }
 
+/* Polls ncclCommGetAsyncError until it reports an error or limit seconds pass: the error (or
+ * ncclSuccess), *took_p the seconds waited from t0. */
+static ncclResult_t await_error(double t0, double limit, double *took_p)
+{
+    ncclResult_t async = ncclSuccess;
+    while (now_s() - t0 < limit) {
+        if (!check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError"))
+            exit(1);
+        if (async != ncclSuccess && async != ncclInProgress)
+            break;
+        usleep(10000);
+    }
+    *took_p = now_s() - t0;
+    return async;
+}
+
 static int case_straddle(void)
 {
     size_t bytes = 4099 * sizeof(float), count = g_me == 0 ? 100 : 4099;
@@ -401,16 +417,8 @@ static int case_straddle(void)
                "ncclAllReduce"))
         return 1;
     const char *to = getenv("WEFT_TIMEOUT");
-    double limit = (to != NULL ? atof(to) : 300) / 3;
-    ncclResult_t async = ncclSuccess;
-    while (now_s() - t0 < limit) {
-        if (!check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError"))
-            return 1;
-        if (async != ncclSuccess && async != ncclInProgress)
-            break;
-        usleep(10000);
-    }
-    double took = now_s() - t0;
+    double limit = (to != NULL ? atof(to) : 300) / 3, took;
+    ncclResult_t async = await_error(t0, limit, &took);
     const char *msg = ncclGetLastError(g_comm);
     int ok = async == ncclInvalidUsage && strstr(msg, "operations differ between ranks") != NULL &&
              took < limit;
@@ -464,14 +472,8 @@ static int case_kill(void)
         cu->stream_synchronize(g_stream);
         limit += 10; /* the kernel's deadline is WEFT_TIMEOUT itself: allow for its polling */
     }
-    while (now_s() - t0 < limit + 30) {
-        if (!check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError"))
-            return 1;
-        if (async != ncclSuccess && async != ncclInProgress)
-            break;
-        usleep(10000);
-    }
-    double took = now_s() - t0;
+    double took;
+    async = await_error(t0, limit + 30, &took);
     const char *msg = ncclGetLastError(g_comm);
     char want[32];
     snprintf(want, sizeof(want), "peer %d ", victim);

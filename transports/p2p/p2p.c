@@ -171,10 +171,12 @@ static void p2p_sock_name(struct sockaddr_un *a, socklen_t *len, uint64_t comm_h
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_t tolen,
-                                const struct weft_p2p_msg *msg, int fd, int *sent_p)
+/* One datagram of len bytes, descriptor fd attached (-1: none), without blocking: 1 sent, 0 the
+ * peer's queue is full (try again after reading ours), -1 failed (errno says why). */
+static int p2p_dgram_send(int sock, const struct sockaddr_un *to, socklen_t tolen,
+                          const void *buf, size_t len, int fd)
 {
-    struct iovec iov = {(void *)msg, sizeof(*msg)};
+    struct iovec iov = {(void *)buf, len};
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
@@ -186,27 +188,25 @@ static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_
     m.msg_namelen = tolen;
     m.msg_iov = &iov;
     m.msg_iovlen = 1;
-    m.msg_control = u.buf;
-    m.msg_controllen = sizeof(u.buf);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    *sent_p = 0;
-    if (sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*msg)) {
-        *sent_p = 1;
-        return ncclSuccess;
+    if (fd >= 0) {
+        m.msg_control = u.buf;
+        m.msg_controllen = sizeof(u.buf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
     }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS)
-        return ncclSuccess; /* the peer's queue is full: try again after reading ours */
-    return ncclRemoteError; /* the caller names the peer, with errno */
+    if (sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len)
+        return 1;
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS ? 0 : -1;
 }
 
-/* One datagram if one is waiting: *fd_p = -1 when none. */
-static ncclResult_t p2p_recv_fd(int sock, struct weft_p2p_msg *msg, int *fd_p)
+/* One waiting datagram into buf: its length, or -1 (errno; EAGAIN: none waiting); *fd_p the
+ * descriptor it carried, or -1. */
+static ssize_t p2p_dgram_recv(int sock, void *buf, size_t len, int *fd_p)
 {
-    struct iovec iov = {msg, sizeof(*msg)};
+    struct iovec iov = {buf, len};
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
@@ -220,12 +220,30 @@ static ncclResult_t p2p_recv_fd(int sock, struct weft_p2p_msg *msg, int *fd_p)
     *fd_p = -1;
     ssize_t n = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? ncclSuccess
-                                                                          : ncclSystemError;
-    int fd = -1;
+        return -1;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(&fd, CMSG_DATA(c), sizeof(int));
+            memcpy(fd_p, CMSG_DATA(c), sizeof(int));
+    return n;
+}
+
+static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_t tolen,
+                                const struct weft_p2p_msg *msg, int fd, int *sent_p)
+{
+    int got = p2p_dgram_send(sock, to, tolen, msg, sizeof(*msg), fd);
+    *sent_p = got == 1;
+    return got < 0 ? ncclRemoteError : ncclSuccess; /* the caller names the peer, with errno */
+}
+
+/* One datagram if one is waiting: *fd_p = -1 when none. */
+static ncclResult_t p2p_recv_fd(int sock, struct weft_p2p_msg *msg, int *fd_p)
+{
+    int fd = -1;
+    ssize_t n = p2p_dgram_recv(sock, msg, sizeof(*msg), &fd);
+    *fd_p = -1;
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? ncclSuccess
+                                                                          : ncclSystemError;
     if (n != (ssize_t)sizeof(*msg) || fd < 0 || msg->magic != WEFT_P2P_MAGIC) {
         if (fd >= 0)
             close(fd);
@@ -530,31 +548,9 @@ static int p2p_reg_send(struct ncclComm *comm, struct weft_p2p_state *st, struct
     struct sockaddr_un to;
     socklen_t tolen;
     p2p_sock_name(&to, &tolen, comm->comm_hash ^ WEFT_P2P_REG_MAGIC, r->peer);
-    struct iovec iov = {&r->msg, sizeof(r->msg)};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } u;
-    memset(&u, 0, sizeof(u));
-    struct msghdr m;
-    memset(&m, 0, sizeof(m));
-    m.msg_name = &to;
-    m.msg_namelen = tolen;
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    if (r->fd >= 0) {
-        m.msg_control = u.buf;
-        m.msg_controllen = sizeof(u.buf);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &r->fd, sizeof(int));
-    }
-    if (sendmsg(st->reg_sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(r->msg))
-        return 1;
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS)
-        return 0;
+    int got = p2p_dgram_send(st->reg_sock, &to, tolen, &r->msg, sizeof(r->msg), r->fd);
+    if (got >= 0)
+        return got;
     /* Gone (its communicator destroyed): it will run no collective that needs this. */
     WEFT_INFO(WEFT_LOG_REG, "rank %d: registration message to rank %d dropped: %s", comm->rank,
               r->peer, strerror(errno));
@@ -608,6 +604,17 @@ static int p2p_reg_post(struct ncclComm *comm, struct weft_p2p_state *st,
     return 0;
 }
 
+static void p2p_reg_msg_init(const struct ncclComm *comm, struct weft_p2p_reg_msg *msg, int kind,
+                             uint64_t id)
+{
+    memset(msg, 0, sizeof(*msg));
+    msg->magic = WEFT_P2P_REG_MAGIC;
+    msg->comm_hash = comm->comm_hash;
+    msg->from = comm->rank;
+    msg->kind = kind;
+    msg->id = id;
+}
+
 static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *base,
                          size_t bytes, int how)
 {
@@ -616,14 +623,9 @@ static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *
     if (st == NULL || st->reg_sock < 0)
         return 0;
     struct weft_p2p_reg_msg msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.magic = WEFT_P2P_REG_MAGIC;
-    msg.comm_hash = comm->comm_hash;
-    msg.from = comm->rank;
-    msg.kind = WEFT_P2P_REG_OFFER;
+    p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_OFFER, id);
     msg.how = how;
     msg.dev = comm->cuda_dev;
-    msg.id = id;
     msg.bytes = bytes;
     int fd = -1, err;
     if (how == WEFT_DEV_HOW_FD)
@@ -646,12 +648,7 @@ static void p2p_reg_unshare(struct ncclComm *comm, void *state, uint64_t id)
     if (st == NULL || st->reg_sock < 0)
         return;
     struct weft_p2p_reg_msg msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.magic = WEFT_P2P_REG_MAGIC;
-    msg.comm_hash = comm->comm_hash;
-    msg.from = comm->rank;
-    msg.kind = WEFT_P2P_REG_WITHDRAW;
-    msg.id = id;
+    p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_WITHDRAW, id);
     pthread_mutex_lock(&st->lock);
     /* An offer still waiting for a peer goes first (the queue keeps order). */
     p2p_reg_post(comm, st, &msg, -1);
@@ -670,24 +667,10 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
     p2p_reg_flush(comm, st);
     for (;;) {
         struct weft_p2p_reg_msg msg;
-        struct iovec iov = {&msg, sizeof(msg)};
-        union {
-            struct cmsghdr h;
-            char buf[CMSG_SPACE(sizeof(int))];
-        } u;
-        struct msghdr m;
-        memset(&m, 0, sizeof(m));
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        m.msg_control = u.buf;
-        m.msg_controllen = sizeof(u.buf);
-        ssize_t got = recvmsg(st->reg_sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        int fd = -1;
+        ssize_t got = p2p_dgram_recv(st->reg_sock, &msg, sizeof(msg), &fd);
         if (got < 0)
             break;
-        int fd = -1;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c))
-            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                memcpy(&fd, CMSG_DATA(c), sizeof(int));
         if (got != (ssize_t)sizeof(msg) || msg.magic != WEFT_P2P_REG_MAGIC ||
             msg.comm_hash != comm->comm_hash || msg.from < 0 || msg.from >= st->nranks ||
             !st->reg_peer[msg.from]) {
