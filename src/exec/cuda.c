@@ -1313,10 +1313,16 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
         int nphases = weft_cuda_phases(comm, tasks, ntasks, phase, &res);
         if (nphases < 0)
             goto out;
+        /* A group whose every operation is a direct candidate (collectives only: each phase one
+         * collective) goes one launch per operation, each with its direct kernel. The same cut
+         * on every rank: candidates are decided from shared values. */
+        int all_zc = 1;
+        for (int t = 0; t < ntasks && all_zc; t++)
+            all_zc = tasks[t].comm != comm || weft_cuda_zc_candidate(comm, &tasks[t]);
         for (int p0 = 0; p0 < nphases;) {
             /* phases p0 .. p1-1: as many whole phases as fit */
             int p1 = p0, n = 0;
-            while (p1 < nphases) {
+            while (p1 < nphases && !(all_zc && p1 > p0)) {
                 int in = 0;
                 for (int t = 0; t < ntasks; t++)
                     in += phase[t] == p1;

@@ -11,7 +11,8 @@
  *   split  ncclCommSplit into even and odd ranks, a sweep (-q) on each half, then the parent
  *   zcopy  registered ncclMemAlloc buffers (WEFT_ZCOPY_MIN_BYTES=1024): every candidate
  *          collective x float, half, bf16, int32 x every op x in/out of place, each checked to
- *          have run direct (weft_zcopy_count) exactly when it must; below the threshold; one
+ *          have run direct (weft_zcopy_count) exactly when it must; below the threshold; a
+ *          group of two candidates (both direct), of a candidate and a small one (neither); one
  *          rank unregistered, then registered again; a cudaMalloc buffer registered (not
  *          shareable); everything deregistered
  *   straddle  registered buffers, rank 0's all-reduce count below WEFT_ZCOPY_MIN_BYTES (1024),
@@ -295,6 +296,56 @@ static void zc_run(int coll, int t, int op, size_t count, int inplace, int want)
     }
 }
 
+/* One group on the registered buffers: an all-reduce (float, sum) of count, then an all-gather
+ * (int32) of count2 further on; both checked element by element, and the direct runs (want). */
+static void zc_group(size_t count, size_t count2, int want)
+{
+    int n = g_n, r = g_me;
+    size_t off = (count * 4 + 255) & ~(size_t)255, agbytes = (size_t)n * count2 * 4;
+    for (size_t i = 0; i < count; i++)
+        store(ncclFloat32, g_hsend, i, contrib(C_ALLREDUCE, ncclFloat32, OP_SUM, r, i));
+    for (size_t i = 0; i < count2; i++)
+        store(ncclInt32, g_hsend + off, i, contrib(C_ALLGATHER, ncclInt32, -1, r, i));
+    CU(cu->memcpy_async(g_dsend, g_hsend, off + count2 * 4, NULL));
+    CU(cu->memset_async(g_drecv, 0, off + agbytes, NULL));
+    CU(cu->stream_synchronize(NULL));
+    uint64_t before = weft_zcopy_count(g_comm);
+    int ok = check(ncclGroupStart(), "ncclGroupStart") &&
+             check(ncclAllReduce(g_dsend, g_drecv, count, ncclFloat32, ncclSum, g_comm, g_stream),
+                   "ncclAllReduce") &&
+             check(ncclAllGather(g_dsend + off, g_drecv + off, count2, ncclInt32, g_comm,
+                                 g_stream), "ncclAllGather") &&
+             check(ncclGroupEnd(), "ncclGroupEnd");
+    CU(cu->stream_synchronize(g_stream));
+    ncclResult_t async = ncclSuccess;
+    ok &= check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError") &&
+          check(async, "the kernel");
+    if (!ok)
+        exit(1);
+    CU(cu->memcpy_async(g_hrecv, g_drecv, off + agbytes, NULL));
+    CU(cu->stream_synchronize(NULL));
+    for (int k = 0; k < 2; k++) {
+        int coll = k == 0 ? C_ALLREDUCE : C_ALLGATHER, t = k == 0 ? ncclFloat32 : ncclInt32;
+        size_t c = k == 0 ? count : count2, nout = k == 0 ? count : (size_t)n * count2;
+        const char *out = g_hrecv + (k == 0 ? 0 : off);
+        for (size_t i = 0; i < nout; i++) {
+            double w = coll_want(coll, t, k == 0 ? OP_SUM : -1, r, 0, n, c, i);
+            unsigned char wbits[8];
+            store(t, wbits, 0, round_to(t, w));
+            if (memcmp(out + i * 4, wbits, 4) != 0) {
+                fail("group data", coll, t, k == 0 ? OP_SUM : -1, c, 0, i, load(t, out, i), w);
+                return;
+            }
+        }
+    }
+    uint64_t ran = weft_zcopy_count(g_comm) - before;
+    if (ran != (uint64_t)want) {
+        fail("group direct-count", C_ALLGATHER, ncclInt32, -1, count2, 0, 0, (double)ran, want);
+        return;
+    }
+    g_passed++;
+}
+
 static int case_zcopy(void)
 {
     const size_t count = 4099; /* every candidate's larger buffer >= 1024 bytes */
@@ -336,6 +387,10 @@ static int case_zcopy(void)
                     zc_run(colls[ci], types[ti], colls[ci] == C_ALLGATHER ? -1 : op, count,
                            inplace, direct);
     zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 7, 0, 0); /* 28 bytes: below the threshold */
+    /* groups: two candidates go one launch each, both direct; with one below the threshold
+     * the group is one launch, the normal path */
+    zc_group(count, count, 2 * direct);
+    zc_group(count, 7, 0);
     /* the last rank's input unregistered: nobody goes direct; registered again: all do */
     int last = g_me == g_n - 1;
     if (last && !check(ncclCommDeregister(g_comm, rs), "ncclCommDeregister"))
