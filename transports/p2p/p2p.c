@@ -20,8 +20,9 @@
  * region is shared, its device, the legacy handle. Datagrams on the socket: struct weft_p2p_msg
  * (magic, communicator hash, sender rank, region) with exactly one descriptor attached.
  *
- * Registered buffers (reg_share): a second socket per rank, bound at setup and kept until close,
- * takes struct weft_p2p_reg_msg datagrams: an offer (a cuMem allocation's descriptor attached,
+ * Registered buffers (reg_share): a socket per rank and peer (the peer's own queue of Linux's
+ * 10 datagrams), bound at setup and kept until close, takes struct weft_p2p_reg_msg datagrams
+ * from that peer: an offer (a cuMem allocation's descriptor attached,
  * or a legacy handle inside) or a withdrawal, of a share id. A datagram a full peer queue
  * refuses waits in this rank's list until a later reg_poll; one to a peer already gone is
  * dropped. Offers are mapped on receipt, withdrawals unmapped: the receiver reads its socket
@@ -102,7 +103,8 @@ struct weft_p2p_state {
     int *import_how;
     /* Registered buffers: under lock (ncclCommRegister's thread and the launching one). */
     pthread_mutex_t lock;
-    int reg_sock;          /* -1: no peer */
+    int reg_sock;          /* sends (unbound); -1: no peer */
+    int *reg_in;           /* [nranks]: receives from that peer (its own queue), or -1 */
     uint8_t *reg_peer;     /* [nranks]: offers go there */
     struct weft_p2p_reg *outbox, *mapped;
 };
@@ -225,6 +227,18 @@ static ssize_t p2p_dgram_recv(int sock, void *buf, size_t len, int *fd_p)
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
             memcpy(fd_p, CMSG_DATA(c), sizeof(int));
     return n;
+}
+
+/* The socket on which rank `to` receives registration messages from rank `from`: one queue per
+ * sender, so that a peer's burst of offers does not fill the queue the others need. */
+static void p2p_reg_sock_name(struct sockaddr_un *a, socklen_t *len, uint64_t comm_hash, int to,
+                              int from)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "weft-reg-%016llx-%d-%d",
+                     (unsigned long long)comm_hash, to, from);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_t tolen,
@@ -390,6 +404,10 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
     }
     if (st->reg_sock >= 0)
         close(st->reg_sock);
+    for (int p = 0; st->reg_in != NULL && p < st->nranks; p++)
+        if (st->reg_in[p] >= 0)
+            close(st->reg_in[p]);
+    free(st->reg_in);
     pthread_mutex_destroy(&st->lock);
     free(st->reg_peer);
     free(st->imports);
@@ -415,12 +433,15 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         st->import_how = calloc((size_t)n * R, sizeof(int));
         st->reg_peer = calloc((size_t)n, 1);
         st->reg_sock = -1;
+        st->reg_in = malloc((size_t)n * sizeof(int));
+        for (int p = 0; st->reg_in != NULL && p < n; p++)
+            st->reg_in[p] = -1;
         pthread_mutex_init(&st->lock, NULL);
     }
     for (int r = 0; r < R; r++)
         my_fds[r] = -1;
     if (info == NULL || fds == NULL || st == NULL || st->imports == NULL ||
-        st->import_how == NULL || st->reg_peer == NULL) {
+        st->import_how == NULL || st->reg_peer == NULL || st->reg_in == NULL) {
         WEFT_WARN("rank %d: out of memory for the p2p transport", me);
         res = ncclSystemError;
         goto out;
@@ -464,16 +485,25 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
             res = ncclSystemError;
             goto out;
         }
-        p2p_sock_name(&a, &alen, comm->comm_hash ^ WEFT_P2P_REG_MAGIC, me);
         st->reg_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (st->reg_sock < 0 || bind(st->reg_sock, (struct sockaddr *)&a, alen) != 0) {
-            WEFT_WARN("rank %d: the p2p registration socket @%s: %s", me, a.sun_path + 1,
-                      strerror(errno));
+        if (st->reg_sock < 0) {
+            WEFT_WARN("rank %d: a p2p registration socket: %s", me, strerror(errno));
             res = ncclSystemError;
             goto out;
         }
-        for (int p = 0; p < n; p++)
+        for (int p = 0; p < n; p++) {
             st->reg_peer[p] = want[p * R] || want[p * R + 1];
+            if (!st->reg_peer[p])
+                continue;
+            p2p_reg_sock_name(&a, &alen, comm->comm_hash, me, p);
+            st->reg_in[p] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            if (st->reg_in[p] < 0 || bind(st->reg_in[p], (struct sockaddr *)&a, alen) != 0) {
+                WEFT_WARN("rank %d: the p2p registration socket @%s: %s", me, a.sun_path + 1,
+                          strerror(errno));
+                res = ncclSystemError;
+                goto out;
+            }
+        }
     }
     /* Every rank takes part, connected or not: the all-gather is collective. */
     WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, info, sizeof(*info)), res, out);
@@ -547,7 +577,7 @@ static int p2p_reg_send(struct ncclComm *comm, struct weft_p2p_state *st, struct
 {
     struct sockaddr_un to;
     socklen_t tolen;
-    p2p_sock_name(&to, &tolen, comm->comm_hash ^ WEFT_P2P_REG_MAGIC, r->peer);
+    p2p_reg_sock_name(&to, &tolen, comm->comm_hash, r->peer, comm->rank);
     int got = p2p_dgram_send(st->reg_sock, &to, tolen, &r->msg, sizeof(r->msg), r->fd);
     if (got >= 0)
         return got;
@@ -665,15 +695,17 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
         return;
     pthread_mutex_lock(&st->lock);
     p2p_reg_flush(comm, st);
-    for (;;) {
+    for (int p = 0; p < st->nranks;) {
         struct weft_p2p_reg_msg msg;
         int fd = -1;
-        ssize_t got = p2p_dgram_recv(st->reg_sock, &msg, sizeof(msg), &fd);
-        if (got < 0)
-            break;
+        ssize_t got = st->reg_in[p] >= 0 ? p2p_dgram_recv(st->reg_in[p], &msg, sizeof(msg), &fd)
+                                         : -1;
+        if (got < 0) {
+            p++; /* this peer's queue is empty */
+            continue;
+        }
         if (got != (ssize_t)sizeof(msg) || msg.magic != WEFT_P2P_REG_MAGIC ||
-            msg.comm_hash != comm->comm_hash || msg.from < 0 || msg.from >= st->nranks ||
-            !st->reg_peer[msg.from]) {
+            msg.comm_hash != comm->comm_hash || msg.from != p) {
             WEFT_WARN("rank %d: a malformed registration message (%zd bytes) ignored",
                       comm->rank, got);
         } else if (msg.kind == WEFT_P2P_REG_WITHDRAW) {
