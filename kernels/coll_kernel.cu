@@ -1012,6 +1012,16 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
     /* The direct kernel before this launch did its operation (weft_dev_params.skip). */
     if (p->skip != NULL && weft_ld_relaxed_u32(p->skip, WEFT_SCOPE_GPU) != 0)
         return;
+    if (p->zc_mine != NULL && tid == 0) {
+        /* No direct kernel here: say so (weft_dev_params.zc_mine); fields before seq. */
+        weft_zc_slot *mine = p->zc_mine + weft_bid();
+        uint64_t e = mine->seq + 1;
+        mine->call = WEFT_ZC_NOT_DIRECT;
+        mine->reg = 0;
+        weft_st_release_u64(&mine->seq, e, WEFT_SCOPE_SYS);
+        weft_st_release_u64(&mine->vote, 2 * e, WEFT_SCOPE_SYS);
+        weft_st_release_u64(&mine->done, e, WEFT_SCOPE_SYS);
+    }
     if (tid == 0) {
         c->p = p;
         c->comm = p->comm;
@@ -1072,8 +1082,14 @@ struct zc_shared {
 };
 WEFT_STATIC_ASSERT(sizeof(zc_shared) <= WEFT_DEV_SHARED_BYTES, "fits the shared memory");
 
-/* Thread 0: waits until every rank's slot `word` (0 seq, 1 done) of block b reaches e. 1 on
- * success; 0 after the abort word or the deadline (stuck record written). */
+/* Rank k's slot of block b. */
+WEFT_KFN weft_zc_slot *zc_slot(const weft_zc_params *p, int k, int b)
+{
+    return (weft_zc_slot *)(uintptr_t)p->peers[k].slots + b;
+}
+
+/* Thread 0: waits until every rank's slot `word` (0 seq, 1 done, 2 vote) of block b reaches e.
+ * 1 on success; 0 after the abort word or the deadline (stuck record written). */
 WEFT_KFN_CALLED int zc_wait(const weft_zc_params *p, int b, int word, uint64_t e)
 {
     const weft_dev_comm *comm = p->comm;
@@ -1081,8 +1097,8 @@ WEFT_KFN_CALLED int zc_wait(const weft_zc_params *p, int b, int word, uint64_t e
     uint64_t since = weft_globaltimer_ns();
     uint32_t spins = 0;
     for (int k = 0; k < n; k++) {
-        const weft_zc_slot *sl = &p->area[(uint64_t)b * (uint64_t)n + (uint64_t)k];
-        const uint64_t *w = word == 0 ? &sl->seq : &sl->done;
+        const weft_zc_slot *sl = zc_slot(p, k, b);
+        const uint64_t *w = word == 0 ? &sl->seq : word == 1 ? &sl->done : &sl->vote;
         while (weft_ld_acquire_u64(w, WEFT_SCOPE_SYS) < e) {
             weft_spin_hint();
             if ((++spins & 15) != 0)
@@ -1115,6 +1131,24 @@ WEFT_KFN_CALLED int zc_wait(const weft_zc_params *p, int b, int word, uint64_t e
     return 1;
 }
 
+/* Thread 0: rank k's send (which 0) or recv (1) buffer as this rank addresses it, bytes long
+ * from its start; NULL where k is in another process and its buffer is not mapped here. */
+WEFT_KFN char *zc_buf(const weft_zc_params *p, int b, int k, int which, uint64_t bytes)
+{
+    const weft_zc_slot *sl = zc_slot(p, k, b);
+    const weft_zc_peer *pe = &p->peers[k];
+    if (pe->local)
+        return (char *)(uintptr_t)(which ? sl->recv : sl->send);
+    uint64_t id = which ? sl->recv_id : sl->send_id, off = which ? sl->recv_off : sl->send_off;
+    for (int i = 0; id != 0 && i < WEFT_ZC_MAX_IMPORTS; i++) {
+        const weft_zc_import *im = &pe->imp[i];
+        if (weft_ld_acquire_u64(&im->id, WEFT_SCOPE_SYS) == id)
+            return off <= im->size && bytes <= im->size - off ? (char *)(uintptr_t)im->base + off
+                                                                : NULL;
+    }
+    return NULL;
+}
+
 /* All threads: w (filled by thread 0) done, between two barriers. Not inlined: one copy of the
  * whole type and operator dispatch for the kernel's three call sites (inlined thrice, ptxas
  * took 5 minutes and the entry spilled 32 bytes on sm_100). */
@@ -1145,10 +1179,9 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
     const weft_dev_op *op = &p->op;
     int tid = weft_tid(), nt = weft_ntid(), b = weft_bid(), nb = weft_nbid();
     int n = comm->nranks, me = comm->rank;
-    weft_zc_slot *area = p->area + (uint64_t)b * (uint64_t)n;
     uint64_t es = dtype_size(op->dtype), e = 0;
     if (tid == 0) {
-        weft_zc_slot *mine = &area[me];
+        weft_zc_slot *mine = zc_slot(p, me, b);
         e = mine->seq + 1; /* only this rank writes its slot */
         uint64_t scalar = op->scalar;
         if (op->premul && op->scalar_dev != NULL) {
@@ -1163,6 +1196,10 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
         mine->reg = (uint64_t)p->reg;
         mine->send = (uint64_t)(uintptr_t)op->sendbuf;
         mine->recv = (uint64_t)(uintptr_t)op->recvbuf;
+        mine->send_id = p->send_id;
+        mine->send_off = p->send_off;
+        mine->recv_id = p->recv_id;
+        mine->recv_off = p->recv_off;
         weft_st_release_u64(&mine->seq, e, WEFT_SCOPE_SYS);
         if (!zc_wait(p, b, 0, e)) {
             sh->what = 2;
@@ -1170,9 +1207,30 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
             /* The same answer on every rank: it depends only on the slots. A call or count
              * that differs falls back, and the normal path reports the mismatch. */
             int direct = 1;
-            for (int k = 0; k < n; k++)
-                direct &= area[k].reg == 1 && area[k].call == mine->call &&
-                          area[k].count == mine->count;
+            for (int k = 0; k < n; k++) {
+                const weft_zc_slot *sk = zc_slot(p, k, b);
+                direct &= sk->reg == 1 && sk->call == mine->call && sk->count == mine->count;
+            }
+            if (p->vote2) {
+                /* Whether this rank reaches every peer's buffers may differ between ranks (a
+                 * share not received or mapped yet): each votes, all take the AND. */
+                uint64_t in = op->count * es, out = in;
+                if (op->coll == WEFT_COLL_REDUCESCATTER)
+                    in *= (uint64_t)n;
+                if (op->coll == WEFT_COLL_ALLGATHER)
+                    out *= (uint64_t)n;
+                for (int k = 0; k < n && direct; k++)
+                    direct &= zc_buf(p, b, k, 0, in) != NULL &&
+                              (op->coll != WEFT_COLL_ALLREDUCE || zc_buf(p, b, k, 1, out) != NULL);
+                weft_st_release_u64(&mine->vote, 2 * e + (uint64_t)direct, WEFT_SCOPE_SYS);
+                if (!zc_wait(p, b, 2, 2 * e)) {
+                    direct = 2;
+                } else {
+                    for (int k = 0; k < n; k++)
+                        direct &= (int)(weft_ld_relaxed_u64(&zc_slot(p, k, b)->vote,
+                                                            WEFT_SCOPE_SYS) & 1);
+                }
+            }
             sh->what = direct;
         }
         w->dtype = op->dtype;
@@ -1206,8 +1264,8 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
                     if (tid == 0) {
                         w->kind = -1;
                         w->a = NULL;
-                        w->b = (const char *)(uintptr_t)area[k].send + at;
-                        w->dst = (char *)(uintptr_t)area[me].recv + (uint64_t)k * count * es + at;
+                        w->b = zc_buf(p, b, k, 0, 0) + at;
+                        w->dst = zc_buf(p, b, me, 1, 0) + (uint64_t)k * count * es + at;
                         w->n = m;
                     }
                     zc_step(sh, tid, nt);
@@ -1217,17 +1275,16 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
                  * rank order into rank 0's output. Reduce-scatter: into this rank's output,
                  * starting from this rank's input, which in place is that output itself. */
                 int rs = op->coll == WEFT_COLL_REDUCESCATTER;
-                char *acc = (char *)(uintptr_t)area[rs ? me : 0].recv + at;
+                char *acc = tid == 0 ? zc_buf(p, b, rs ? me : 0, 1, 0) + at : NULL;
                 for (int j = 0; j < n; j++) {
                     int k = rs ? (me + j) % n : j;
                     if (tid == 0) {
                         w->kind = op->kind;
                         w->a = j == 0 ? NULL : acc;
-                        w->b = (const char *)(uintptr_t)area[k].send + at +
-                               (rs ? (uint64_t)me * count * es : 0);
+                        w->b = zc_buf(p, b, k, 0, 0) + at + (rs ? (uint64_t)me * count * es : 0);
                         w->dst = acc;
                         w->pre = op->has_redop && op->premul;
-                        w->scalar = area[k].scalar;
+                        w->scalar = zc_slot(p, k, b)->scalar;
                         w->post = op->has_redop && op->postdiv && j == n - 1;
                         w->n = m;
                     }
@@ -1238,7 +1295,7 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
                         w->kind = -1;
                         w->a = NULL;
                         w->b = acc;
-                        w->dst = (char *)(uintptr_t)area[k].recv + at;
+                        w->dst = zc_buf(p, b, k, 1, 0) + at;
                         w->pre = w->post = 0;
                         w->n = m;
                     }
@@ -1251,7 +1308,7 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
         /* every rank's writes into the others' buffers are done before anyone leaves, and
          * no slot is rewritten while a peer still reads it */
         weft_fence(WEFT_SCOPE_SYS);
-        weft_st_release_u64(&area[me].done, e, WEFT_SCOPE_SYS);
+        weft_st_release_u64(&zc_slot(p, me, b)->done, e, WEFT_SCOPE_SYS);
         if (zc_wait(p, b, 1, e) && b == 0) {
             weft_st_relaxed_u32(p->skip, (uint32_t)sh->what, WEFT_SCOPE_SYS);
             if (sh->what == 1)

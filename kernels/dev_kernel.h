@@ -66,34 +66,65 @@ struct weft_dev_params {
      * (struct weft_zc_params) that sets this word to 1 when it did the operation: then every
      * thread returns at once. */
     const uint32_t *skip;
+    /* Or NULL. A launch holding collectives that no direct kernel precedes, on a communicator
+     * with direct kernels: this rank's exchange slots [nblocks] (device). Each block first
+     * publishes "not direct" there under the next direct sequence number, so that a peer's
+     * direct kernel for a mismatched call (a candidate there, not here) votes no at once and the
+     * normal kernels report the mismatch. Every rank publishes once per launch holding
+     * collectives, by one kernel or the other, so the numbers stay in step. */
+    struct weft_zc_slot *zc_mine;
     struct weft_dev_op ops[WEFT_DEV_MAX_OPS];
 };
 
 /*
- * The direct (zero-copy) kernel's exchange slot: one per rank and block, in pinned host memory
- * shared by the ranks of one process (struct weft_cuda_clique). A block writes its fields, then
- * seq (release, system scope); after the data movement (or the decision to fall back) done.
- * seq and done count this block's direct launches on the communicator: equal on every rank,
- * since every rank launches the direct kernel for the same operations, so they stay right under
- * graph replays.
+ * The direct (zero-copy) kernel's exchange slot: one per rank and block, at the end of the rank's
+ * device FIFO memory (exec/cuda.c), which every peer maps (raw pointers within a process, the p2p
+ * transport across processes). A block writes its fields, then seq (release, system scope); with
+ * a second round (ranks in several processes) its vote; after the data movement (or the decision
+ * to fall back) done. seq and done count this block's direct launches on the communicator: equal
+ * on every rank, since every rank launches the direct kernel for the same operations, so they
+ * stay right under graph replays.
  */
+#define WEFT_ZC_NOT_DIRECT (~(uint64_t)0) /* call: a normal kernel's "not direct" */
 struct weft_zc_slot {
     uint64_t seq, done;
     uint64_t call;   /* coll | dtype << 8 | kind << 16 | has_redop << 24 | premul << 25 */
     uint64_t count;
     uint64_t scalar; /* this rank's PreMulSum scalar (element bits) */
     uint64_t reg;    /* 1: both buffers registered on this communicator */
-    uint64_t send, recv;
-    uint64_t pad[8];
+    uint64_t send, recv; /* raw pointers (peers of this process use them) */
+    /* For peers in other processes: the registrations' share ids (0: not shared) and the
+     * buffers' offsets in the shared allocations (struct weft_zc_import). */
+    uint64_t send_id, send_off, recv_id, recv_off;
+    uint64_t vote; /* second round: 2 seq + 1 when this rank can reach every peer's buffers */
+    uint64_t pad[3];
+};
+
+/* A peer's shared allocation this process mapped (id 0: a free entry). */
+#define WEFT_ZC_MAX_IMPORTS 32
+struct weft_zc_import {
+    uint64_t id;
+    uint64_t base; /* device view here */
+    uint64_t size;
+    uint64_t pad;
+};
+
+/* What this rank sees of peer k (pinned host memory, written by the host). */
+struct weft_zc_peer {
+    uint64_t slots; /* device address here of k's slots [nblocks] */
+    uint32_t local; /* 1: k is a thread of this process (its raw pointers hold here) */
+    uint32_t pad[5];
+    struct weft_zc_import imp[WEFT_ZC_MAX_IMPORTS];
 };
 
 struct weft_zc_params {
     const struct weft_dev_comm *comm; /* abort word, deadline, stuck records */
-    struct weft_zc_slot *area;        /* [nblocks][nranks], device view */
+    const struct weft_zc_peer *peers; /* [nranks], device view */
     uint32_t *skip;                   /* this rank's skip word (weft_dev_params.skip) */
     uint64_t *runs;                   /* this rank's count of direct runs (host reads it) */
     int32_t reg;                      /* this rank's buffers are registered */
-    int32_t pad;
+    int32_t vote2;                    /* 1: a second round (some peer in another process) */
+    uint64_t send_id, send_off, recv_id, recv_off; /* this rank's shares (weft_zc_slot) */
     struct weft_dev_op op;
 };
 

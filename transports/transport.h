@@ -66,9 +66,9 @@ struct weft_transport {
  * device FIFOs, and FIFOs in pinned host memory mapped for every device (for peers whose device
  * cannot reach its device). Ranks that are threads of one process share raw pointers; the p2p
  * transport (transports/p2p) shares regions between processes of one host.
- * Version 1.
+ * Version 1. Version 2: reg_share, reg_unshare, reg_poll (registered buffers across processes).
  */
-#define WEFT_DEV_TRANSPORT_VERSION 1
+#define WEFT_DEV_TRANSPORT_VERSION 2
 #define WEFT_DEV_NREGIONS 2
 #define WEFT_DEV_REGION_DEVICE 0
 #define WEFT_DEV_REGION_HOST 1
@@ -105,8 +105,30 @@ struct weft_dev_transport {
      */
     ncclResult_t (*setup)(struct ncclComm *comm, void *const *mine, const int *mine_how,
                           size_t bytes, const uint8_t *want, void **theirs, void **state_p);
-    /* Unmaps what setup mapped (after this rank's kernels are done; peers may be gone). */
+    /* Unmaps what setup and reg_poll mapped (after this rank's kernels are done; peers may be
+     * gone). */
     ncclResult_t (*close)(struct ncclComm *comm, void *state);
+
+    /* ---- version 2: user buffers registered with ncclCommRegister (state from setup) ---- */
+    /*
+     * Offers the allocation at base (bytes long; how: WEFT_DEV_HOW_FD from mem_create,
+     * WEFT_DEV_HOW_LEGACY from malloc) to every peer setup connected, under id (this rank's,
+     * never reused). Non-blocking: what a peer cannot take now is sent by a later reg_poll. 0,
+     * or a CUDA error code (the export failed; nothing offered).
+     */
+    int (*reg_share)(struct ncclComm *comm, void *state, uint64_t id, void *base, size_t bytes,
+                     int how);
+    /* Withdraws id: the peers unmap it at their next reg_poll. */
+    void (*reg_unshare)(struct ncclComm *comm, void *state, uint64_t id);
+    /*
+     * Non-blocking, on the thread whose current device is this rank's: sends what waits, maps
+     * what peers offered since and unmaps what they withdrew, telling seen(arg, peer, id, base,
+     * bytes) first (base NULL: withdrawn, after which no kernel of this rank may touch it).
+     * seen returns 0 to have a new mapping dropped at once.
+     */
+    void (*reg_poll)(struct ncclComm *comm, void *state,
+                     int (*seen)(void *arg, int peer, uint64_t id, void *base, size_t bytes),
+                     void *arg);
 };
 
 extern const struct weft_dev_transport weft_dev_transport_p2p;

@@ -11,6 +11,7 @@
 #include "core/comm.h"
 #include "core/mem.h"
 #include "core/param.h"
+#include "exec/cuda.h"
 #include "cuda/cuda_ops.h"
 
 WEFT_PARAM_DECL(CumemEnable); /* transports/p2p: NCCL_CUMEM_ENABLE */
@@ -202,7 +203,32 @@ struct weft_reg {
     struct weft_reg *next;
     char *buff;
     size_t size;
+    /* Device buffers inside an ncclMemAlloc allocation on a communicator spanning processes:
+     * the allocation offered to the peers (exec/cuda.c), or share_id 0. */
+    uint64_t share_id;
+    char *share_base;
 };
+
+/* The device ncclMemAlloc block holding [ptr, ptr + size): 1 and its base, size and whether it
+ * came from cuMem; 0 when none does. */
+static int weft_mem_device_block(const void *ptr, size_t size, char **base_p, size_t *bytes_p,
+                                 int *cumem_p)
+{
+    const char *p = ptr;
+    int found = 0;
+    pthread_mutex_lock(&weft_mem_lock);
+    for (struct weft_mem_block *b = weft_mem_blocks; b != NULL && !found; b = b->next) {
+        if (b->how != WEFT_MEM_HOW_MEMFD && p >= b->ptr && size <= b->size &&
+            (size_t)(p - b->ptr) <= b->size - size) {
+            found = 1;
+            *base_p = b->ptr;
+            *bytes_p = b->size;
+            *cumem_p = b->how == WEFT_MEM_HOW_CUMEM;
+        }
+    }
+    pthread_mutex_unlock(&weft_mem_lock);
+    return found;
+}
 
 ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, void **handle_p)
 {
@@ -225,6 +251,14 @@ ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, v
     r->size = size;
     size_t offset;
     int fd = size > 0 ? weft_mem_lookup(buff, size, &offset, NULL) : -1;
+    char *base = NULL;
+    size_t bytes = 0;
+    int cumem = 0;
+    if (size > 0 && weft_mem_device_block(buff, size, &base, &bytes, &cumem)) {
+        r->share_id = weft_cuda_reg_share(comm, base, bytes, cumem);
+        r->share_base = base;
+        fd = r->share_id != 0 ? 0 : -1; /* for the log line */
+    }
     pthread_mutex_lock(&comm->reg_lock);
     r->next = comm->regs;
     comm->regs = r;
@@ -254,20 +288,42 @@ ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle)
                   handle);
         return ncclInvalidArgument;
     }
+    weft_cuda_reg_unshare(comm, r->share_id);
     r->magic = 0;
     free(r);
     return ncclSuccess;
 }
 
-int weft_mem_reg_covers(struct ncclComm *comm, const void *ptr, size_t bytes)
+int weft_mem_reg_find(struct ncclComm *comm, const void *ptr, size_t bytes, uint64_t *id_p,
+                      size_t *off_p)
 {
     const char *p = ptr;
     int found = 0;
     pthread_mutex_lock(&comm->reg_lock);
-    for (const struct weft_reg *r = comm->regs; r != NULL && !found; r = r->next)
+    for (const struct weft_reg *r = comm->regs; r != NULL && !found; r = r->next) {
         found = p >= r->buff && bytes <= r->size && (size_t)(p - r->buff) <= r->size - bytes;
+        /* a shared registration before an unshared one covering the same bytes */
+        if (found && r->share_id == 0)
+            for (const struct weft_reg *q = r->next; q != NULL; q = q->next)
+                if (q->share_id != 0 && p >= q->buff && bytes <= q->size &&
+                    (size_t)(p - q->buff) <= q->size - bytes) {
+                    r = q;
+                    break;
+                }
+        if (found) {
+            *id_p = r->share_id;
+            *off_p = r->share_id != 0 ? (size_t)(p - r->share_base) : 0;
+        }
+    }
     pthread_mutex_unlock(&comm->reg_lock);
     return found;
+}
+
+int weft_mem_reg_covers(struct ncclComm *comm, const void *ptr, size_t bytes)
+{
+    uint64_t id;
+    size_t off;
+    return weft_mem_reg_find(comm, ptr, bytes, &id, &off);
 }
 
 void weft_mem_reg_drop(struct ncclComm *comm)
@@ -276,7 +332,7 @@ void weft_mem_reg_drop(struct ncclComm *comm)
     while (comm->regs != NULL) {
         struct weft_reg *r = comm->regs;
         comm->regs = r->next;
-        r->magic = 0;
+        r->magic = 0; /* no unshare: the peers unmap everything at their destroy */
         free(r);
     }
     pthread_mutex_unlock(&comm->reg_lock);

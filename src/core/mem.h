@@ -16,6 +16,7 @@
 #define WEFT_CORE_MEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
@@ -31,6 +32,10 @@ ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, v
 ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle);
 /* 1 when [ptr, ptr + bytes) lies inside one buffer registered on comm. Any thread. */
 int weft_mem_reg_covers(struct ncclComm *comm, const void *ptr, size_t bytes);
+/* Like weft_mem_reg_covers; also the registration's share id (0: not shared with other
+ * processes) and ptr's offset in the shared allocation. */
+int weft_mem_reg_find(struct ncclComm *comm, const void *ptr, size_t bytes, uint64_t *id_p,
+                      size_t *off_p);
 /* Frees every registration left on comm (at destroy). */
 void weft_mem_reg_drop(struct ncclComm *comm);
 

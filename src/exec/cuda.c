@@ -26,6 +26,7 @@
  * stream waits for it; then every launch; then each internal stream records ev_out and its user
  * streams wait for it. Under capture the same calls fork and join the captured graph.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,12 +93,6 @@ void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn)
 struct weft_cuda_clique {
     int refs; /* ranks of this process that have not left yet */
     int nranks;
-    /* The direct kernel's exchange (kernels/dev_kernel.h), pinned: zc_nblocks * nranks slots,
-     * then per rank its run counter and skip word (struct weft_cuda_zc_rank). NULL where the
-     * communicator spans processes or some pair of devices lacks peer access (every rank then
-     * launches no direct kernel). */
-    struct weft_zc_slot *zc;
-    int zc_nblocks;
     struct {
         void *mem[WEFT_DEV_NREGIONS]; /* device FIFOs, host FIFOs (or NULL) */
         int how[WEFT_DEV_NREGIONS];   /* p2p mem_alloc's; -1: plain malloc / host_alloc */
@@ -105,16 +100,12 @@ struct weft_cuda_clique {
     } rank[];
 };
 
+/* This rank's direct-kernel words (pinned, after its struct weft_zc_peer table). */
 struct weft_cuda_zc_rank {
     uint64_t runs;
     uint32_t skip;
     uint32_t pad[13];
 };
-
-static struct weft_cuda_zc_rank *weft_cuda_zc_rank(struct weft_cuda_clique *q, int r)
-{
-    return (struct weft_cuda_zc_rank *)(q->zc + (size_t)q->zc_nblocks * (size_t)q->nranks) + r;
-}
 
 struct weft_cuda_comm {
     int dev;
@@ -142,6 +133,16 @@ struct weft_cuda_comm {
     uint64_t alive_check_ns; /* when peers' liveness may be checked next */
     struct weft_kernel kernel;
     struct weft_kernel zkernel; /* the direct kernel; emu_fn NULL: none (a test kernel) */
+    /* The direct kernel's view of the peers (kernels/dev_kernel.h), pinned: [nranks] tables,
+     * then this rank's words. NULL where the ranks span hosts or some pair of devices lacks
+     * peer access (the same on every rank: then no rank launches the direct kernel). Each rank's
+     * exchange slots lie at zc_off in its device FIFO memory. Entries of imp[] change under
+     * zc_lock (the launching thread and ncclCommRegister's). */
+    struct weft_zc_peer *zpeers;
+    struct weft_cuda_zc_rank *zrank;
+    size_t zc_off;
+    pthread_mutex_t zc_lock;
+    uint64_t zc_next_id; /* the last share id given (under zc_lock) */
 };
 
 /* Logs a failed CUDA call with its text. */
@@ -283,8 +284,6 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
                 for (int g = 0; g < WEFT_DEV_NREGIONS; g++)
                     weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g);
             }
-            if (q->zc != NULL)
-                ops->host_free(q->zc);
             free(q);
         }
     } else {
@@ -293,6 +292,9 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
     }
     if (cc->pinned != NULL)
         ops->host_free(cc->pinned);
+    if (cc->zpeers != NULL)
+        ops->host_free(cc->zpeers);
+    pthread_mutex_destroy(&cc->zc_lock);
     if (prev >= 0)
         ops->set_device(prev);
     free(cc);
@@ -367,6 +369,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     }
     cc->fifo_how[0] = cc->fifo_how[1] = -1;
     cc->dead_peer = -1;
+    pthread_mutex_init(&cc->zc_lock, NULL);
     ops->get_device(&prev);
     cc->dev = comm->cuda_dev;
     WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, err);
@@ -385,6 +388,9 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     cc->ll_payload = (size_t)lb & ~(size_t)(WEFT_LL_PACK - 1);
     int nconn = cc->nch + 1;
     size_t fifo_bytes = weft_dev_all_fifo_bytes(nranks, nconn, cc->slot_bytes, cc->ll_payload);
+    /* The direct kernel's exchange slots follow the FIFOs (zeroed with them). */
+    cc->zc_off = (fifo_bytes + 127) & ~(size_t)127;
+    fifo_bytes = cc->zc_off + (size_t)cc->nch * sizeof(struct weft_zc_slot);
 
     /* 1: which devices reach which, so every rank places every connection's FIFOs alike. */
     reach[me].dev = cc->dev;
@@ -480,24 +486,6 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         }
         clique->refs = nlocal;
         clique->nranks = nranks;
-        /* The direct kernel reads and writes peers' device buffers: every pair of devices
-         * must map each other's memory (reach is the same on every rank). */
-        int all_reach = 1;
-        for (int a = 0; a < nranks; a++)
-            for (int b = 0; b < nranks; b++)
-                all_reach &= !weft_cuda_host_fifo(reach, a, b);
-        if (one_process && all_reach) {
-            size_t zb = (size_t)cc->nch * (size_t)nranks * sizeof(struct weft_zc_slot) +
-                        (size_t)nranks * sizeof(struct weft_cuda_zc_rank);
-            if (ops->host_alloc((void **)&clique->zc, zb) != 0) {
-                WEFT_WARN("rank %d: cudaHostAlloc (zero-copy exchange, %zu bytes) failed", me, zb);
-                free(clique);
-                res = ncclSystemError;
-                goto err;
-            }
-            memset(clique->zc, 0, zb);
-            clique->zc_nblocks = cc->nch;
-        }
         peers[me].clique = (uint64_t)(uintptr_t)clique;
     }
     /* Nothing may fail between here and joining the clique: every local rank must join it. */
@@ -525,6 +513,30 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         WEFT_CHECK_GOTO(weft_dev_sock_setup(comm, xhost, nconn, cc->slot_bytes, cc->hfifo,
                                             shadows, &cc->dead_peer, cc->abort_host, &cc->net),
                         res, err);
+    /* 5: the direct kernel reads and writes peers' device buffers: one host, and every pair of
+     * devices maps each other's memory (reach and hosts are the same on every rank). */
+    int all_reach = !multi_host;
+    for (int a = 0; a < nranks; a++)
+        for (int b = 0; b < nranks; b++)
+            all_reach &= !weft_cuda_host_fifo(reach, a, b);
+    if (all_reach) {
+        size_t zb = (size_t)nranks * sizeof(struct weft_zc_peer) + sizeof(struct weft_cuda_zc_rank);
+        WEFT_CUDA_CALL_GOTO(ops->host_alloc((void **)&cc->zpeers, zb),
+                            "cudaHostAlloc (zero-copy tables)", me, res, err);
+        memset(cc->zpeers, 0, zb);
+        cc->zrank = (struct weft_cuda_zc_rank *)(cc->zpeers + nranks);
+        for (int p = 0; p < nranks; p++) {
+            char *base = remote[p] ? mapped[p * WEFT_DEV_NREGIONS + WEFT_DEV_REGION_DEVICE]
+                                   : (char *)(uintptr_t)peers[p].fifo;
+            if (base == NULL) {
+                WEFT_WARN("rank %d: no FIFO memory of peer %d mapped", me, p);
+                res = ncclInternalError;
+                goto err;
+            }
+            cc->zpeers[p].slots = (uint64_t)(uintptr_t)(base + cc->zc_off);
+            cc->zpeers[p].local = !remote[p];
+        }
+    }
     for (int p = 0; p < nranks; p++) {
         if (remote[p] || peers[p].dev == cc->dev || weft_cuda_host_fifo(reach, me, p))
             continue;
@@ -1040,14 +1052,84 @@ static void weft_cuda_op(struct ncclComm *comm, const struct weft_task *t, struc
  * A launch of the one operation t may go direct (registered buffers read and written in place by
  * the direct kernel) when this is 1. Decided only from what every rank shares: the collective,
  * its size against WEFT_ZCOPY_MIN_BYTES (weft_zcopy_candidate, the host path's test), and whether
- * the communicator lives in one process;
+ * every pair of ranks maps each other's device memory on one host;
  * never from this rank's registration (the direct kernel votes on that).
  */
 static int weft_cuda_zc_candidate(const struct ncclComm *comm, const struct weft_task *t)
 {
     const struct weft_cuda_comm *cc = comm->cuda;
-    return cc->clique != NULL && cc->clique->zc != NULL && cc->zkernel.emu_fn != NULL &&
-           t->count > 0 && weft_zcopy_candidate(t);
+    return cc->zpeers != NULL && cc->zkernel.emu_fn != NULL && t->count > 0 &&
+           weft_zcopy_candidate(t);
+}
+
+/* reg_poll's report: peer's allocation id mapped here at base (NULL: withdrawn). */
+static int weft_cuda_zc_seen(void *arg, int peer, uint64_t id, void *base, size_t bytes)
+{
+    struct weft_cuda_comm *cc = arg;
+    struct weft_zc_import *imp = cc->zpeers[peer].imp;
+    for (int i = 0; i < WEFT_ZC_MAX_IMPORTS; i++) {
+        uint64_t have = __atomic_load_n(&imp[i].id, __ATOMIC_ACQUIRE);
+        if (base == NULL && have == id) {
+            __atomic_store_n(&imp[i].id, 0, __ATOMIC_RELEASE);
+            return 1;
+        }
+        if (base != NULL && have == 0) {
+            imp[i].base = (uint64_t)(uintptr_t)base;
+            imp[i].size = bytes;
+            __atomic_store_n(&imp[i].id, id, __ATOMIC_RELEASE); /* the kernel reads id first */
+            return 1;
+        }
+    }
+    if (base != NULL)
+        WEFT_INFO(WEFT_LOG_REG, "more than %d registered buffers of peer %d mapped: its newest "
+                  "goes the normal path", WEFT_ZC_MAX_IMPORTS, peer);
+    return 0;
+}
+
+/* Maps the peers' new shares and unmaps withdrawn ones (the current device is this rank's). */
+static void weft_cuda_zc_poll(struct ncclComm *comm, struct weft_cuda_comm *cc)
+{
+    if (cc->zpeers == NULL || cc->p2p == NULL)
+        return;
+    pthread_mutex_lock(&cc->zc_lock);
+    weft_dev_transport_p2p.reg_poll(comm, cc->p2p, weft_cuda_zc_seen, cc);
+    pthread_mutex_unlock(&cc->zc_lock);
+}
+
+uint64_t weft_cuda_reg_share(struct ncclComm *comm, void *base, size_t bytes, int cumem)
+{
+    struct weft_cuda_comm *cc = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+    if (cc == NULL || cc->zpeers == NULL || cc->p2p == NULL)
+        return 0;
+    const struct weft_cuda_ops *ops = weft_cuda();
+    int prev = -1;
+    ops->get_device(&prev);
+    ops->set_device(cc->dev);
+    pthread_mutex_lock(&cc->zc_lock);
+    uint64_t id = ++cc->zc_next_id;
+    int err = weft_dev_transport_p2p.reg_share(comm, cc->p2p, id, base, bytes,
+                                               cumem ? WEFT_DEV_HOW_FD : WEFT_DEV_HOW_LEGACY);
+    weft_dev_transport_p2p.reg_poll(comm, cc->p2p, weft_cuda_zc_seen, cc);
+    pthread_mutex_unlock(&cc->zc_lock);
+    if (prev >= 0)
+        ops->set_device(prev);
+    if (err != 0) {
+        WEFT_INFO(WEFT_LOG_REG, "rank %d: sharing registered buffer %p with other processes: %s "
+                  "(%d); collectives on it take the normal path", comm->rank, base,
+                  ops->error_string(err), err);
+        return 0;
+    }
+    return id;
+}
+
+void weft_cuda_reg_unshare(struct ncclComm *comm, uint64_t id)
+{
+    struct weft_cuda_comm *cc = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+    if (cc == NULL || cc->zpeers == NULL || cc->p2p == NULL || id == 0)
+        return;
+    pthread_mutex_lock(&cc->zc_lock);
+    weft_dev_transport_p2p.reg_unshare(comm, cc->p2p, id);
+    pthread_mutex_unlock(&cc->zc_lock);
 }
 
 /* Launches the direct kernel for params->ops[0] (task t) before its normal launch, which then
@@ -1057,25 +1139,29 @@ static ncclResult_t weft_cuda_zc_launch(struct ncclComm *comm, const struct weft
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     struct weft_cuda_comm *cc = comm->cuda;
-    struct weft_cuda_clique *q = cc->clique;
     size_t bytes = t->count * weft_dtype_size(t->dtype), n = (size_t)comm->nranks;
     size_t in = t->coll == WEFT_COLL_REDUCESCATTER ? n * bytes : bytes;
     size_t out = t->coll == WEFT_COLL_ALLGATHER ? n * bytes : bytes;
-    struct weft_cuda_zc_rank *zr = weft_cuda_zc_rank(q, comm->rank);
+    weft_cuda_zc_poll(comm, cc);
     struct weft_zc_params zp;
     memset(&zp, 0, sizeof(zp));
     zp.comm = cc->dstate;
-    zp.area = weft_cuda_dev_view(q->zc);
-    zp.skip = weft_cuda_dev_view(&zr->skip);
-    zp.runs = weft_cuda_dev_view(&zr->runs);
+    zp.peers = weft_cuda_dev_view(cc->zpeers);
+    zp.skip = weft_cuda_dev_view(&cc->zrank->skip);
+    zp.runs = weft_cuda_dev_view(&cc->zrank->runs);
+    zp.vote2 = cc->p2p != NULL;
     /* As on the host path: all-gather and reduce-scatter write only their own output, so only
      * the inputs the peers read must be registered; all-reduce writes the peers' outputs too. */
-    zp.reg = weft_mem_reg_covers(comm, t->sendbuf, in) &&
-             (t->coll != WEFT_COLL_ALLREDUCE || weft_mem_reg_covers(comm, t->recvbuf, out));
+    size_t soff = 0, roff = 0;
+    zp.reg = weft_mem_reg_find(comm, t->sendbuf, in, &zp.send_id, &soff) &&
+             (t->coll != WEFT_COLL_ALLREDUCE ||
+              weft_mem_reg_find(comm, t->recvbuf, out, &zp.recv_id, &roff));
+    zp.send_off = soff;
+    zp.recv_off = roff;
     zp.op = params->ops[0];
     params->skip = zp.skip;
-    WEFT_CUDA_CALL(ops->launch(&cc->zkernel, q->zc_nblocks, cc->nthreads, WEFT_DEV_SHARED_BYTES,
-                               &zp, sizeof(zp), cc->stream),
+    WEFT_CUDA_CALL(ops->launch(&cc->zkernel, cc->nch, cc->nthreads, WEFT_DEV_SHARED_BYTES, &zp,
+                               sizeof(zp), cc->stream),
                    "direct kernel launch", comm->rank);
     return ncclSuccess;
 }
@@ -1083,9 +1169,9 @@ static ncclResult_t weft_cuda_zc_launch(struct ncclComm *comm, const struct weft
 uint64_t weft_cuda_zcopy_count(struct ncclComm *comm)
 {
     struct weft_cuda_comm *cc = comm->cuda;
-    if (cc == NULL || cc->clique == NULL || cc->clique->zc == NULL)
+    if (cc == NULL || cc->zrank == NULL)
         return 0;
-    return __atomic_load_n(&weft_cuda_zc_rank(cc->clique, comm->rank)->runs, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&cc->zrank->runs, __ATOMIC_ACQUIRE);
 }
 
 /*
@@ -1140,6 +1226,15 @@ static int weft_cuda_phases(struct ncclComm *comm, const struct weft_task *tasks
     }
     free(queue);
     return nphases;
+}
+
+/* 1 when the launch holds a collective (every rank then makes this launch). */
+static int weft_cuda_has_coll(const struct weft_dev_params *params)
+{
+    for (int i = 0; i < params->nops; i++)
+        if (params->ops[i].coll != WEFT_COLL_SEND && params->ops[i].coll != WEFT_COLL_RECV)
+            return 1;
+    return 0;
 }
 
 /* The user streams of comm's tasks, without repeats. */
@@ -1218,10 +1313,16 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
         int nphases = weft_cuda_phases(comm, tasks, ntasks, phase, &res);
         if (nphases < 0)
             goto out;
+        /* A group whose every operation is a direct candidate (collectives only: each phase one
+         * collective) goes one launch per operation, each with its direct kernel. The same cut
+         * on every rank: candidates are decided from shared values. */
+        int all_zc = 1;
+        for (int t = 0; t < ntasks && all_zc; t++)
+            all_zc = tasks[t].comm != comm || weft_cuda_zc_candidate(comm, &tasks[t]);
         for (int p0 = 0; p0 < nphases;) {
             /* phases p0 .. p1-1: as many whole phases as fit */
             int p1 = p0, n = 0;
-            while (p1 < nphases) {
+            while (p1 < nphases && !(all_zc && p1 > p0)) {
                 int in = 0;
                 for (int t = 0; t < ntasks; t++)
                     in += phase[t] == p1;
@@ -1243,6 +1344,8 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
             p0 = p1;
             if (params->nops == 1 && weft_cuda_zc_candidate(comm, &tasks[first]))
                 WEFT_CHECK_GOTO(weft_cuda_zc_launch(comm, &tasks[first], params), res, out);
+            else if (cc->zpeers != NULL && weft_cuda_has_coll(params))
+                params->zc_mine = (struct weft_zc_slot *)(cc->fifo + cc->zc_off);
             size_t bytes = offsetof(struct weft_dev_params, ops) +
                            (size_t)params->nops * sizeof(struct weft_dev_op);
             WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,

@@ -59,6 +59,16 @@ ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, i
 /* Launches the device tasks of one submission (any communicators): returns once enqueued. */
 ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks);
 
+/*
+ * ncclCommRegister on a device communicator whose ranks span processes: offers the ncclMemAlloc
+ * allocation [base, base + bytes) (cumem: from cuMem, else cudaMalloc) to the peers in other
+ * processes, which map it for the direct kernel. The share id (nonzero), or 0 where nothing is
+ * shared (no such peers, no direct kernel, the export failed). Any thread.
+ */
+uint64_t weft_cuda_reg_share(struct ncclComm *comm, void *base, size_t bytes, int cumem);
+/* ncclCommDeregister: the peers unmap share id (0: nothing). Any thread. */
+void weft_cuda_reg_unshare(struct ncclComm *comm, uint64_t id);
+
 /* Collectives this rank ran with the direct kernel (registered device buffers, zero-copy). */
 uint64_t weft_cuda_zcopy_count(struct ncclComm *comm);
 

@@ -9,11 +9,21 @@
  * Usage: weftrun -n N test_coll_mp CASE [-q]
  *   sweep  every collective x types x ops x counts x in/out-of-place (-q: fewer types and counts)
  *   split  ncclCommSplit into even and odd ranks, a sweep (-q) on each half, then the parent
+ *   zcopy  registered ncclMemAlloc buffers (WEFT_ZCOPY_MIN_BYTES=1024): every candidate
+ *          collective x float, half, bf16, int32 x every op x in/out of place, each checked to
+ *          have run direct (weft_zcopy_count) exactly when it must; below the threshold; a
+ *          group of two candidates (both direct), of a candidate and a small one (neither); one
+ *          rank unregistered, then registered again; a cudaMalloc buffer registered (not
+ *          shareable); everything deregistered
+ *   straddle  registered buffers, rank 0's all-reduce count below WEFT_ZCOPY_MIN_BYTES (1024),
+ *          the others' above: the others launch the direct kernel, rank 0 not; every rank gets
+ *          the signature error (ncclInvalidUsage, "operations differ") well before WEFT_TIMEOUT
  *   kill   the last rank dies by SIGKILL as its kernel starts an all-reduce; every survivor,
  *          polling ncclCommGetAsyncError, gets an error naming it within WEFT_TIMEOUT seconds
  *          (run with weftrun --linger; each survivor prints "kill: ok"); -s: the survivors wait
  *          in cudaStreamSynchronize instead, and the kernel's deadline ends the wait (the error
- *          still names the dead rank)
+ *          still names the dead rank); -z: registered ncclMemAlloc buffers, so the dying
+ *          all-reduce runs in the direct kernel (checked on one that runs first)
  * WEFT_TEST_SILENT_STRAY=1: every listener this process opens (bootstrap, socket transport,
  * device socket proxy) gets a silent connection the moment it listens, queued ahead of the real
  * peers; init must not wait for it (it took WEFT_SOCK_ADMIT_MS, 5 s, where the device proxy
@@ -35,6 +45,7 @@
 #include "coll_cases.h"
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
+#include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"
 #include "weft.h"
@@ -42,7 +53,7 @@
 #define MAX_FAIL_PRINT 20
 
 
-static int g_me, g_n, g_quick, g_sync;
+static int g_me, g_n, g_quick, g_sync, g_zreg;
 static int g_passed, g_failed, g_printed;
 static const struct weft_cuda_ops *cu;
 static ncclComm_t g_comm;
@@ -272,12 +283,232 @@ static int case_sweep(void)
     return 0;
 }
 
+/* run_one, then checks that the operation went direct (want 1) or not (0) on this rank. */
+static void zc_run(int coll, int t, int op, size_t count, int inplace, int want)
+{
+    uint64_t before = weft_zcopy_count(g_comm);
+    int failed = g_failed;
+    run_one(coll, t, op, count, inplace, 0);
+    uint64_t ran = weft_zcopy_count(g_comm) - before;
+    if (g_failed == failed && ran != (uint64_t)want) {
+        g_passed--;
+        fail("direct-count", coll, t, op, count, inplace, 0, (double)ran, (double)want);
+    }
+}
+
+/* One group on the registered buffers: an all-reduce (float, sum) of count, then an all-gather
+ * (int32) of count2 further on; both checked element by element, and the direct runs (want). */
+static void zc_group(size_t count, size_t count2, int want)
+{
+    int n = g_n, r = g_me;
+    size_t off = (count * 4 + 255) & ~(size_t)255, agbytes = (size_t)n * count2 * 4;
+    for (size_t i = 0; i < count; i++)
+        store(ncclFloat32, g_hsend, i, contrib(C_ALLREDUCE, ncclFloat32, OP_SUM, r, i));
+    for (size_t i = 0; i < count2; i++)
+        store(ncclInt32, g_hsend + off, i, contrib(C_ALLGATHER, ncclInt32, -1, r, i));
+    CU(cu->memcpy_async(g_dsend, g_hsend, off + count2 * 4, NULL));
+    CU(cu->memset_async(g_drecv, 0, off + agbytes, NULL));
+    CU(cu->stream_synchronize(NULL));
+    uint64_t before = weft_zcopy_count(g_comm);
+    int ok = check(ncclGroupStart(), "ncclGroupStart") &&
+             check(ncclAllReduce(g_dsend, g_drecv, count, ncclFloat32, ncclSum, g_comm, g_stream),
+                   "ncclAllReduce") &&
+             check(ncclAllGather(g_dsend + off, g_drecv + off, count2, ncclInt32, g_comm,
+                                 g_stream), "ncclAllGather") &&
+             check(ncclGroupEnd(), "ncclGroupEnd");
+    CU(cu->stream_synchronize(g_stream));
+    ncclResult_t async = ncclSuccess;
+    ok &= check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError") &&
+          check(async, "the kernel");
+    if (!ok)
+        exit(1);
+    CU(cu->memcpy_async(g_hrecv, g_drecv, off + agbytes, NULL));
+    CU(cu->stream_synchronize(NULL));
+    for (int k = 0; k < 2; k++) {
+        int coll = k == 0 ? C_ALLREDUCE : C_ALLGATHER, t = k == 0 ? ncclFloat32 : ncclInt32;
+        size_t c = k == 0 ? count : count2, nout = k == 0 ? count : (size_t)n * count2;
+        const char *out = g_hrecv + (k == 0 ? 0 : off);
+        for (size_t i = 0; i < nout; i++) {
+            double w = coll_want(coll, t, k == 0 ? OP_SUM : -1, r, 0, n, c, i);
+            unsigned char wbits[8];
+            store(t, wbits, 0, round_to(t, w));
+            if (memcmp(out + i * 4, wbits, 4) != 0) {
+                fail("group data", coll, t, k == 0 ? OP_SUM : -1, c, 0, i, load(t, out, i), w);
+                return;
+            }
+        }
+    }
+    uint64_t ran = weft_zcopy_count(g_comm) - before;
+    if (ran != (uint64_t)want) {
+        fail("group direct-count", C_ALLGATHER, ncclInt32, -1, count2, 0, 0, (double)ran, want);
+        return;
+    }
+    g_passed++;
+}
+
+static int case_zcopy(void)
+{
+    const size_t count = 4099; /* every candidate's larger buffer >= 1024 bytes */
+    const char *e = getenv("WEFT_ZCOPY_MIN_BYTES");
+    if (e == NULL || atoll(e) != 1024) {
+        fprintf(stderr, "rank %d: zcopy wants WEFT_ZCOPY_MIN_BYTES=1024\n", g_me);
+        return 1;
+    }
+    /* the emulated devices all reach each other unless WEFT_EMU_PEER=0 */
+    const char *peer = getenv("WEFT_EMU_PEER");
+    int direct = g_n > 1 && (peer == NULL || atoi(peer) != 0);
+    size_t bytes = ((size_t)g_n * count + 1) * 8;
+    bufs_ensure(1); /* the plain buffers exist; the registered ones stand in for them */
+    char *plain_send = g_dsend, *plain_recv = g_drecv;
+    size_t plain_bytes = g_bytes;
+    char *hs = NULL, *hr = NULL;
+    free(g_hsend);
+    free(g_hrecv);
+    g_hsend = malloc(bytes);
+    g_hrecv = malloc(bytes);
+    void *rs = NULL, *rr = NULL;
+    if (g_hsend == NULL || g_hrecv == NULL ||
+        !check(ncclMemAlloc((void **)&hs, bytes), "ncclMemAlloc") ||
+        !check(ncclMemAlloc((void **)&hr, bytes), "ncclMemAlloc") ||
+        !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister") ||
+        !check(ncclCommRegister(g_comm, hr, bytes, &rr), "ncclCommRegister"))
+        return 1;
+    g_dsend = hs;
+    g_drecv = hr;
+    g_bytes = bytes;
+    /* a barrier (not a candidate): every rank has registered, its offers are on their way */
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0);
+    static const int types[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt32};
+    static const int colls[] = {C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER};
+    for (int ci = 0; ci < 3; ci++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int op = 0; op < (colls[ci] == C_ALLGATHER ? 1 : NOPS); op++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    zc_run(colls[ci], types[ti], colls[ci] == C_ALLGATHER ? -1 : op, count,
+                           inplace, direct);
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 7, 0, 0); /* 28 bytes: below the threshold */
+    /* groups: two candidates go one launch each, both direct; with one below the threshold
+     * the group is one launch, the normal path */
+    zc_group(count, count, 2 * direct);
+    zc_group(count, 7, 0);
+    /* the last rank's input unregistered: nobody goes direct; registered again: all do */
+    int last = g_me == g_n - 1;
+    if (last && !check(ncclCommDeregister(g_comm, rs), "ncclCommDeregister"))
+        return 1;
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, 0);
+    zc_run(C_ALLREDUCE, ncclInt32, OP_SUM, count, 0, 0);
+    if (last && !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister"))
+        return 1;
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0); /* barrier */
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, direct);
+    zc_run(C_REDUCESCATTER, ncclBfloat16, OP_MAX, count, 0, direct);
+    /* rank 0's input a registered cudaMalloc buffer: its peers cannot map it (legacy IPC is
+     * the comm's handle form only for ncclMemAlloc memory), so every rank votes no */
+    void *rp = NULL;
+    if (g_me == 0) {
+        g_dsend = plain_send;
+        if (plain_bytes < bytes) {
+            CU(cu->free(plain_send));
+            CU(cu->malloc((void **)&plain_send, bytes));
+            g_dsend = plain_send;
+            plain_bytes = bytes;
+        }
+        if (!check(ncclCommRegister(g_comm, g_dsend, bytes, &rp), "ncclCommRegister"))
+            return 1;
+    }
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, 0);
+    zc_run(C_REDUCESCATTER, ncclFloat32, OP_SUM, count, 0, 0);
+    g_dsend = hs;
+    if (g_me == 0 && !check(ncclCommDeregister(g_comm, rp), "ncclCommDeregister"))
+        return 1;
+    zc_run(C_ALLGATHER, ncclFloat32, -1, count, 0, direct);
+    /* everything deregistered: the normal path, right results */
+    if (!check(ncclCommDeregister(g_comm, rs), "ncclCommDeregister") ||
+        !check(ncclCommDeregister(g_comm, rr), "ncclCommDeregister"))
+        return 1;
+    zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, count, 0, 0);
+    zc_run(C_ALLGATHER, ncclInt32, -1, count, 1, 0);
+    g_dsend = plain_send;
+    g_drecv = plain_recv;
+    g_bytes = plain_bytes < bytes ? plain_bytes : bytes;
+    if (!check(ncclMemFree(hs), "ncclMemFree") || !check(ncclMemFree(hr), "ncclMemFree"))
+        return 1;
+    return 0;
+}
+
+/* Polls ncclCommGetAsyncError until it reports an error or limit seconds pass: the error (or
+ * ncclSuccess), *took_p the seconds waited from t0. */
+static ncclResult_t await_error(double t0, double limit, double *took_p)
+{
+    ncclResult_t async = ncclSuccess;
+    while (now_s() - t0 < limit) {
+        if (!check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError"))
+            exit(1);
+        if (async != ncclSuccess && async != ncclInProgress)
+            break;
+        usleep(10000);
+    }
+    *took_p = now_s() - t0;
+    return async;
+}
+
+static int case_straddle(void)
+{
+    size_t bytes = 4099 * sizeof(float), count = g_me == 0 ? 100 : 4099;
+    char *hs = NULL, *hr = NULL;
+    void *rs = NULL, *rr = NULL;
+    if (!check(ncclMemAlloc((void **)&hs, bytes), "ncclMemAlloc") ||
+        !check(ncclMemAlloc((void **)&hr, bytes), "ncclMemAlloc") ||
+        !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister") ||
+        !check(ncclCommRegister(g_comm, hr, bytes, &rr), "ncclCommRegister"))
+        return 1;
+    CU(cu->memset_async(hs, 0, bytes, g_stream));
+    /* a barrier (not a candidate), then the mismatched pair */
+    if (!check(ncclAllReduce(hs, hr, 1, ncclFloat32, ncclSum, g_comm, g_stream), "ncclAllReduce"))
+        return 1;
+    CU(cu->stream_synchronize(g_stream));
+    double t0 = now_s();
+    if (!check(ncclAllReduce(hs, hr, count, ncclFloat32, ncclSum, g_comm, g_stream),
+               "ncclAllReduce"))
+        return 1;
+    const char *to = getenv("WEFT_TIMEOUT");
+    double limit = (to != NULL ? atof(to) : 300) / 3, took;
+    ncclResult_t async = await_error(t0, limit, &took);
+    const char *msg = ncclGetLastError(g_comm);
+    int ok = async == ncclInvalidUsage && strstr(msg, "operations differ between ranks") != NULL &&
+             took < limit;
+    fprintf(stderr, "rank %d: straddle: %s after %.1f s (limit %.0f s): %s: %s\n", g_me,
+            ok ? "ok" : "FAIL", took, limit, ncclGetErrorString(async), msg);
+    sleep(1); /* the slower ranks still read this one's slots */
+    ncclCommAbort(g_comm);
+    g_comm = NULL;
+    _exit(ok ? 0 : 1); /* the communicator is broken: nothing else to tidy */
+}
+
 static int case_kill(void)
 {
     int victim = g_n - 1;
     size_t count = 1 << 20;
     run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1023, 0, 0); /* everyone is up and connected */
     bufs_ensure(count * sizeof(float));
+    if (g_zreg) {
+        /* registered ncclMemAlloc buffers: the all-reduces run in the direct kernel, whose
+         * exchange waits must end too (with WEFT_ZCOPY_MIN_BYTES at most 4 MiB) */
+        void *h0 = NULL, *h1 = NULL;
+        bufs_ensure((count + 1) * sizeof(float)); /* run_one's size: no reallocation below */
+        if (!check(ncclMemAlloc((void **)&g_dsend, g_bytes), "ncclMemAlloc") ||
+            !check(ncclMemAlloc((void **)&g_drecv, g_bytes), "ncclMemAlloc") ||
+            !check(ncclCommRegister(g_comm, g_dsend, g_bytes, &h0), "register") ||
+            !check(ncclCommRegister(g_comm, g_drecv, g_bytes, &h1), "register"))
+            return 1;
+        run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0); /* a barrier: all registered */
+        uint64_t before = weft_zcopy_count(g_comm);
+        run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, count, 0, 0);
+        if (weft_zcopy_count(g_comm) != before + 1) {
+            fprintf(stderr, "rank %d: kill -z: the all-reduce did not run direct\n", g_me);
+            return 1;
+        }
+    }
     if (!check(ncclAllReduce(g_dsend, g_drecv, count, ncclFloat32, ncclSum, g_comm, g_stream),
                "ncclAllReduce"))
         return 1;
@@ -296,14 +527,8 @@ static int case_kill(void)
         cu->stream_synchronize(g_stream);
         limit += 10; /* the kernel's deadline is WEFT_TIMEOUT itself: allow for its polling */
     }
-    while (now_s() - t0 < limit + 30) {
-        if (!check(ncclCommGetAsyncError(g_comm, &async), "ncclCommGetAsyncError"))
-            return 1;
-        if (async != ncclSuccess && async != ncclInProgress)
-            break;
-        usleep(10000);
-    }
-    double took = now_s() - t0;
+    double took;
+    async = await_error(t0, limit + 30, &took);
     const char *msg = ncclGetLastError(g_comm);
     char want[32];
     snprintf(want, sizeof(want), "peer %d ", victim);
@@ -366,11 +591,12 @@ int listen(int fd, int backlog)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | kill [-s]\n", argv[0]);
+        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | kill [-s|-z]\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
     g_sync = argc > 2 && strcmp(argv[2], "-s") == 0;
+    g_zreg = argc > 2 && strcmp(argv[2], "-z") == 0;
     cu = weft_cuda();
     int local = 0, ndev = 0;
     if (cu->get_device_count(&ndev) != 0 || ndev < 1) {
@@ -395,6 +621,8 @@ int main(int argc, char **argv)
     double t0 = now_s();
     int rc = strcmp(argv[1], "kill") == 0    ? case_kill()
              : strcmp(argv[1], "split") == 0 ? case_split()
+             : strcmp(argv[1], "zcopy") == 0 ? case_zcopy()
+             : strcmp(argv[1], "straddle") == 0 ? case_straddle()
                                              : case_sweep();
     if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
         rc = 1;

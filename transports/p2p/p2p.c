@@ -19,9 +19,19 @@
  * Wire (version 1, the bootstrap all-gather, struct weft_p2p_info): magic, version, how each
  * region is shared, its device, the legacy handle. Datagrams on the socket: struct weft_p2p_msg
  * (magic, communicator hash, sender rank, region) with exactly one descriptor attached.
+ *
+ * Registered buffers (reg_share): a socket per rank and peer (the peer's own queue of Linux's
+ * 10 datagrams), bound at setup and kept until close, takes struct weft_p2p_reg_msg datagrams
+ * from that peer: an offer (a cuMem allocation's descriptor attached,
+ * or a legacy handle inside) or a withdrawal, of a share id. A datagram a full peer queue
+ * refuses waits in this rank's list until a later reg_poll; one to a peer already gone is
+ * dropped. Offers are mapped on receipt, withdrawals unmapped: the receiver reads its socket
+ * in reg_poll (the executor calls it before each direct launch and at each registration).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +71,42 @@ struct weft_p2p_msg {
     int32_t region;
 };
 
+#define WEFT_P2P_REG_MAGIC 0x3267657274666577ull /* "weftreg2" */
+enum { WEFT_P2P_REG_OFFER = 1, WEFT_P2P_REG_WITHDRAW = 2 };
+
+struct weft_p2p_reg_msg {
+    uint64_t magic;
+    uint64_t comm_hash;
+    int32_t from;
+    int32_t kind; /* WEFT_P2P_REG_* */
+    int32_t how;  /* offer: enum weft_dev_how */
+    int32_t dev;  /* offer: the allocating device */
+    uint64_t id;
+    uint64_t bytes;
+    struct weft_cuda_ipc_handle handle; /* offer, WEFT_DEV_HOW_LEGACY */
+};
+
+/* A datagram still to send (fd: its descriptor, or -1), or a peer's allocation mapped here. */
+struct weft_p2p_reg {
+    struct weft_p2p_reg *next;
+    int peer;
+    int fd;
+    int how;
+    uint64_t id;
+    void *mem;
+    struct weft_p2p_reg_msg msg;
+};
+
 struct weft_p2p_state {
     int nranks;
     void **imports; /* [nranks * WEFT_DEV_NREGIONS]: what this rank mapped */
     int *import_how;
+    /* Registered buffers: under lock (ncclCommRegister's thread and the launching one). */
+    pthread_mutex_t lock;
+    int reg_sock;          /* sends (unbound); -1: no peer */
+    int *reg_in;           /* [nranks]: receives from that peer (its own queue), or -1 */
+    uint8_t *reg_peer;     /* [nranks]: offers go there */
+    struct weft_p2p_reg *outbox, *mapped;
 };
 
 static int p2p_can_connect(const struct ncclComm *comm, int a, int b)
@@ -131,10 +173,12 @@ static void p2p_sock_name(struct sockaddr_un *a, socklen_t *len, uint64_t comm_h
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_t tolen,
-                                const struct weft_p2p_msg *msg, int fd, int *sent_p)
+/* One datagram of len bytes, descriptor fd attached (-1: none), without blocking: 1 sent, 0 the
+ * peer's queue is full (try again after reading ours), -1 failed (errno says why). */
+static int p2p_dgram_send(int sock, const struct sockaddr_un *to, socklen_t tolen,
+                          const void *buf, size_t len, int fd)
 {
-    struct iovec iov = {(void *)msg, sizeof(*msg)};
+    struct iovec iov = {(void *)buf, len};
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
@@ -146,27 +190,25 @@ static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_
     m.msg_namelen = tolen;
     m.msg_iov = &iov;
     m.msg_iovlen = 1;
-    m.msg_control = u.buf;
-    m.msg_controllen = sizeof(u.buf);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    *sent_p = 0;
-    if (sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(*msg)) {
-        *sent_p = 1;
-        return ncclSuccess;
+    if (fd >= 0) {
+        m.msg_control = u.buf;
+        m.msg_controllen = sizeof(u.buf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
     }
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS)
-        return ncclSuccess; /* the peer's queue is full: try again after reading ours */
-    return ncclRemoteError; /* the caller names the peer, with errno */
+    if (sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len)
+        return 1;
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS ? 0 : -1;
 }
 
-/* One datagram if one is waiting: *fd_p = -1 when none. */
-static ncclResult_t p2p_recv_fd(int sock, struct weft_p2p_msg *msg, int *fd_p)
+/* One waiting datagram into buf: its length, or -1 (errno; EAGAIN: none waiting); *fd_p the
+ * descriptor it carried, or -1. */
+static ssize_t p2p_dgram_recv(int sock, void *buf, size_t len, int *fd_p)
 {
-    struct iovec iov = {msg, sizeof(*msg)};
+    struct iovec iov = {buf, len};
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
@@ -180,12 +222,42 @@ static ncclResult_t p2p_recv_fd(int sock, struct weft_p2p_msg *msg, int *fd_p)
     *fd_p = -1;
     ssize_t n = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? ncclSuccess
-                                                                          : ncclSystemError;
-    int fd = -1;
+        return -1;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(&fd, CMSG_DATA(c), sizeof(int));
+            memcpy(fd_p, CMSG_DATA(c), sizeof(int));
+    return n;
+}
+
+/* The socket on which rank `to` receives registration messages from rank `from`: one queue per
+ * sender, so that a peer's burst of offers does not fill the queue the others need. */
+static void p2p_reg_sock_name(struct sockaddr_un *a, socklen_t *len, uint64_t comm_hash, int to,
+                              int from)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "weft-reg-%016llx-%d-%d",
+                     (unsigned long long)comm_hash, to, from);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_t tolen,
+                                const struct weft_p2p_msg *msg, int fd, int *sent_p)
+{
+    int got = p2p_dgram_send(sock, to, tolen, msg, sizeof(*msg), fd);
+    *sent_p = got == 1;
+    return got < 0 ? ncclRemoteError : ncclSuccess; /* the caller names the peer, with errno */
+}
+
+/* One datagram if one is waiting: *fd_p = -1 when none. */
+static ncclResult_t p2p_recv_fd(int sock, struct weft_p2p_msg *msg, int *fd_p)
+{
+    int fd = -1;
+    ssize_t n = p2p_dgram_recv(sock, msg, sizeof(*msg), &fd);
+    *fd_p = -1;
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? ncclSuccess
+                                                                          : ncclSystemError;
     if (n != (ssize_t)sizeof(*msg) || fd < 0 || msg->magic != WEFT_P2P_MAGIC) {
         if (fd >= 0)
             close(fd);
@@ -314,6 +386,30 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
             res = ncclUnhandledCudaError;
         }
     }
+    while (st->outbox != NULL) {
+        struct weft_p2p_reg *r = st->outbox;
+        st->outbox = r->next;
+        if (r->fd >= 0)
+            close(r->fd);
+        free(r);
+    }
+    while (st->mapped != NULL) {
+        struct weft_p2p_reg *r = st->mapped;
+        st->mapped = r->next;
+        if (r->how == WEFT_DEV_HOW_LEGACY)
+            ops->ipc_close_handle(r->mem);
+        else
+            ops->mem_release(r->mem);
+        free(r);
+    }
+    if (st->reg_sock >= 0)
+        close(st->reg_sock);
+    for (int p = 0; st->reg_in != NULL && p < st->nranks; p++)
+        if (st->reg_in[p] >= 0)
+            close(st->reg_in[p]);
+    free(st->reg_in);
+    pthread_mutex_destroy(&st->lock);
+    free(st->reg_peer);
     free(st->imports);
     free(st->import_how);
     free(st);
@@ -335,11 +431,17 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         st->nranks = n;
         st->imports = calloc((size_t)n * R, sizeof(void *));
         st->import_how = calloc((size_t)n * R, sizeof(int));
+        st->reg_peer = calloc((size_t)n, 1);
+        st->reg_sock = -1;
+        st->reg_in = malloc((size_t)n * sizeof(int));
+        for (int p = 0; st->reg_in != NULL && p < n; p++)
+            st->reg_in[p] = -1;
+        pthread_mutex_init(&st->lock, NULL);
     }
     for (int r = 0; r < R; r++)
         my_fds[r] = -1;
     if (info == NULL || fds == NULL || st == NULL || st->imports == NULL ||
-        st->import_how == NULL) {
+        st->import_how == NULL || st->reg_peer == NULL || st->reg_in == NULL) {
         WEFT_WARN("rank %d: out of memory for the p2p transport", me);
         res = ncclSystemError;
         goto out;
@@ -382,6 +484,25 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
             WEFT_WARN("rank %d: the p2p socket @%s: %s", me, a.sun_path + 1, strerror(errno));
             res = ncclSystemError;
             goto out;
+        }
+        st->reg_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (st->reg_sock < 0) {
+            WEFT_WARN("rank %d: a p2p registration socket: %s", me, strerror(errno));
+            res = ncclSystemError;
+            goto out;
+        }
+        for (int p = 0; p < n; p++) {
+            st->reg_peer[p] = want[p * R] || want[p * R + 1];
+            if (!st->reg_peer[p])
+                continue;
+            p2p_reg_sock_name(&a, &alen, comm->comm_hash, me, p);
+            st->reg_in[p] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            if (st->reg_in[p] < 0 || bind(st->reg_in[p], (struct sockaddr *)&a, alen) != 0) {
+                WEFT_WARN("rank %d: the p2p registration socket @%s: %s", me, a.sun_path + 1,
+                          strerror(errno));
+                res = ncclSystemError;
+                goto out;
+            }
         }
     }
     /* Every rank takes part, connected or not: the all-gather is collective. */
@@ -451,6 +572,191 @@ out:
     return res;
 }
 
+/* Sends r's datagram: 1 sent (or dropped: the peer is gone), 0 its queue is full. */
+static int p2p_reg_send(struct ncclComm *comm, struct weft_p2p_state *st, struct weft_p2p_reg *r)
+{
+    struct sockaddr_un to;
+    socklen_t tolen;
+    p2p_reg_sock_name(&to, &tolen, comm->comm_hash, r->peer, comm->rank);
+    int got = p2p_dgram_send(st->reg_sock, &to, tolen, &r->msg, sizeof(r->msg), r->fd);
+    if (got >= 0)
+        return got;
+    /* Gone (its communicator destroyed): it will run no collective that needs this. */
+    WEFT_INFO(WEFT_LOG_REG, "rank %d: registration message to rank %d dropped: %s", comm->rank,
+              r->peer, strerror(errno));
+    return 1;
+}
+
+/* Under st->lock: sends what waits, in order, while peers take it. */
+static void p2p_reg_flush(struct ncclComm *comm, struct weft_p2p_state *st)
+{
+    for (struct weft_p2p_reg **it = &st->outbox; *it != NULL;) {
+        struct weft_p2p_reg *r = *it;
+        if (!p2p_reg_send(comm, st, r)) {
+            it = &r->next;
+            continue;
+        }
+        *it = r->next;
+        if (r->fd >= 0)
+            close(r->fd);
+        free(r);
+    }
+}
+
+/* Under st->lock: queues msg for every connected peer (each with its own copy of fd). */
+static int p2p_reg_post(struct ncclComm *comm, struct weft_p2p_state *st,
+                        const struct weft_p2p_reg_msg *msg, int fd)
+{
+    struct weft_p2p_reg **tail = &st->outbox;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    for (int p = 0; p < st->nranks; p++) {
+        if (!st->reg_peer[p])
+            continue;
+        struct weft_p2p_reg *r = calloc(1, sizeof(*r));
+        if (r == NULL) {
+            WEFT_WARN("rank %d: out of memory offering a registered buffer", comm->rank);
+            return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+        }
+        r->peer = p;
+        r->msg = *msg;
+        r->fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+        if (fd >= 0 && r->fd < 0) {
+            WEFT_WARN("rank %d: dup of a registered buffer's descriptor: %s", comm->rank,
+                      strerror(errno));
+            free(r);
+            return WEFT_CUDA_ERR_INVALID_VALUE;
+        }
+        *tail = r;
+        tail = &r->next;
+    }
+    p2p_reg_flush(comm, st);
+    return 0;
+}
+
+static void p2p_reg_msg_init(const struct ncclComm *comm, struct weft_p2p_reg_msg *msg, int kind,
+                             uint64_t id)
+{
+    memset(msg, 0, sizeof(*msg));
+    msg->magic = WEFT_P2P_REG_MAGIC;
+    msg->comm_hash = comm->comm_hash;
+    msg->from = comm->rank;
+    msg->kind = kind;
+    msg->id = id;
+}
+
+static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *base,
+                         size_t bytes, int how)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_p2p_state *st = state;
+    if (st == NULL || st->reg_sock < 0)
+        return 0;
+    struct weft_p2p_reg_msg msg;
+    p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_OFFER, id);
+    msg.how = how;
+    msg.dev = comm->cuda_dev;
+    msg.bytes = bytes;
+    int fd = -1, err;
+    if (how == WEFT_DEV_HOW_FD)
+        err = ops->mem_export(&fd, base);
+    else
+        err = ops->ipc_get_handle(&msg.handle, base);
+    if (err != 0)
+        return err;
+    pthread_mutex_lock(&st->lock);
+    err = p2p_reg_post(comm, st, &msg, fd);
+    pthread_mutex_unlock(&st->lock);
+    if (fd >= 0)
+        close(fd);
+    return err;
+}
+
+static void p2p_reg_unshare(struct ncclComm *comm, void *state, uint64_t id)
+{
+    struct weft_p2p_state *st = state;
+    if (st == NULL || st->reg_sock < 0)
+        return;
+    struct weft_p2p_reg_msg msg;
+    p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_WITHDRAW, id);
+    pthread_mutex_lock(&st->lock);
+    /* An offer still waiting for a peer goes first (the queue keeps order). */
+    p2p_reg_post(comm, st, &msg, -1);
+    pthread_mutex_unlock(&st->lock);
+}
+
+static void p2p_reg_poll(struct ncclComm *comm, void *state,
+                         int (*seen)(void *arg, int peer, uint64_t id, void *base, size_t bytes),
+                         void *arg)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_p2p_state *st = state;
+    if (st == NULL || st->reg_sock < 0)
+        return;
+    pthread_mutex_lock(&st->lock);
+    p2p_reg_flush(comm, st);
+    for (int p = 0; p < st->nranks;) {
+        struct weft_p2p_reg_msg msg;
+        int fd = -1;
+        ssize_t got = st->reg_in[p] >= 0 ? p2p_dgram_recv(st->reg_in[p], &msg, sizeof(msg), &fd)
+                                         : -1;
+        if (got < 0) {
+            p++; /* this peer's queue is empty */
+            continue;
+        }
+        if (got != (ssize_t)sizeof(msg) || msg.magic != WEFT_P2P_REG_MAGIC ||
+            msg.comm_hash != comm->comm_hash || msg.from != p) {
+            WEFT_WARN("rank %d: a malformed registration message (%zd bytes) ignored",
+                      comm->rank, got);
+        } else if (msg.kind == WEFT_P2P_REG_WITHDRAW) {
+            for (struct weft_p2p_reg **it = &st->mapped; *it != NULL; it = &(*it)->next) {
+                struct weft_p2p_reg *r = *it;
+                if (r->peer != msg.from || r->id != msg.id)
+                    continue;
+                seen(arg, r->peer, r->id, NULL, 0);
+                *it = r->next;
+                if (r->how == WEFT_DEV_HOW_LEGACY)
+                    ops->ipc_close_handle(r->mem);
+                else
+                    ops->mem_release(r->mem);
+                free(r);
+                break;
+            }
+        } else {
+            void *mem = NULL;
+            int err = msg.how == WEFT_DEV_HOW_FD && fd >= 0
+                          ? ops->mem_import(&mem, fd, msg.bytes, WEFT_MEM_DEVICE, msg.dev)
+                      : msg.how == WEFT_DEV_HOW_LEGACY ? ops->ipc_open_handle(&mem, &msg.handle)
+                                                       : WEFT_CUDA_ERR_INVALID_VALUE;
+            struct weft_p2p_reg *r = err == 0 ? calloc(1, sizeof(*r)) : NULL;
+            if (err != 0) {
+                /* Not fatal: collectives on that buffer take the normal path. */
+                WEFT_INFO(WEFT_LOG_REG, "rank %d: mapping rank %d's registered buffer (%s, %llu "
+                          "bytes): %s (%d)", comm->rank, msg.from,
+                          msg.how == WEFT_DEV_HOW_FD ? "cuMem" : "legacy IPC",
+                          (unsigned long long)msg.bytes, ops->error_string(err), err);
+            } else if (r == NULL || !seen(arg, msg.from, msg.id, mem, msg.bytes)) {
+                if (msg.how == WEFT_DEV_HOW_LEGACY)
+                    ops->ipc_close_handle(mem);
+                else
+                    ops->mem_release(mem);
+                free(r);
+            } else {
+                r->peer = msg.from;
+                r->id = msg.id;
+                r->how = msg.how;
+                r->mem = mem;
+                r->fd = -1;
+                r->next = st->mapped;
+                st->mapped = r;
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
 const struct weft_dev_transport weft_dev_transport_p2p = {
     .version = WEFT_DEV_TRANSPORT_VERSION,
     .name = "p2p",
@@ -459,4 +765,7 @@ const struct weft_dev_transport weft_dev_transport_p2p = {
     .mem_free = p2p_mem_free,
     .setup = p2p_setup,
     .close = p2p_close,
+    .reg_share = p2p_reg_share,
+    .reg_unshare = p2p_reg_unshare,
+    .reg_poll = p2p_reg_poll,
 };
