@@ -781,6 +781,38 @@ static void weft_cuda_watch_peers(struct ncclComm *comm, struct weft_cuda_comm *
         __atomic_store_n(cc->abort_host, 1, __ATOMIC_RELEASE);
 }
 
+/*
+ * What a block that gave up waited for, in the user's words, as "for data from peer 1 (in this
+ * process)"; the FIFO's step counters mean nothing to a user and stay out.
+ */
+static void weft_cuda_stuck_awaited(const struct ncclComm *comm, const struct weft_dev_stuck *st,
+                                    const char *api, char *buf, size_t len)
+{
+    char where[WEFT_HOSTNAME_LEN + 48];
+    if (st->peer < 0 || st->peer >= comm->nranks) {
+        snprintf(buf, len, "with no peer to wait for");
+        return;
+    }
+    weft_comm_peer_where(comm, st->peer, where, sizeof(where));
+    switch (st->wait) {
+    case WEFT_DEV_WAIT_JOIN:
+        snprintf(buf, len, "for peer %d (%s) to call %s too (direct copy)", st->peer, where,
+                 api);
+        break;
+    case WEFT_DEV_WAIT_DONE:
+        snprintf(buf, len, "for peer %d (%s) to finish reading this rank's buffers (direct copy)",
+                 st->peer, where);
+        break;
+    default:
+        if (st->send)
+            snprintf(buf, len, "for peer %d (%s) to receive the data sent so far (its receive "
+                     "buffer is full)", st->peer, where);
+        else
+            snprintf(buf, len, "for data from peer %d (%s)", st->peer, where);
+        break;
+    }
+}
+
 ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
 {
     /* Acquire: may run while a non-blocking init is still setting up (see weft_cuda_comm_setup). */
@@ -807,17 +839,16 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     if (__atomic_exchange_n(&cc->reported, 1, __ATOMIC_ACQ_REL))
         return res;
     const char *api = weft_cuda_api_name(st->coll);
-    const char *host = st->peer >= 0 && st->peer < comm->nranks
-                           ? comm->peer_info[st->peer].hostname : "?";
+    char where[WEFT_HOSTNAME_LEN + 48], awaited[WEFT_HOSTNAME_LEN + 160];
+    weft_cuda_stuck_awaited(comm, st, api, awaited, sizeof(awaited));
     int dead = __atomic_load_n(&cc->dead_peer, __ATOMIC_ACQUIRE);
     if (dead < 0 && state == WEFT_DEV_TIMEOUT)
         dead = weft_cuda_find_dead(comm);
     if (dead >= 0 && (state == WEFT_DEV_TIMEOUT || state == WEFT_DEV_ABORTED)) {
-        WEFT_WARN("rank %d: peer %d (host %s, pid %d) died while this rank's kernel waited for "
-                  "%s from peer %d in %s (operation %llu, channel %d, step %llu)", comm->rank,
-                  dead, comm->peer_info[dead].hostname, (int)comm->peer_info[dead].pid,
-                  st->send ? "buffer space" : "data", st->peer, api,
-                  (unsigned long long)st->seq, st->channel, (unsigned long long)st->step);
+        WEFT_WARN("rank %d: peer %d (%s) died while this rank's kernel waited %s in %s "
+                  "(operation %llu)", comm->rank, dead,
+                  weft_comm_peer_where(comm, dead, where, sizeof(where)), awaited, api,
+                  (unsigned long long)st->seq);
         weft_comm_set_error(comm, ncclRemoteError);
         return ncclRemoteError;
     }
@@ -825,13 +856,10 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     case WEFT_DEV_TIMEOUT: {
         char msg[1024];
         snprintf(msg, sizeof(msg),
-                 "rank %d: device kernel made no progress for %lld s waiting for %s from peer "
-                 "%d (host %s) in %s (operation %llu, channel %d, step %llu: counter %llu, "
-                 "needed %llu); the peer is stuck or issued different operations",
-                 comm->rank, (long long)weft_param_Timeout(), st->send ? "buffer space" : "data",
-                 st->peer, host, api, (unsigned long long)st->seq, st->channel,
-                 (unsigned long long)st->step, (unsigned long long)st->seen,
-                 (unsigned long long)st->expected);
+                 "rank %d: no progress for %lld s on the device: %s (operation %llu) waited %s; "
+                 "the peer is stuck or issued different operations",
+                 comm->rank, (long long)weft_param_Timeout(), api, (unsigned long long)st->seq,
+                 awaited);
         /* The report, and what the other ranks say: a mismatch that moved no data shows here. */
         uint64_t rec;
         if (weft_sig_find_op(comm, st->seq, &rec)) {
@@ -846,10 +874,8 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
         break;
     }
     case WEFT_DEV_ABORTED:
-        WEFT_WARN("rank %d: communicator aborted while its kernel waited for %s from peer %d in "
-                  "%s (operation %llu, channel %d)", comm->rank,
-                  st->send ? "buffer space" : "data", st->peer, api, (unsigned long long)st->seq,
-                  st->channel);
+        WEFT_WARN("rank %d: communicator aborted while %s (operation %llu) waited %s", comm->rank,
+                  api, (unsigned long long)st->seq, awaited);
         break;
     case WEFT_DEV_SIG_MISMATCH: {
         /* Both calls named: exec/sig.c asks the peer for its signature. */

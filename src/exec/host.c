@@ -394,13 +394,14 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
     }
     uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     if (idle_ns > timeout_ns) {
-        char msg[1024];
+        char msg[1024], where[WEFT_HOSTNAME_LEN + 48];
         snprintf(msg, sizeof(msg),
-                 "rank %d: no progress for %llu s waiting for %s from peer %d (host %s) in %s "
+                 "rank %d: no progress for %llu s waiting for %s from peer %d (%s) in %s "
                  "(operation %llu); the peer is stuck or issued different operations",
                  comm->rank, (unsigned long long)(idle_ns / 1000000000ull),
-                 block->send ? "buffer space" : "data", block->peer, peer->hostname,
-                 el->task->api, (unsigned long long)el->seq);
+                 block->send ? "buffer space" : "data", block->peer,
+                 weft_comm_peer_where(comm, block->peer, where, sizeof(where)), el->task->api,
+                 (unsigned long long)el->seq);
         struct weft_sig_wait w;
         weft_exec_sig_wait(el, block, &w);
         WEFT_CHECK(weft_sig_deadline(comm, &w, idle_ns, msg, sizeof(msg)));
