@@ -739,8 +739,10 @@ static uint64_t weft_cuda_now_ns(void)
 }
 
 /* A peer whose process is gone, or -1 (one system call or two per peer on this host): one that
- * died without leaving the communicator first, rather than one that left after its own error. */
-static int weft_cuda_find_dead(const struct ncclComm *comm)
+ * died without leaving the communicator first, rather than one that left after its own error;
+ * with left_too 0, only the former (a peer that destroyed the communicator and exited did its
+ * part: the ranks still waiting may be waiting for a live, slow peer). */
+static int weft_cuda_find_dead(const struct ncclComm *comm, int left_too)
 {
     int left = -1;
     for (int p = 0; p < comm->nranks; p++) {
@@ -750,7 +752,7 @@ static int weft_cuda_find_dead(const struct ncclComm *comm)
                        __atomic_load_n(comm->peer_departed[p], __ATOMIC_ACQUIRE);
         if (!departed)
             return p;
-        if (left < 0)
+        if (left < 0 && left_too)
             left = p;
     }
     return left;
@@ -772,7 +774,8 @@ static void weft_cuda_watch_peers(struct ncclComm *comm, struct weft_cuda_comm *
         return;
     if (weft_cuda()->stream_query(cc->stream) != WEFT_CUDA_ERR_NOT_READY)
         return;
-    int dead = weft_cuda_find_dead(comm);
+    /* Only a crash stops the kernels early; a peer that left is named at the deadline. */
+    int dead = weft_cuda_find_dead(comm, 0);
     if (dead < 0)
         return;
     int none = -1;
@@ -843,11 +846,14 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     weft_cuda_stuck_awaited(comm, st, api, awaited, sizeof(awaited));
     int dead = __atomic_load_n(&cc->dead_peer, __ATOMIC_ACQUIRE);
     if (dead < 0 && state == WEFT_DEV_TIMEOUT)
-        dead = weft_cuda_find_dead(comm);
+        dead = weft_cuda_find_dead(comm, 1);
     if (dead >= 0 && (state == WEFT_DEV_TIMEOUT || state == WEFT_DEV_ABORTED)) {
-        WEFT_WARN("rank %d: peer %d (%s) died while this rank's kernel waited %s in %s "
+        int left = comm->peer_departed != NULL && comm->peer_departed[dead] != NULL &&
+                   __atomic_load_n(comm->peer_departed[dead], __ATOMIC_ACQUIRE);
+        WEFT_WARN("rank %d: peer %d (%s) %s while this rank's kernel waited %s in %s "
                   "(operation %llu)", comm->rank, dead,
-                  weft_comm_peer_where(comm, dead, where, sizeof(where)), awaited, api,
+                  weft_comm_peer_where(comm, dead, where, sizeof(where)),
+                  left ? "destroyed the communicator and exited" : "died", awaited, api,
                   (unsigned long long)st->seq);
         weft_comm_set_error(comm, ncclRemoteError);
         return ncclRemoteError;
