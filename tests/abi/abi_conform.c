@@ -12,6 +12,8 @@
  * Usage: abi_conform [-c CASE]  (CASE: a substring of the case names; default all)
  *        abi_conform -p N | -e N  (ranks as N processes: the id from rank 0 through pipes, MPI
  *                                   style, or NCCL_COMM_ID in every process; see run_processes)
+ *        abi_conform -s N         (the thread cases' rank bodies with ranks as N processes, MPI
+ *                                   style; see proc_bodies)
  * Env: WEFT_ABI_EXPECT_DIR, when set, is the directory the loaded libnccl.so.2 must come from.
  * Exit: 0 all passed, 1 a failure, 77 toolkit header absent at build time.
  */
@@ -1656,6 +1658,8 @@ static void red_rank(struct world *w, int rank)
             ncclResult_t res = ncclSuccess;
             long bad = -1;
 
+            if (op == ncclAvg && d->is_float && (n & (n - 1)) != 0)
+                continue; /* x / n is not exact: run as processes on 3 or 6 ranks (-s) */
             if (op == ncclNumOps) {
                 /* PreMulSum, host-immediate scalar of the element type. */
                 unsigned char sc[8];
@@ -3052,7 +3056,48 @@ static int free_port(void)
     return port;
 }
 
-static int run_processes(int n, int commid)
+/* The rank bodies of the thread cases that need nothing but their world's id and size, run with
+ * ranks as processes by -s N (one fresh id each, from rank 0); devsweep where a device is. */
+static const struct {
+    const char *name;
+    rank_fn fn;
+    int device;         /* needs a device */
+    int min_n, max_n;   /* the rank counts it is written for */
+} proc_bodies[] = {
+    /* reductions: its inputs keep every sum exact in every type up to 5 ranks (e5m2: 9 no) */
+    {"reductions", red_rank, 0, 1, 5}, {"p2p", p2p_rank, 0, 1, MAXR},
+    {"inplace", inplace_rank, 0, 1, MAXR}, {"corners", corners_rank, 0, 1, MAXR},
+    {"memory", mem_rank, 0, 1, MAXR}, {"split", split_rank, 0, 6, 6},
+    {"devsweep", devsweep_rank, 1, 1, 5}, /* its reductions: as reductions */
+};
+#define NPROC_BODIES (sizeof(proc_bodies) / sizeof(proc_bodies[0]))
+
+static void proc_sweep(int rank, int n, const ncclUniqueId *ids)
+{
+    int ndev = dev_load();
+    for (size_t b = 0; b < NPROC_BODIES; b++) {
+        struct world w;
+        int f0 = n_fail;
+        double t0 = now_s();
+        if ((proc_bodies[b].device && ndev == 0) || n < proc_bodies[b].min_n ||
+            n > proc_bodies[b].max_n)
+            continue;
+        memset(&w, 0, sizeof(w));
+        w.n = n;
+        w.id = ids[b];
+        pthread_barrier_init(&w.bar, NULL, 1); /* capture's global mode spans one process */
+        dev_ndev = ndev;
+        cur_case = proc_bodies[b].name;
+        proc_bodies[b].fn(&w, rank);
+        pthread_barrier_destroy(&w.bar);
+        if (rank == 0)
+            printf("%s %s as %d processes (%.2f s)\n", n_fail == f0 ? "ok  " : "FAIL",
+                   proc_bodies[b].name, n, now_s() - t0);
+    }
+}
+
+/* sweep: run proc_sweep (ids from rank 0 through the pipes) instead of mp_body. */
+static int run_processes(int n, int commid, int sweep)
 {
     int pipes[MAXR][2];
     pid_t pid[MAXR];
@@ -3078,9 +3123,27 @@ static int run_processes(int n, int commid)
     for (int r = 0; r < n; r++) {
         pid[r] = fork();
         if (pid[r] == 0) {
-            ncclUniqueId id;
+            ncclUniqueId id, ids[NPROC_BODIES];
             memset(&id, 0, sizeof(id));
             alarm(TIMEOUT_S);
+            if (sweep) {
+                for (size_t b = 0; b < NPROC_BODIES; b++) {
+                    if (r == 0) {
+                        check_res(ncclGetUniqueId(&ids[b]), ncclSuccess, "sweep ncclGetUniqueId");
+                        for (int q = 1; q < n; q++)
+                            if (write(pipes[q][1], &ids[b], sizeof(ids[b])) !=
+                                (ssize_t)sizeof(ids[b]))
+                                check(0, "send the id", "write to rank %d", q);
+                    } else if (read_full(pipes[r][0], &ids[b], sizeof(ids[b])) != 0) {
+                        check(0, "receive the id", "rank %d", r);
+                        _exit(1);
+                    }
+                }
+                proc_sweep(r, n, ids);
+                printf("rank %d: %d passed, %d failed\n", r, n_pass, n_fail);
+                fflush(stdout);
+                _exit(n_fail ? 1 : 0);
+            }
             if (commid) {
                 /* Every process computes the same id from NCCL_COMM_ID. */
                 check_res(ncclGetUniqueId(&id), ncclSuccess, "ncclGetUniqueId from NCCL_COMM_ID");
@@ -3270,14 +3333,14 @@ int main(int argc, char **argv)
     const char *only = NULL;
     int opt;
 
-    while ((opt = getopt(argc, argv, "c:p:e:")) != -1) {
+    while ((opt = getopt(argc, argv, "c:p:e:s:")) != -1) {
         if (opt == 'c') {
             only = optarg;
-        } else if (opt == 'p' || opt == 'e') {
+        } else if (opt == 'p' || opt == 'e' || opt == 's') {
             setvbuf(stdout, NULL, _IOLBF, 0);
-            return run_processes(atoi(optarg), opt == 'e');
+            return run_processes(atoi(optarg), opt == 'e', opt == 's');
         } else {
-            fprintf(stderr, "usage: %s [-c CASE | -p N | -e N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-c CASE | -p N | -e N | -s N]\n", argv[0]);
             return 2;
         }
     }
