@@ -2886,6 +2886,122 @@ out:
     free(h2);
 }
 
+/* The device sweep's calls on host memory: dv's slots done by the C library, every stream
+ * NULL (each call complete on return), no capture (that part is skipped). */
+static int hs_malloc(void **p, size_t b)
+{
+    *p = malloc(b);
+    return *p != NULL ? 0 : 2;
+}
+static int hs_free(void *p)
+{
+    free(p);
+    return 0;
+}
+static int hs_memcpy(void *d, const void *src, size_t b)
+{
+    memcpy(d, src, b);
+    return 0;
+}
+static int hs_memcpy_async(void *d, const void *src, size_t b, cudaStream_t st)
+{
+    (void)st;
+    return hs_memcpy(d, src, b);
+}
+static int hs_stream_create(cudaStream_t *st)
+{
+    *st = NULL;
+    return 0;
+}
+static int hs_stream(cudaStream_t st)
+{
+    (void)st;
+    return 0;
+}
+static int hs_int(int i)
+{
+    (void)i;
+    return 0;
+}
+static int hs_get(int *i)
+{
+    *i = 0;
+    return 0;
+}
+static int hs_event_create(dev_event_t *e)
+{
+    *e = NULL;
+    return 0;
+}
+static int hs_event(dev_event_t e)
+{
+    (void)e;
+    return 0;
+}
+static int hs_event_stream(dev_event_t e, cudaStream_t st)
+{
+    (void)e, (void)st;
+    return 0;
+}
+static int hs_stream_event(cudaStream_t st, dev_event_t e)
+{
+    (void)e, (void)st;
+    return 0;
+}
+static int hs_no_capture(cudaStream_t st)
+{
+    (void)st;
+    return 1;
+}
+
+/* Installs the host slots in dv (the device ones are saved in *saved). */
+static void hostsweep_begin(void *saved, size_t len)
+{
+    memcpy(saved, &dv, len);
+    dv.set = hs_int;
+    dv.get = hs_get;
+    dv.malloc_ = hs_malloc;
+    dv.free_ = hs_free;
+    dv.memcpy_ = hs_memcpy;
+    dv.memcpy_async = hs_memcpy_async;
+    dv.stream_create = hs_stream_create;
+    dv.stream_destroy = hs_stream;
+    dv.stream_sync = hs_stream;
+    dv.stream_query = hs_stream;
+    dv.event_create = hs_event_create;
+    dv.event_record = hs_event_stream;
+    dv.event_destroy = hs_event;
+    dv.stream_wait_event = hs_stream_event;
+    dv.begin_capture = hs_no_capture;
+    dev_ndev = 1;
+}
+
+static void hostsweep_rank(struct world *w, int rank)
+{
+    devsweep_rank(w, rank);
+}
+
+/* A process's own: the host slots for this rank's run only. */
+static void hostsweep_proc_rank(struct world *w, int rank)
+{
+    char saved[sizeof(dv)];
+    int ndev = dev_ndev;
+    hostsweep_begin(saved, sizeof(saved));
+    devsweep_rank(w, rank);
+    memcpy(&dv, saved, sizeof(dv));
+    dev_ndev = ndev;
+}
+
+static void case_hostsweep(void)
+{
+    struct world w;
+    char saved[sizeof(dv)];
+    hostsweep_begin(saved, sizeof(saved));
+    run_ranks(&w, 4, hostsweep_rank);
+    run_ranks(&w, 3, hostsweep_rank);
+    memcpy(&dv, saved, sizeof(dv));
+}
+
 static void case_devsweep(void)
 {
     struct world w;
@@ -3069,6 +3185,7 @@ static const struct {
     {"inplace", inplace_rank, 0, 1, MAXR}, {"corners", corners_rank, 0, 1, MAXR},
     {"memory", mem_rank, 0, 1, MAXR}, {"split", split_rank, 0, 6, 6},
     {"devsweep", devsweep_rank, 1, 1, 5}, /* its reductions: as reductions */
+    {"hostsweep", hostsweep_proc_rank, 0, 1, 5},
 };
 #define NPROC_BODIES (sizeof(proc_bodies) / sizeof(proc_bodies[0]))
 
@@ -3325,6 +3442,7 @@ static const struct conform_case cases[] = {
     {"threads", case_threads},
     {"device", case_device},
     {"devsweep", case_devsweep},
+    {"hostsweep", case_hostsweep},
     {"lifecycle", case_lifecycle},
 };
 
