@@ -110,6 +110,8 @@ static void on_alarm(int sig)
     _exit(1);
 }
 
+#include "abi_util.h"
+
 static void *xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size ? size : 1);
@@ -118,32 +120,6 @@ static void *xcalloc(size_t n, size_t size)
         exit(1);
     }
     return p;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Polls a non-blocking communicator the way PyTorch does (ncclCommGetAsyncError until the state
- * leaves ncclInProgress), with a deadline. Returns the final state. */
-static ncclResult_t poll_async(ncclComm_t comm, ncclResult_t call_res)
-{
-    ncclResult_t state = call_res;
-    double deadline = now_s() + 30.0;
-
-    if (call_res != ncclSuccess && call_res != ncclInProgress)
-        return call_res;
-    do {
-        ncclResult_t r = ncclCommGetAsyncError(comm, &state);
-        if (r != ncclSuccess)
-            return r;
-        if (state == ncclInProgress)
-            usleep(200);
-    } while (state == ncclInProgress && now_s() < deadline);
-    return state;
 }
 
 /* ---- Ranks as threads ------------------------------------------------------------------------ */
@@ -192,12 +168,6 @@ static void run_ranks(struct world *w, int n, rank_fn fn)
     for (int r = 0; r < n; r++)
         pthread_join(tid[r], NULL);
     pthread_barrier_destroy(&w->bar);
-}
-
-static ncclResult_t group_end(ncclResult_t res)
-{
-    ncclResult_t end = ncclGroupEnd();
-    return res != ncclSuccess ? res : end;
 }
 
 /* ---- Values ---------------------------------------------------------------------------------- */
@@ -3397,20 +3367,12 @@ static void case_lifecycle(void)
 
 /* ---- Main -------------------------------------------------------------------------------------- */
 
-static void check_library_identity(void)
+/* Weft's library is the one loaded (abi_util.h), and its version is the header's. */
+static void check_library_and_version(void)
 {
-    const char *dir = getenv("WEFT_ABI_EXPECT_DIR");
-    Dl_info info;
     int version = 0;
 
-    if (dladdr((void *)ncclGetVersion, &info) && info.dli_fname && dir && dir[0]) {
-        char real_dir[PATH_MAX], real_lib[PATH_MAX];
-        if (realpath(dir, real_dir) && realpath(info.dli_fname, real_lib)) {
-            size_t l = strlen(real_dir);
-            check(strncmp(real_lib, real_dir, l) == 0 && real_lib[l] == '/',
-                  "libnccl.so.2 loaded from the Weft build", "loaded %s", real_lib);
-        }
-    }
+    check_library_identity();
     check_res(ncclGetVersion(&version), ncclSuccess, "ncclGetVersion");
     check(version == NCCL_VERSION_CODE, "ncclGetVersion == header", "%d", version);
 }
@@ -3465,7 +3427,7 @@ int main(int argc, char **argv)
     signal(SIGALRM, on_alarm);
     alarm(TIMEOUT_S);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    check_library_identity();
+    check_library_and_version();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         double t0 = now_s();
         int f0 = n_fail;
