@@ -3336,6 +3336,11 @@ static void abort_rank(struct world *w, int rank)
               "returned %d", (int)res);
         check(now_s() - t0 < 15.0, "the stuck collective returns promptly after abort",
               "%.1f s", now_s() - t0);
+        /* ncclGetLastError(NULL): this thread's last message (the comm's is gone with it). */
+        const char *msg = ncclGetLastError(NULL);
+        check(msg != NULL && strstr(msg, "aborted") != NULL &&
+                  strstr(msg, "for data from peer 1 (in this process)") != NULL,
+              "the abort's message names the peer waited for", "\"%s\"", msg ? msg : "(null)");
     } else {
         /* Rank 1 never calls the all-reduce: it aborts rank 0's comm, then its own. */
         pthread_barrier_wait(&w->bar);
