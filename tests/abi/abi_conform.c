@@ -2503,6 +2503,8 @@ static size_t a2av_len(int src, int dst)
     return (size_t)((src * 5 + dst * 3 + 1) % 4) * 37; /* 0, 37, 74 or 111: some zero */
 }
 
+static int hs_malloc(void **p, size_t b); /* hostsweep's: dv on host memory */
+
 static void devsweep_rank(struct world *w, int rank)
 {
     const int n = w->n;
@@ -2510,7 +2512,7 @@ static void devsweep_rank(struct world *w, int rank)
     ncclComm_t comm = NULL;
     cudaStream_t st = NULL, st2 = NULL;
     unsigned char *h = xcalloc(maxb, 1), *h2 = xcalloc(maxb, 1);
-    char *d1 = NULL, *d2 = NULL;
+    char *d1 = NULL, *d2 = NULL, *dsc = NULL;
     double scal[MAXR];
     ncclResult_t res;
 
@@ -2521,6 +2523,8 @@ static void devsweep_rank(struct world *w, int rank)
     dv.stream_create(&st2);
     d1 = dmalloc(maxb);
     d2 = dmalloc(maxb);
+    /* Allocated once: cudaFree synchronizes the device, which other ranks' kernels share. */
+    dsc = dmalloc(8);
     for (int q = 0; q < n; q++)
         scal[q] = (q % 2) ? 2.0 : 1.0;
 
@@ -2548,6 +2552,20 @@ static void devsweep_rank(struct world *w, int rank)
                                  "large");
             if (op == ncclNumOps)
                 check_res(ncclRedOpDestroy(rop, comm), ncclSuccess, "devsweep op destroy");
+        }
+        /* PreMulSum with the scalar in device memory (ncclScalarDevice), read when it runs. */
+        if (dv.malloc_ != hs_malloc) {
+            unsigned char sc[8];
+            ncclRedOp_t rop;
+            put(d, sc, 0, scal[rank]);
+            dv.memcpy_(dsc, sc, d->size);
+            if (check_res(ncclRedOpCreatePreMulSum(&rop, dsc, d->t, ncclScalarDevice, comm),
+                          ncclSuccess, "devsweep PreMulSum, device scalar")) {
+                for (int coll = 0; coll < 3; coll++)
+                    devsweep_red(comm, st, rank, n, d, ncclNumOps, rop, scal, 1023, coll, d1, d2,
+                                 h, "device scalar");
+                check_res(ncclRedOpDestroy(rop, comm), ncclSuccess, "devsweep op destroy");
+            }
         }
     }
 
@@ -2844,6 +2862,8 @@ static void devsweep_rank(struct world *w, int rank)
     check_res(ncclCommFinalize(comm), ncclSuccess, "devsweep finalize");
     check_res(ncclCommDestroy(comm), ncclSuccess, "devsweep destroy");
 out:
+    if (dsc != NULL)
+        dv.free_(dsc);
     if (d1 != NULL)
         dv.free_(d1);
     if (d2 != NULL)
