@@ -799,8 +799,7 @@ static void weft_cuda_stuck_awaited(const struct ncclComm *comm, const struct we
     weft_comm_peer_where(comm, st->peer, where, sizeof(where));
     switch (st->wait) {
     case WEFT_DEV_WAIT_JOIN:
-        snprintf(buf, len, "for peer %d (%s) to call %s too (direct copy)", st->peer, where,
-                 api);
+        snprintf(buf, len, "for peer %d (%s) to call %s too (direct copy)", st->peer, where, api);
         break;
     case WEFT_DEV_WAIT_DONE:
         snprintf(buf, len, "for peer %d (%s) to finish reading this rank's buffers (direct copy)",
@@ -808,8 +807,10 @@ static void weft_cuda_stuck_awaited(const struct ncclComm *comm, const struct we
         break;
     default:
         if (st->send)
-            snprintf(buf, len, "for peer %d (%s) to receive the data sent so far (its receive "
-                     "buffer is full)", st->peer, where);
+            snprintf(buf, len,
+                     "for peer %d (%s) to receive the data sent so far (its receive "
+                     "buffer is full)",
+                     st->peer, where);
         else
             snprintf(buf, len, "for data from peer %d (%s)", st->peer, where);
         break;
@@ -851,8 +852,8 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
         int left = comm->peer_departed != NULL && comm->peer_departed[dead] != NULL &&
                    __atomic_load_n(comm->peer_departed[dead], __ATOMIC_ACQUIRE);
         WEFT_WARN("rank %d: peer %d (%s) %s while this rank's kernel waited %s in %s "
-                  "(operation %llu)", comm->rank, dead,
-                  weft_comm_peer_where(comm, dead, where, sizeof(where)),
+                  "(operation %llu)",
+                  comm->rank, dead, weft_comm_peer_where(comm, dead, where, sizeof(where)),
                   left ? "destroyed the communicator and exited" : "died", awaited, api,
                   (unsigned long long)st->seq);
         weft_comm_set_error(comm, ncclRemoteError);
