@@ -636,6 +636,7 @@ WEFT_KFN void stuck_report(conductor *c, uint32_t state, const weft_dev_op *op, 
     st->send = send;
     st->coll = op != NULL ? op->coll : -1;
     st->op_index = op != NULL ? (int32_t)(op - c->p->ops) : -1;
+    st->wait = WEFT_DEV_WAIT_FIFO;
     st->seq = op != NULL ? op->seq : 0;
     st->step = step;
     st->expected = expected;
@@ -1118,6 +1119,7 @@ WEFT_KFN_CALLED int zc_wait(const weft_zc_params *p, int b, int word, uint64_t e
                     st->send = 0;
                     st->coll = p->op.coll;
                     st->op_index = 0;
+                    st->wait = word == 0 ? WEFT_DEV_WAIT_JOIN : WEFT_DEV_WAIT_DONE;
                     st->seq = p->op.seq;
                     st->step = (uint64_t)word;
                     st->expected = e;

@@ -167,6 +167,13 @@ enum weft_dev_stuck_state {
                                 * expected = this rank's hash, seen = the peer's */
 };
 
+/* What a block waited for when it gave up (struct weft_dev_stuck.wait), for the host's message. */
+enum weft_dev_wait {
+    WEFT_DEV_WAIT_FIFO = 0, /* a FIFO slot: data from the peer (send 0) or space in it (send 1) */
+    WEFT_DEV_WAIT_JOIN = 1, /* direct kernel: the peer's kernel of this operation to start */
+    WEFT_DEV_WAIT_DONE = 2, /* direct kernel: the peer to finish with this rank's buffers */
+};
+
 /*
  * Host-visible (pinned, mapped) record of why a block gave up, one per block (so no two writers
  * race on one record); the fields are written before `state` (release, system scope). A block
@@ -180,6 +187,7 @@ struct weft_dev_stuck {
     int32_t send;     /* 1: waiting for buffer space (head), 0: for data (tail) */
     int32_t coll;     /* enum weft_coll of the operation */
     int32_t op_index; /* operation within the launch */
+    int32_t wait;     /* enum weft_dev_wait: what the block waited for (TIMEOUT, ABORTED) */
     uint64_t seq;     /* the operation's sequence number on the communicator */
     uint64_t step;    /* schedule step index within the operation */
     uint64_t expected; /* counter value (or bytes) needed */

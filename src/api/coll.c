@@ -40,9 +40,13 @@ static ncclResult_t weft_check_buf(const void *buf, const char *name, const char
 /*
  * The largest buffer of the operation, in bytes, must be addressable: count elements per block
  * times the blocks a buffer holds (nranks for all-gather's output, reduce-scatter's input, both
- * all-to-all buffers, gather's output and scatter's input). A count whose byte size overflows
- * size_t is the caller's mistake, not an allocation failure.
+ * all-to-all buffers, gather's output and scatter's input). A count whose byte size exceeds
+ * every address space (2^57 bytes: 64-bit Linux maps at most 2^56 for a process, x86-64 with
+ * 5-level paging; arm64 2^52) is the caller's mistake, not an allocation failure: SIZE_MAX int8
+ * elements did not overflow size_t and failed as out of memory for the schedule's steps.
  */
+#define WEFT_MAX_BUFFER_BYTES ((size_t)1 << 57)
+
 static ncclResult_t weft_check_size(const struct ncclComm *comm, int coll, size_t count,
                                     ncclDataType_t dtype, const char *api)
 {
@@ -51,7 +55,7 @@ static ncclResult_t weft_check_size(const struct ncclComm *comm, int coll, size_
         coll == WEFT_COLL_ALLTOALL || coll == WEFT_COLL_GATHER || coll == WEFT_COLL_SCATTER)
         blocks = (size_t)comm->nranks;
     size_t es = weft_dtype_size(dtype);
-    if (count > SIZE_MAX / es / blocks) {
+    if (count > WEFT_MAX_BUFFER_BYTES / es / blocks) {
         WEFT_WARN("%s: count %zu of %zu-byte elements%s overflows the address space", api, count,
                   es, blocks > 1 ? " per rank" : "");
         return ncclInvalidArgument;

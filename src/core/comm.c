@@ -540,6 +540,24 @@ int weft_comm_peer_alive(const struct ncclComm *comm, int p)
     return weft_pid_alive(peer->pid);
 }
 
+const char *weft_comm_peer_where(const struct ncclComm *comm, int p, char *buf, size_t len)
+{
+    if (p < 0 || p >= comm->nranks) {
+        snprintf(buf, len, "unknown");
+        return buf;
+    }
+    const struct weft_peer_info *peer = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
+    int same_machine =
+        peer->machine_hash == self->machine_hash && peer->host_hash == self->host_hash;
+    if (same_machine && peer->pid_ns == self->pid_ns && peer->pid == self->pid)
+        snprintf(buf, len, "in this process");
+    else if (same_machine)
+        snprintf(buf, len, "pid %d on this host", (int)peer->pid);
+    else
+        snprintf(buf, len, "pid %d on host %s", (int)peer->pid, peer->hostname);
+    return buf;
+}
+
 /* Exchanges peer info and connects every peer with the first transport that reaches it. */
 static ncclResult_t weft_comm_connect(struct ncclComm *comm)
 {

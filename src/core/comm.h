@@ -214,6 +214,12 @@ ncclResult_t weft_comm_tune_cfg(struct weft_tune_cfg *cfg);
  */
 int weft_comm_peer_alive(const struct ncclComm *comm, int p);
 
+/*
+ * Where peer p runs, for messages: "in this process", "pid 123 on this host" or "pid 123 on
+ * host NAME" (a hostname alone, such as "vm", reads as a word). Returns buf; any thread.
+ */
+const char *weft_comm_peer_where(const struct ncclComm *comm, int p, char *buf, size_t len);
+
 /* Takes the next ticket (issuing thread only). */
 uint64_t weft_comm_ticket_take(struct ncclComm *comm);
 /*

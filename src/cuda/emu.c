@@ -31,11 +31,14 @@
  * deadline below) it fails with 702 and leaves the worker detached, to free the stream if it ever
  * finishes (the handle is gone either way).
  *
- * Events: a record count and a done count, under the event's own lock. Record takes ticket
- * rec+1 and enqueues an item that raises done to it; a wait (stream or host) takes the current rec
- * as target and waits for done >= target; rec == 0 (never recorded) makes waits no-ops. If an
- * event is re-recorded on a second stream before the first record ran, a waiter of the first
- * ticket may be released by the second record (CUDA tracks only the latest record too).
+ * Events: a record count, the tickets of records not run yet and a count of records run, under
+ * the event's own lock. Record takes ticket rec+1, notes it pending and enqueues an item that
+ * clears it; a wait (stream or host) takes the current rec as target and waits until that ticket
+ * is no longer pending; rec == 0 (never recorded) makes waits no-ops. As in CUDA, a wait is for
+ * the record issued last before it, whatever records come after: an event recorded on stream A
+ * and again on an idle stream B before A's record ran releases the waiters of A's record when A
+ * gets there, not when B's ran (a done count raised to B's ticket released them early: the
+ * CUDA executor's ev_in records every user stream of a group in turn).
  *
  * Deadlines: every host wait (synchronize of a stream, the device or an event, stream destroy)
  * and every event wait of a stream fails with 702 (cudaErrorLaunchTimeout) after WEFT_TIMEOUT
@@ -446,7 +449,10 @@ struct emu_event {
     int device;      /* current at cudaEventCreate: it is recorded only on that device's streams */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t rec, done;
+    uint64_t rec;      /* records issued (the last record's ticket) */
+    uint64_t done;     /* records run (progress, for the deadline) */
+    uint64_t *pending; /* [npending] tickets recorded and not run yet */
+    int npending, pending_cap;
     uint64_t cap_id; /* capture it was last recorded in (0: recorded outside capture); emu_mu */
     int refs;        /* the user's handle plus queued items */
     struct emu_event *next;
@@ -473,11 +479,37 @@ static void emu_event_unref(struct emu_event *e)
         return;
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    free(e->pending);
     free(e);
+}
+
+/* Whether ticket t of e was recorded and did not run yet. Under e->mu. */
+static int emu_event_pending(const struct emu_event *e, uint64_t t)
+{
+    for (int i = 0; i < e->npending; i++)
+        if (e->pending[i] == t)
+            return 1;
+    return 0;
+}
+
+/* Record ticket t ran, or will never run (dropped into a capture, freed unrun): its waiters go. */
+static void emu_event_reached(struct emu_event *e, uint64_t t)
+{
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->npending; i++)
+        if (e->pending[i] == t) {
+            e->pending[i] = e->pending[--e->npending];
+            e->done++;
+            break;
+        }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void emu_item_free(struct emu_item *it)
 {
+    if (it->ev != NULL && it->kind == EMU_RECORD)
+        emu_event_reached(it->ev, it->ticket);
     if (it->ev != NULL)
         emu_event_unref(it->ev);
     free(it->params);
@@ -1180,15 +1212,9 @@ static int emu_item_run(struct emu_stream *s, struct emu_item *it)
     case EMU_MEMSET:
         memset(it->dst, it->value, it->bytes);
         return WEFT_CUDA_SUCCESS;
-    case EMU_RECORD: {
-        struct emu_event *e = it->ev;
-        pthread_mutex_lock(&e->mu);
-        if (it->ticket > e->done)
-            e->done = it->ticket;
-        pthread_cond_broadcast(&e->cv);
-        pthread_mutex_unlock(&e->mu);
+    case EMU_RECORD:
+        emu_event_reached(it->ev, it->ticket);
         return WEFT_CUDA_SUCCESS;
-    }
     case EMU_WAIT: {
         struct emu_event *e = it->ev;
         struct emu_wait w;
@@ -1197,14 +1223,14 @@ static int emu_item_run(struct emu_stream *s, struct emu_item *it)
         snprintf(what, sizeof(what), "stream %p waiting for event %p", (void *)s, (void *)e);
         pthread_mutex_lock(&e->mu);
         emu_wait_begin(&w, what, e->done);
-        while (e->done < it->ticket) {
+        while (emu_event_pending(e, it->ticket)) {
             if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
                 WEFT_INFO(WEFT_LOG_INIT, "emu: stream %p destroyed: event wait abandoned",
                           (void *)s);
                 break;
             }
             emu_cond_wait(&e->cv, &e->mu, w.start_ns, &w.warned, what);
-            if (e->done < it->ticket && emu_wait_expired(&w, e->done)) {
+            if (emu_event_pending(e, it->ticket) && emu_wait_expired(&w, e->done)) {
                 res = WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
                 break;
             }
@@ -1932,7 +1958,20 @@ static int emu_event_record(weft_cuda_event_t eh, weft_cuda_stream_t sh)
     if (it == NULL)
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;
     pthread_mutex_lock(&e->mu);
+    if (e->npending == e->pending_cap) {
+        int cap = e->pending_cap ? 2 * e->pending_cap : 4;
+        uint64_t *p = realloc(e->pending, (size_t)cap * sizeof(*p));
+        if (p == NULL) {
+            pthread_mutex_unlock(&e->mu);
+            free(it);
+            WEFT_WARN("emulated cudaEventRecord: out of memory");
+            return WEFT_CUDA_ERR_OUT_OF_MEMORY;
+        }
+        e->pending = p;
+        e->pending_cap = cap;
+    }
     it->ticket = ++e->rec;
+    e->pending[e->npending++] = it->ticket;
     pthread_mutex_unlock(&e->mu);
     __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL);
     it->ev = e;
@@ -2001,9 +2040,9 @@ static int emu_event_synchronize(weft_cuda_event_t eh)
     uint64_t target = e->rec;
     int err = WEFT_CUDA_SUCCESS;
     emu_wait_begin(&w, what, e->done);
-    while (e->done < target && err == WEFT_CUDA_SUCCESS) {
+    while (emu_event_pending(e, target) && err == WEFT_CUDA_SUCCESS) {
         emu_cond_wait(&e->cv, &e->mu, w.start_ns, &w.warned, what);
-        if (e->done < target && emu_wait_expired(&w, e->done))
+        if (emu_event_pending(e, target) && emu_wait_expired(&w, e->done))
             err = WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
     }
     pthread_mutex_unlock(&e->mu);

@@ -751,8 +751,10 @@ static uint64_t weft_cuda_now_ns(void)
 }
 
 /* A peer whose process is gone, or -1 (one system call or two per peer on this host): one that
- * died without leaving the communicator first, rather than one that left after its own error. */
-static int weft_cuda_find_dead(const struct ncclComm *comm)
+ * died without leaving the communicator first, rather than one that left after its own error;
+ * with left_too 0, only the former (a peer that destroyed the communicator and exited did its
+ * part: the ranks still waiting may be waiting for a live, slow peer). */
+static int weft_cuda_find_dead(const struct ncclComm *comm, int left_too)
 {
     int left = -1;
     for (int p = 0; p < comm->nranks; p++) {
@@ -762,7 +764,7 @@ static int weft_cuda_find_dead(const struct ncclComm *comm)
                        __atomic_load_n(comm->peer_departed[p], __ATOMIC_ACQUIRE);
         if (!departed)
             return p;
-        if (left < 0)
+        if (left < 0 && left_too)
             left = p;
     }
     return left;
@@ -784,13 +786,47 @@ static void weft_cuda_watch_peers(struct ncclComm *comm, struct weft_cuda_comm *
         return;
     if (weft_cuda()->stream_query(cc->stream) != WEFT_CUDA_ERR_NOT_READY)
         return;
-    int dead = weft_cuda_find_dead(comm);
+    /* Only a crash stops the kernels early; a peer that left is named at the deadline. */
+    int dead = weft_cuda_find_dead(comm, 0);
     if (dead < 0)
         return;
     int none = -1;
     if (__atomic_compare_exchange_n(&cc->dead_peer, &none, dead, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
         __atomic_store_n(cc->abort_host, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * What a block that gave up waited for, in the user's words, as "for data from peer 1 (in this
+ * process)"; the FIFO's step counters mean nothing to a user and stay out.
+ */
+static void weft_cuda_stuck_awaited(const struct ncclComm *comm, const struct weft_dev_stuck *st,
+                                    const char *api, char *buf, size_t len)
+{
+    char where[WEFT_HOSTNAME_LEN + 48];
+    if (st->peer < 0 || st->peer >= comm->nranks) {
+        snprintf(buf, len, "with no peer to wait for");
+        return;
+    }
+    weft_comm_peer_where(comm, st->peer, where, sizeof(where));
+    switch (st->wait) {
+    case WEFT_DEV_WAIT_JOIN:
+        snprintf(buf, len, "for peer %d (%s) to call %s too (direct copy)", st->peer, where, api);
+        break;
+    case WEFT_DEV_WAIT_DONE:
+        snprintf(buf, len, "for peer %d (%s) to finish reading this rank's buffers (direct copy)",
+                 st->peer, where);
+        break;
+    default:
+        if (st->send)
+            snprintf(buf, len,
+                     "for peer %d (%s) to receive the data sent so far (its receive "
+                     "buffer is full)",
+                     st->peer, where);
+        else
+            snprintf(buf, len, "for data from peer %d (%s)", st->peer, where);
+        break;
+    }
 }
 
 ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
@@ -819,17 +855,19 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     if (__atomic_exchange_n(&cc->reported, 1, __ATOMIC_ACQ_REL))
         return res;
     const char *api = weft_cuda_api_name(st->coll);
-    const char *host = st->peer >= 0 && st->peer < comm->nranks
-                           ? comm->peer_info[st->peer].hostname : "?";
+    char where[WEFT_HOSTNAME_LEN + 48], awaited[WEFT_HOSTNAME_LEN + 160];
+    weft_cuda_stuck_awaited(comm, st, api, awaited, sizeof(awaited));
     int dead = __atomic_load_n(&cc->dead_peer, __ATOMIC_ACQUIRE);
     if (dead < 0 && state == WEFT_DEV_TIMEOUT)
-        dead = weft_cuda_find_dead(comm);
+        dead = weft_cuda_find_dead(comm, 1);
     if (dead >= 0 && (state == WEFT_DEV_TIMEOUT || state == WEFT_DEV_ABORTED)) {
-        WEFT_WARN("rank %d: peer %d (host %s, pid %d) died while this rank's kernel waited for "
-                  "%s from peer %d in %s (operation %llu, channel %d, step %llu)", comm->rank,
-                  dead, comm->peer_info[dead].hostname, (int)comm->peer_info[dead].pid,
-                  st->send ? "buffer space" : "data", st->peer, api,
-                  (unsigned long long)st->seq, st->channel, (unsigned long long)st->step);
+        int left = comm->peer_departed != NULL && comm->peer_departed[dead] != NULL &&
+                   __atomic_load_n(comm->peer_departed[dead], __ATOMIC_ACQUIRE);
+        WEFT_WARN("rank %d: peer %d (%s) %s while this rank's kernel waited %s in %s "
+                  "(operation %llu)",
+                  comm->rank, dead, weft_comm_peer_where(comm, dead, where, sizeof(where)),
+                  left ? "destroyed the communicator and exited" : "died", awaited, api,
+                  (unsigned long long)st->seq);
         weft_comm_set_error(comm, ncclRemoteError);
         return ncclRemoteError;
     }
@@ -837,13 +875,10 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     case WEFT_DEV_TIMEOUT: {
         char msg[1024];
         snprintf(msg, sizeof(msg),
-                 "rank %d: device kernel made no progress for %lld s waiting for %s from peer "
-                 "%d (host %s) in %s (operation %llu, channel %d, step %llu: counter %llu, "
-                 "needed %llu); the peer is stuck or issued different operations",
-                 comm->rank, (long long)weft_param_Timeout(), st->send ? "buffer space" : "data",
-                 st->peer, host, api, (unsigned long long)st->seq, st->channel,
-                 (unsigned long long)st->step, (unsigned long long)st->seen,
-                 (unsigned long long)st->expected);
+                 "rank %d: no progress for %lld s on the device: %s (operation %llu) waited %s; "
+                 "the peer is stuck or issued different operations",
+                 comm->rank, (long long)weft_param_Timeout(), api, (unsigned long long)st->seq,
+                 awaited);
         /* The report, and what the other ranks say: a mismatch that moved no data shows here. */
         uint64_t rec;
         if (weft_sig_find_op(comm, st->seq, &rec)) {
@@ -858,10 +893,8 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
         break;
     }
     case WEFT_DEV_ABORTED:
-        WEFT_WARN("rank %d: communicator aborted while its kernel waited for %s from peer %d in "
-                  "%s (operation %llu, channel %d)", comm->rank,
-                  st->send ? "buffer space" : "data", st->peer, api, (unsigned long long)st->seq,
-                  st->channel);
+        WEFT_WARN("rank %d: communicator aborted while %s (operation %llu) waited %s", comm->rank,
+                  api, (unsigned long long)st->seq, awaited);
         break;
     case WEFT_DEV_SIG_MISMATCH: {
         /* Both calls named: exec/sig.c asks the peer for its signature. */

@@ -347,9 +347,15 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
         struct ncclComm *comm = lanes[i].task->comm;
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) ||
             __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
-            WEFT_WARN("rank %d: communicator %s during %s (operation %llu)", comm->rank,
+            /* Name what this rank waited for when the wait was this communicator's. */
+            char awaited[WEFT_HOSTNAME_LEN + 96] = "", where[WEFT_HOSTNAME_LEN + 48];
+            if (block->lane >= 0 && block->peer >= 0 && lanes[block->lane].task->comm == comm)
+                snprintf(awaited, sizeof(awaited), " while it waited for %s from peer %d (%s)",
+                         block->send ? "buffer space" : "data", block->peer,
+                         weft_comm_peer_where(comm, block->peer, where, sizeof(where)));
+            WEFT_WARN("rank %d: communicator %s during %s (operation %llu)%s", comm->rank,
                       comm->revoked ? "revoked" : "aborted", lanes[i].task->api,
-                      (unsigned long long)lanes[i].seq);
+                      (unsigned long long)lanes[i].seq, awaited);
             return ncclInvalidUsage;
         }
         ncclResult_t net = __atomic_load_n(&comm->net_error, __ATOMIC_ACQUIRE);
@@ -394,13 +400,14 @@ static ncclResult_t weft_exec_check_stuck(struct weft_exec_lane *lanes, int nlan
     }
     uint64_t timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     if (idle_ns > timeout_ns) {
-        char msg[1024];
+        char msg[1024], where[WEFT_HOSTNAME_LEN + 48];
         snprintf(msg, sizeof(msg),
-                 "rank %d: no progress for %llu s waiting for %s from peer %d (host %s) in %s "
+                 "rank %d: no progress for %llu s waiting for %s from peer %d (%s) in %s "
                  "(operation %llu); the peer is stuck or issued different operations",
                  comm->rank, (unsigned long long)(idle_ns / 1000000000ull),
-                 block->send ? "buffer space" : "data", block->peer, peer->hostname,
-                 el->task->api, (unsigned long long)el->seq);
+                 block->send ? "buffer space" : "data", block->peer,
+                 weft_comm_peer_where(comm, block->peer, where, sizeof(where)), el->task->api,
+                 (unsigned long long)el->seq);
         struct weft_sig_wait w;
         weft_exec_sig_wait(el, block, &w);
         WEFT_CHECK(weft_sig_deadline(comm, &w, idle_ns, msg, sizeof(msg)));

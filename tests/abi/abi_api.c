@@ -67,7 +67,6 @@ int main(void)
 #define RANK_TIMEOUT_S 100   /* a rank's own alarm */
 #define PARENT_TIMEOUT_S 110 /* the parent kills what is left (meson's limit is 120) */
 #define GRACE_S 20           /* after one rank failed, how long its peers may still run */
-#define POLL_TIMEOUT_S 60    /* polling a non-blocking communicator */
 
 /* Pass/fail counts of one process; ranks keep theirs in memory shared with the parent. */
 struct counts {
@@ -133,6 +132,8 @@ static void on_alarm(int sig)
     _exit(1);
 }
 
+#include "abi_util.h"
+
 static void *xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size);
@@ -141,13 +142,6 @@ static void *xcalloc(size_t n, size_t size)
         exit(1);
     }
     return p;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- Data patterns ---------------------------------------------------------------------------
@@ -244,13 +238,6 @@ static void report_f64(const char *name, ncclResult_t res, const double *got, co
     bad = cmp_f64(got, want, n);
     check(bad < 0, name, "element %ld of %zu: got %g, expected %g", bad, n,
           bad >= 0 ? got[bad] : 0.0, bad >= 0 ? want[bad] : 0.0);
-}
-
-/* Ends a group; the first error wins. */
-static ncclResult_t group_end(ncclResult_t res)
-{
-    ncclResult_t end = ncclGroupEnd();
-    return res != ncclSuccess ? res : end;
 }
 
 /* ---- 1. Ring send/recv ---------------------------------------------------------------------- */
@@ -644,25 +631,6 @@ static void test_split(ncclComm_t comm, int rank, int n)
 
 /* ---- 6. Non-blocking communicator ----------------------------------------------------------- */
 
-/* Polls ncclCommGetAsyncError until the state is not ncclInProgress; returns the state, the
- * error of the call, or ncclInProgress after POLL_TIMEOUT_S. */
-static ncclResult_t poll_async(ncclComm_t comm, ncclResult_t call_res)
-{
-    double deadline = now_s() + POLL_TIMEOUT_S;
-    ncclResult_t state = ncclInProgress;
-
-    if (call_res != ncclSuccess && call_res != ncclInProgress)
-        return call_res;
-    for (;;) {
-        ncclResult_t res = ncclCommGetAsyncError(comm, &state);
-        if (res != ncclSuccess)
-            return res;
-        if (state != ncclInProgress || now_s() > deadline)
-            return state;
-        usleep(100);
-    }
-}
-
 static void test_nonblocking(ncclComm_t comm, int rank, int n)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -846,35 +814,6 @@ static int rank_main(int rank, int n, ncclUniqueId id)
 }
 
 /* ---- The parent ----------------------------------------------------------------------------- */
-
-static void check_library_identity(void)
-{
-    const char *expect = getenv("WEFT_ABI_EXPECT_DIR");
-    void *sym = dlsym(RTLD_DEFAULT, "pncclGetVersion");
-    char got_dir[PATH_MAX], want_dir[PATH_MAX], path[PATH_MAX];
-    Dl_info info;
-    char *slash;
-
-    if (sym == NULL || dladdr(sym, &info) == 0 || info.dli_fname == NULL) {
-        check(0, "loaded library", "cannot locate pncclGetVersion with dlsym/dladdr");
-        return;
-    }
-    printf("INFO: libnccl loaded from %s\n", info.dli_fname);
-    if (expect == NULL || expect[0] == '\0')
-        return;
-    snprintf(path, sizeof(path), "%s", info.dli_fname);
-    slash = strrchr(path, '/');
-    if (slash != NULL)
-        *slash = '\0';
-    else
-        snprintf(path, sizeof(path), ".");
-    if (realpath(path, got_dir) == NULL || realpath(expect, want_dir) == NULL) {
-        check(0, "loaded library is Weft's", "cannot resolve %s or %s", path, expect);
-        return;
-    }
-    check(strcmp(got_dir, want_dir) == 0, "loaded library is Weft's",
-          "libnccl.so.2 came from %s, expected %s", got_dir, want_dir);
-}
 
 static void usage(const char *argv0)
 {

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The build passes the toolkit header's path as ABI_NCCL_H, so that no include path set for the
@@ -91,6 +92,8 @@ static int check_res(ncclResult_t got, ncclResult_t want, const char *name)
           ncclGetErrorString(got), (int)want, ncclGetLastError(NULL));
     return got == want;
 }
+
+#include "abi_util.h"
 
 static void on_alarm(int sig)
 {
@@ -502,37 +505,6 @@ static void destroy_all(struct comm_set *cs, const char *tag)
     check_res(res, ncclSuccess, name);
 }
 
-/* ---- Individual tests ----------------------------------------------------------------------- */
-
-static void test_library_identity(void)
-{
-    const char *expect = getenv("WEFT_ABI_EXPECT_DIR");
-    void *sym = dlsym(RTLD_DEFAULT, "pncclGetVersion");
-    Dl_info info;
-    char got_dir[PATH_MAX], want_dir[PATH_MAX], path[PATH_MAX];
-    char *slash;
-
-    if (sym == NULL || dladdr(sym, &info) == 0 || info.dli_fname == NULL) {
-        check(0, "loaded library", "cannot locate pncclGetVersion with dlsym/dladdr");
-        return;
-    }
-    printf("INFO: libnccl loaded from %s\n", info.dli_fname);
-    if (expect == NULL || expect[0] == '\0')
-        return;
-    snprintf(path, sizeof(path), "%s", info.dli_fname);
-    slash = strrchr(path, '/');
-    if (slash != NULL)
-        *slash = '\0';
-    else
-        snprintf(path, sizeof(path), ".");
-    if (realpath(path, got_dir) == NULL || realpath(expect, want_dir) == NULL) {
-        check(0, "loaded library is Weft's", "cannot resolve %s or %s", path, expect);
-        return;
-    }
-    check(strcmp(got_dir, want_dir) == 0, "loaded library is Weft's",
-          "libnccl.so.2 came from %s, expected %s", got_dir, want_dir);
-}
-
 static void test_version(void)
 {
     int version = -1;
@@ -814,7 +786,7 @@ int main(void)
     alarm(TIMEOUT_S);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    test_library_identity();
+    check_library_identity();
     test_version();
     test_error_strings();
     test_unique_id(&id);

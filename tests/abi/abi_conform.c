@@ -12,6 +12,8 @@
  * Usage: abi_conform [-c CASE]  (CASE: a substring of the case names; default all)
  *        abi_conform -p N | -e N  (ranks as N processes: the id from rank 0 through pipes, MPI
  *                                   style, or NCCL_COMM_ID in every process; see run_processes)
+ *        abi_conform -s N         (the thread cases' rank bodies with ranks as N processes, MPI
+ *                                   style; see proc_bodies)
  * Env: WEFT_ABI_EXPECT_DIR, when set, is the directory the loaded libnccl.so.2 must come from.
  * Exit: 0 all passed, 1 a failure, 77 toolkit header absent at build time.
  */
@@ -108,6 +110,8 @@ static void on_alarm(int sig)
     _exit(1);
 }
 
+#include "abi_util.h"
+
 static void *xcalloc(size_t n, size_t size)
 {
     void *p = calloc(n ? n : 1, size ? size : 1);
@@ -116,32 +120,6 @@ static void *xcalloc(size_t n, size_t size)
         exit(1);
     }
     return p;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Polls a non-blocking communicator the way PyTorch does (ncclCommGetAsyncError until the state
- * leaves ncclInProgress), with a deadline. Returns the final state. */
-static ncclResult_t poll_async(ncclComm_t comm, ncclResult_t call_res)
-{
-    ncclResult_t state = call_res;
-    double deadline = now_s() + 30.0;
-
-    if (call_res != ncclSuccess && call_res != ncclInProgress)
-        return call_res;
-    do {
-        ncclResult_t r = ncclCommGetAsyncError(comm, &state);
-        if (r != ncclSuccess)
-            return r;
-        if (state == ncclInProgress)
-            usleep(200);
-    } while (state == ncclInProgress && now_s() < deadline);
-    return state;
 }
 
 /* ---- Ranks as threads ------------------------------------------------------------------------ */
@@ -190,12 +168,6 @@ static void run_ranks(struct world *w, int n, rank_fn fn)
     for (int r = 0; r < n; r++)
         pthread_join(tid[r], NULL);
     pthread_barrier_destroy(&w->bar);
-}
-
-static ncclResult_t group_end(ncclResult_t res)
-{
-    ncclResult_t end = ncclGroupEnd();
-    return res != ncclSuccess ? res : end;
 }
 
 /* ---- Values ---------------------------------------------------------------------------------- */
@@ -1081,6 +1053,7 @@ static void p2p_rank(struct world *w, int rank)
  * backend has a device: WEFT_CUDA=emu:2 in the abi_conform_emu test. */
 
 typedef struct CUevent_st *dev_event_t;
+typedef struct CUgraphExec_st *dev_graph_t;
 static struct {
     const char *(*backend)(void);
     int (*count)(int *);
@@ -1098,6 +1071,10 @@ static struct {
     int (*event_record)(dev_event_t, cudaStream_t);
     int (*event_destroy)(dev_event_t);
     int (*stream_wait_event)(cudaStream_t, dev_event_t);
+    int (*begin_capture)(cudaStream_t);
+    int (*end_capture)(cudaStream_t, dev_graph_t *);
+    int (*graph_launch)(dev_graph_t, cudaStream_t);
+    int (*graph_destroy)(dev_graph_t);
 } dv;
 
 /* Returns the number of devices, 0 when there is none (or the functions are missing). */
@@ -1126,6 +1103,10 @@ static int dev_load(void)
     DV(event_record, "weftCudaEventRecord");
     DV(event_destroy, "weftCudaEventDestroy");
     DV(stream_wait_event, "weftCudaStreamWaitEvent");
+    DV(begin_capture, "weftCudaStreamBeginCapture");
+    DV(end_capture, "weftCudaStreamEndCapture");
+    DV(graph_launch, "weftCudaGraphLaunch");
+    DV(graph_destroy, "weftCudaGraphDestroy");
 #undef DV
     if (strcmp(dv.backend(), "none") == 0 || dv.count(&n) != 0)
         return 0;
@@ -1647,6 +1628,8 @@ static void red_rank(struct world *w, int rank)
             ncclResult_t res = ncclSuccess;
             long bad = -1;
 
+            if (op == ncclAvg && d->is_float && (n & (n - 1)) != 0)
+                continue; /* x / n is not exact: run as processes on 3 or 6 ranks (-s) */
             if (op == ncclNumOps) {
                 /* PreMulSum, host-immediate scalar of the element type. */
                 unsigned char sc[8];
@@ -1901,6 +1884,38 @@ static void case_errors(void)
                  ncclInvalidArgument, "ncclReduceScatter op 99");
     check_reject(ncclAllGather(buf, buf, 4, (ncclDataType_t)ncclNumTypes, comm, NULL),
                  ncclInvalidArgument, "ncclAllGather datatype ncclNumTypes");
+    /* Counts no buffer can hold, whose byte size still fits size_t (int8): the caller's
+     * mistake, not out of memory (they failed with ncclSystemError sizing the schedule). */
+    {
+        const size_t huge[] = {SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / 8, (size_t)1 << 58};
+        for (int k = 0; k < 4; k++) {
+            char name[96];
+            size_t c = huge[k];
+            snprintf(name, sizeof(name), "int8 count %zu: allreduce", c);
+            check_reject(ncclAllReduce(buf, buf, c, ncclInt8, ncclSum, comm, NULL),
+                         ncclInvalidArgument, name);
+            snprintf(name, sizeof(name), "int8 count %zu: allgather", c);
+            check_reject(ncclAllGather(buf, buf, c, ncclUint8, comm, NULL), ncclInvalidArgument,
+                         name);
+            snprintf(name, sizeof(name), "int8 count %zu: reducescatter", c);
+            check_reject(ncclReduceScatter(buf, buf, c, ncclInt8, ncclMax, comm, NULL),
+                         ncclInvalidArgument, name);
+            snprintf(name, sizeof(name), "int8 count %zu: alltoall", c);
+            check_reject(ncclAlltoAll(buf, buf, c, ncclInt8, comm, NULL), ncclInvalidArgument,
+                         name);
+            snprintf(name, sizeof(name), "int8 count %zu: broadcast", c);
+            check_reject(ncclBroadcast(buf, buf, c, ncclInt8, 0, comm, NULL), ncclInvalidArgument,
+                         name);
+            snprintf(name, sizeof(name), "fp8 count %zu: reduce", c);
+            check_reject(ncclReduce(buf, buf, c, ncclFloat8e4m3, ncclSum, 0, comm, NULL),
+                         ncclInvalidArgument, name);
+            snprintf(name, sizeof(name), "int8 count %zu: send to itself", c);
+            check_reject(group_end(ncclGroupStart() == ncclSuccess
+                                       ? ncclSend(buf, c, ncclInt8, 0, comm, NULL)
+                                       : ncclInternalError),
+                         ncclInvalidArgument, name);
+        }
+    }
     check_reject(ncclRedOpCreatePreMulSum(NULL, buf, ncclFloat32, ncclScalarHostImmediate, comm),
                  ncclInvalidArgument, "ncclRedOpCreatePreMulSum(op NULL)");
     {
@@ -2012,8 +2027,13 @@ static ncclResult_t dev_wait(ncclComm_t comm, cudaStream_t st)
     for (;;) {
         ncclResult_t state = ncclSuccess;
         int q = dv.stream_query(st);
-        if (q == 0)
-            return ncclSuccess;
+        if (q == 0) {
+            /* A kernel that gave up ends too: the error is the communicator's (PyTorch's
+             * watchdog asks ncclCommGetAsyncError before the stream). */
+            if (ncclCommGetAsyncError(comm, &state) != ncclSuccess)
+                return ncclInternalError;
+            return state == ncclInProgress ? ncclSuccess : state;
+        }
         if (q != 600)
             return ncclUnhandledCudaError;
         if (ncclCommGetAsyncError(comm, &state) != ncclSuccess ||
@@ -2420,6 +2440,569 @@ out:
     free(want);
 }
 
+/* ---- Device sweep: what nccl-tests, PyTorch and Megatron do on device buffers ------------------
+ * Every type x op (PreMulSum with a host scalar) at counts 1, 3 and 1023 with both buffers one
+ * element past an aligned address (nccl-tests -u; an int8 or half tensor's view), 65537 elements
+ * of the narrow types; zero counts of every collective; all-to-allv by grouped send/recv with
+ * uneven and zero counts, a send to itself included; 128 sends and receives with an all-reduce in
+ * one group, the sends and receives on another stream than the collective; a captured group
+ * replayed with new inputs; two communicators chained by an event. */
+
+/* Runs coll on device copies of `in` (n elements of d at offset one element) and checks the
+ * result against red_want, element by element. */
+static void devsweep_red(ncclComm_t comm, cudaStream_t st, int rank, int n, const struct dtype *d,
+                         int op, ncclRedOp_t rop, const double *scal, size_t cnt, int coll,
+                         char *dbase, char *dbase2, unsigned char *h, const char *tag)
+{
+    const size_t es = d->size;
+    const int root = (int)(cnt % (size_t)n);
+    size_t nin = coll == 1 ? cnt * (size_t)n : cnt; /* reduce-scatter: n blocks in */
+    char *ds = dbase + es, *dr = dbase2 + es;
+    char name[128];
+    ncclResult_t res;
+
+    if (op == ncclAvg && d->is_float && (n & (n - 1)) != 0)
+        return; /* x / 3 is not exact: the sum of the rounded quotients may differ */
+    for (size_t i = 0; i < nin; i++)
+        put(d, h, i, red_in(d, op, rank, i));
+    dv.memcpy_(ds, h, nin * es);
+    memset(h, 0xa5, nin * es);
+    dv.memcpy_(dr, h, cnt * es);
+    if (coll == 0)
+        res = ncclAllReduce(ds, dr, cnt, d->t, rop, comm, st);
+    else if (coll == 1)
+        res = ncclReduceScatter(ds, dr, cnt, d->t, rop, comm, st);
+    else
+        res = ncclReduce(ds, dr, cnt, d->t, rop, root, comm, st);
+    if (res == ncclSuccess)
+        res = dev_wait(comm, st);
+    snprintf(name, sizeof(name), "device %s %s op %d count %zu (%s, unaligned)",
+             coll == 0 ? "allreduce" : coll == 1 ? "reducescatter" : "reduce", d->name, op, cnt,
+             tag);
+    if (!check_res(res, ncclSuccess, name))
+        return;
+    dv.memcpy_(h, dr, cnt * es);
+    long bad = -1;
+    size_t base = coll == 1 ? (size_t)rank * cnt : 0;
+    for (size_t i = 0; i < cnt && bad < 0; i++) {
+        double want = coll == 2 && rank != root ? get(d, (const unsigned char[8]){0xa5, 0xa5, 0xa5,
+                                                      0xa5, 0xa5, 0xa5, 0xa5, 0xa5}, 0)
+                                                : red_want(d, op, n, base + i, scal);
+        double got = get(d, h, i);
+        if (got != want && !(isnan(got) && isnan(want)))
+            bad = (long)i;
+    }
+    check(bad < 0, name, "element %ld: got %g, expected %g", bad,
+          bad >= 0 ? get(d, h, (size_t)bad) : 0.0,
+          bad >= 0 ? red_want(d, op, n, base + (size_t)bad, scal) : 0.0);
+}
+
+/* Element i of the all-to-allv block from src to dst, and that block's length. */
+static size_t a2av_len(int src, int dst)
+{
+    return (size_t)((src * 5 + dst * 3 + 1) % 4) * 37; /* 0, 37, 74 or 111: some zero */
+}
+
+static int hs_malloc(void **p, size_t b); /* hostsweep's: dv on host memory */
+
+static void devsweep_rank(struct world *w, int rank)
+{
+    const int n = w->n;
+    const size_t big = 65537, maxb = (big * (size_t)MAXR + 64) * 8;
+    ncclComm_t comm = NULL;
+    cudaStream_t st = NULL, st2 = NULL;
+    unsigned char *h = xcalloc(maxb, 1), *h2 = xcalloc(maxb, 1);
+    char *d1 = NULL, *d2 = NULL, *dsc = NULL;
+    double scal[MAXR];
+    ncclResult_t res;
+
+    dv.set(rank % dev_ndev);
+    if (!check_res(ncclCommInitRank(&comm, n, w->id, rank), ncclSuccess, "devsweep init"))
+        goto out;
+    dv.stream_create(&st);
+    dv.stream_create(&st2);
+    d1 = dmalloc(maxb);
+    d2 = dmalloc(maxb);
+    /* Allocated once: cudaFree synchronizes the device, which other ranks' kernels share. */
+    dsc = dmalloc(8);
+    for (int q = 0; q < n; q++)
+        scal[q] = (q % 2) ? 2.0 : 1.0;
+
+    /* Every type x op x collective, unaligned, odd counts. */
+    for (size_t t = 0; t < NDTYPES; t++) {
+        const struct dtype *d = &dtypes[t];
+        for (int op = 0; op <= ncclNumOps; op++) {
+            ncclRedOp_t rop = (ncclRedOp_t)op;
+            if (op == ncclNumOps) {
+                unsigned char sc[8];
+                put(d, sc, 0, scal[rank]);
+                if (!check_res(ncclRedOpCreatePreMulSum(&rop, sc, d->t, ncclScalarHostImmediate,
+                                                        comm),
+                               ncclSuccess, "devsweep PreMulSum"))
+                    continue;
+            }
+            static const size_t cnts[] = {1, 3, 1023};
+            for (int c = 0; c < 3; c++)
+                for (int coll = 0; coll < 3; coll++)
+                    devsweep_red(comm, st, rank, n, d, op, rop, scal, cnts[c], coll, d1, d2, h,
+                                 "host scalar");
+            if (op == ncclSum && (d->size <= 2 || d->t == ncclFloat32))
+                for (int coll = 0; coll < 3; coll++)
+                    devsweep_red(comm, st, rank, n, d, op, rop, scal, big, coll, d1, d2, h,
+                                 "large");
+            if (op == ncclNumOps)
+                check_res(ncclRedOpDestroy(rop, comm), ncclSuccess, "devsweep op destroy");
+        }
+        /* PreMulSum with the scalar in device memory (ncclScalarDevice), read when it runs. */
+        if (dv.malloc_ != hs_malloc) {
+            unsigned char sc[8];
+            ncclRedOp_t rop;
+            put(d, sc, 0, scal[rank]);
+            dv.memcpy_(dsc, sc, d->size);
+            if (check_res(ncclRedOpCreatePreMulSum(&rop, dsc, d->t, ncclScalarDevice, comm),
+                          ncclSuccess, "devsweep PreMulSum, device scalar")) {
+                for (int coll = 0; coll < 3; coll++)
+                    devsweep_red(comm, st, rank, n, d, ncclNumOps, rop, scal, 1023, coll, d1, d2,
+                                 h, "device scalar");
+                check_res(ncclRedOpDestroy(rop, comm), ncclSuccess, "devsweep op destroy");
+            }
+        }
+    }
+
+    /* All-gather and broadcast of 1- and 2-byte types one element off, odd counts. */
+    {
+        static const size_t cnts[] = {1, 3, 1023, 65537};
+        for (int c = 0; c < 4; c++)
+            for (size_t es = 1; es <= 2; es++) {
+                size_t cnt = cnts[c];
+                ncclDataType_t t = es == 1 ? ncclInt8 : ncclFloat16;
+                char name[96];
+                for (size_t i = 0; i < cnt * es; i++)
+                    h[i] = (unsigned char)(rank * 31 + i * 7);
+                dv.memcpy_(d1 + es, h, cnt * es);
+                res = ncclAllGather(d1 + es, d2 + es, cnt, t, comm, st);
+                if (res == ncclSuccess)
+                    res = dev_wait(comm, st);
+                snprintf(name, sizeof(name), "device allgather %zu-byte count %zu unaligned", es,
+                         cnt);
+                if (check_res(res, ncclSuccess, name)) {
+                    long bad = -1;
+                    dv.memcpy_(h2, d2 + es, cnt * es * (size_t)n);
+                    for (size_t i = 0; i < cnt * es * (size_t)n && bad < 0; i++) {
+                        size_t q = i / (cnt * es), j = i % (cnt * es);
+                        if (h2[i] != (unsigned char)(q * 31 + j * 7))
+                            bad = (long)i;
+                    }
+                    check(bad < 0, name, "byte %ld: got %d", bad, bad >= 0 ? h2[bad] : 0);
+                }
+                int root = (int)(cnt % (size_t)n);
+                for (size_t i = 0; i < cnt * es; i++)
+                    h[i] = (unsigned char)(rank == root ? i * 13 + 5 : 0xee);
+                dv.memcpy_(d1 + es, h, cnt * es);
+                res = ncclBroadcast(d1 + es, d2 + es, cnt, t, root, comm, st);
+                if (res == ncclSuccess)
+                    res = dev_wait(comm, st);
+                snprintf(name, sizeof(name), "device broadcast %zu-byte count %zu unaligned", es,
+                         cnt);
+                if (check_res(res, ncclSuccess, name)) {
+                    long bad = -1;
+                    dv.memcpy_(h2, d2 + es, cnt * es);
+                    for (size_t i = 0; i < cnt * es && bad < 0; i++)
+                        if (h2[i] != (unsigned char)(i * 13 + 5))
+                            bad = (long)i;
+                    check(bad < 0, name, "byte %ld: got %d", bad, bad >= 0 ? h2[bad] : 0);
+                }
+            }
+    }
+
+    /* Zero counts of every collective and of send/recv, on device pointers. */
+    ncclGroupStart();
+    res = ncclAllReduce(d1, d2, 0, ncclFloat32, ncclSum, comm, st);
+    if (res == ncclSuccess)
+        res = ncclBroadcast(d1, d2, 0, ncclFloat32, 0, comm, st);
+    if (res == ncclSuccess)
+        res = ncclReduce(d1, d2, 0, ncclFloat32, ncclMax, n - 1, comm, st);
+    if (res == ncclSuccess)
+        res = ncclAllGather(d1, d2, 0, ncclFloat32, comm, st);
+    if (res == ncclSuccess)
+        res = ncclReduceScatter(d1, d2, 0, ncclFloat32, ncclSum, comm, st);
+    if (res == ncclSuccess)
+        res = ncclAlltoAll(d1, d2, 0, ncclFloat32, comm, st);
+    if (res == ncclSuccess)
+        res = ncclSend(d1, 0, ncclFloat32, (rank + 1) % n, comm, st);
+    if (res == ncclSuccess)
+        res = ncclRecv(d2, 0, ncclFloat32, (rank + n - 1) % n, comm, st);
+    res = group_end(res);
+    if (res == ncclSuccess)
+        res = dev_wait(comm, st);
+    check_res(res, ncclSuccess, "device zero-count group of every collective");
+
+    /* All-to-allv by grouped send/recv, uneven and zero counts, a block to itself included. */
+    {
+        size_t soff[MAXR + 1], roff[MAXR + 1];
+        soff[0] = roff[0] = 0;
+        for (int q = 0; q < n; q++) {
+            soff[q + 1] = soff[q] + a2av_len(rank, q);
+            roff[q + 1] = roff[q] + a2av_len(q, rank);
+        }
+        int32_t *hs = (int32_t *)h, *hr = (int32_t *)h2;
+        for (int q = 0; q < n; q++)
+            for (size_t i = 0; i < a2av_len(rank, q); i++)
+                hs[soff[q] + i] = pat(rank, q, i);
+        dv.memcpy_(d1, hs, soff[n] * 4);
+        ncclGroupStart();
+        res = ncclSuccess;
+        for (int q = 0; q < n && res == ncclSuccess; q++) {
+            res = ncclSend((int32_t *)d1 + soff[q], a2av_len(rank, q), ncclInt32, q, comm, st);
+            if (res == ncclSuccess)
+                res = ncclRecv((int32_t *)d2 + roff[q], a2av_len(q, rank), ncclInt32, q, comm,
+                               st);
+        }
+        res = group_end(res);
+        if (res == ncclSuccess)
+            res = dev_wait(comm, st);
+        if (check_res(res, ncclSuccess, "device all-to-allv (uneven, zero and self blocks)")) {
+            long bad = -1;
+            dv.memcpy_(hr, d2, roff[n] * 4);
+            for (int q = 0; q < n && bad < 0; q++)
+                for (size_t i = 0; i < a2av_len(q, rank) && bad < 0; i++)
+                    if (hr[roff[q] + i] != pat(q, rank, i))
+                        bad = (long)(roff[q] + i);
+            check(bad < 0, "device all-to-allv data", "element %ld: got %d", bad,
+                  bad >= 0 ? hr[bad] : 0);
+        }
+    }
+
+    /* 128 sends and 128 receives (to the next and from the previous rank, 64 each way round)
+     * with an all-reduce in one group; p2p on st2, the collective on st. */
+    {
+        const int nops = 64;
+        const size_t m = 19;
+        int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        int32_t *hs = (int32_t *)h, *hr = (int32_t *)h2;
+        for (int k = 0; k < 2 * nops; k++)
+            for (size_t i = 0; i < m; i++)
+                hs[(size_t)k * m + i] = pat(rank, k, i);
+        float *fin = (float *)(d1 + 4 * m * 2 * (size_t)nops), *fout = (float *)(d2 + 4 * m * 2 *
+                                                                                 (size_t)nops);
+        float hf[333];
+        for (int i = 0; i < 333; i++)
+            hf[i] = (float)(rank + i % 7);
+        dv.memcpy_(d1, hs, 2 * (size_t)nops * m * 4);
+        dv.memcpy_(fin, hf, sizeof(hf));
+        ncclGroupStart();
+        res = ncclSuccess;
+        for (int k = 0; k < nops && res == ncclSuccess; k++) {
+            res = ncclSend((int32_t *)d1 + (size_t)k * m, m, ncclInt32, next, comm, st2);
+            if (res == ncclSuccess)
+                res = ncclRecv((int32_t *)d2 + (size_t)k * m, m, ncclInt32, prev, comm, st2);
+            if (res == ncclSuccess)
+                res = ncclSend((int32_t *)d1 + (size_t)(nops + k) * m, m, ncclInt32, prev, comm,
+                               st2);
+            if (res == ncclSuccess)
+                res = ncclRecv((int32_t *)d2 + (size_t)(nops + k) * m, m, ncclInt32, next, comm,
+                               st2);
+            if (k == nops / 2 && res == ncclSuccess)
+                res = ncclAllReduce(fin, fout, 333, ncclFloat32, ncclSum, comm, st);
+        }
+        res = group_end(res);
+        if (res == ncclSuccess)
+            res = dev_wait(comm, st);
+        if (res == ncclSuccess)
+            res = dev_wait(comm, st2);
+        if (check_res(res, ncclSuccess, "device group of 256 p2p ops and an allreduce")) {
+            long bad = -1;
+            dv.memcpy_(hr, d2, 2 * (size_t)nops * m * 4);
+            for (int k = 0; k < 2 * nops && bad < 0; k++)
+                for (size_t i = 0; i < m && bad < 0; i++)
+                    if (hr[(size_t)k * m + i] != pat(k < nops ? prev : next, k, i))
+                        bad = (long)((size_t)k * m + i);
+            check(bad < 0, "device 256 p2p ops data", "rank %d of %d, element %ld: got %d", rank,
+                  n, bad, bad >= 0 ? hr[bad] : 0);
+            dv.memcpy_(hf, fout, sizeof(hf));
+            bad = -1;
+            for (int i = 0; i < 333 && bad < 0; i++)
+                if (hf[i] != (float)(n * (n - 1) / 2 + n * (i % 7)))
+                    bad = i;
+            check(bad < 0, "device allreduce inside the p2p group", "element %ld: got %g", bad,
+                  bad >= 0 ? (double)hf[bad] : 0.0);
+        }
+    }
+
+    /* The all-reduce's input still being copied on st when a group puts it with sends and
+     * receives on st2: the collective waits for the copy (the emulated GPU's event released the
+     * launch when st2's record ran: sums of zeros). */
+    {
+        const size_t m = 1u << 19, tail = 1024; /* 2 MiB: within d1 and d2 (maxb) */
+        float *hf = xcalloc(m, 4), *din = (float *)d1, *dout = (float *)d2 + m;
+        int32_t *p2 = (int32_t *)d2;
+        for (int rep = 0; rep < 3; rep++) {
+            for (size_t i = 0; i < m; i++)
+                hf[i] = (float)(rank + rep + 1);
+            dv.memcpy_async(din, hf, m * 4, st);
+            ncclGroupStart();
+            res = ncclAllReduce(din + m - tail, dout, tail, ncclFloat32, ncclSum, comm, st);
+            if (res == ncclSuccess)
+                res = ncclSend((int32_t *)d1 + m, 1, ncclInt32, (rank + 1) % n, comm, st2);
+            if (res == ncclSuccess)
+                res = ncclRecv(p2, 1, ncclInt32, (rank + n - 1) % n, comm, st2);
+            res = group_end(res);
+            if (res == ncclSuccess)
+                res = dev_wait(comm, st);
+            if (res == ncclSuccess)
+                res = dev_wait(comm, st2);
+            if (check_res(res, ncclSuccess, "allreduce of an input copied on its stream")) {
+                long bad = -1;
+                float want = (float)(n * (n - 1) / 2 + n * (rep + 1));
+                dv.memcpy_(hf, dout, tail * 4);
+                for (size_t i = 0; i < tail && bad < 0; i++)
+                    if (hf[i] != want)
+                        bad = (long)i;
+                check(bad < 0, "allreduce waits for its stream's copy (other ops on st2)",
+                      "rank %d rep %d element %ld: got %g, expected %g", rank, rep, bad,
+                      bad >= 0 ? (double)hf[bad] : 0.0, (double)want);
+            }
+        }
+        free(hf);
+    }
+
+    /* A captured group (ring send/recv and an all-reduce) replayed 3 times with new inputs. */
+    {
+        const size_t m = 1001;
+        int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        int32_t *hs = (int32_t *)h, *hr = (int32_t *)h2;
+        int32_t *s = (int32_t *)d1, *r = (int32_t *)d2, *ar = (int32_t *)d2 + m;
+        dev_graph_t g = NULL;
+        /* Capture is in CUDA's global mode: no rank thread may copy synchronously meanwhile. */
+        pthread_barrier_wait(&w->bar);
+        int ok = dv.begin_capture(st) == 0;
+        if (ok) {
+            ncclGroupStart();
+            res = ncclSend(s, m, ncclInt32, next, comm, st);
+            if (res == ncclSuccess)
+                res = ncclRecv(r, m, ncclInt32, prev, comm, st);
+            if (res == ncclSuccess)
+                res = ncclAllReduce(s, ar, m, ncclInt32, ncclSum, comm, st);
+            res = group_end(res);
+            ok = dv.end_capture(st, &g) == 0 && g != NULL;
+            check(ok && res == ncclSuccess, "device group captured", "res %d, capture %d", res,
+                  ok);
+        }
+        pthread_barrier_wait(&w->bar);
+        for (int rep = 0; ok && rep < 3; rep++) {
+            for (size_t i = 0; i < m; i++)
+                hs[i] = pat(rank, rep, i);
+            dv.memcpy_(s, hs, m * 4);
+            res = dv.graph_launch(g, st) == 0 ? ncclSuccess : ncclUnhandledCudaError;
+            if (res == ncclSuccess)
+                res = dev_wait(comm, st);
+            char name[64];
+            snprintf(name, sizeof(name), "captured group replay %d", rep);
+            if (!check_res(res, ncclSuccess, name))
+                break;
+            dv.memcpy_(hr, r, m * 4);
+            dv.memcpy_(hr + m, ar, m * 4);
+            long bad = -1;
+            for (size_t i = 0; i < m && bad < 0; i++) {
+                int32_t sum = 0;
+                for (int q = 0; q < n; q++)
+                    sum += pat(q, rep, i);
+                if (hr[i] != pat(prev, rep, i) || hr[m + i] != sum)
+                    bad = (long)i;
+            }
+            check(bad < 0, name, "element %ld: recv %d sum %d", bad, bad >= 0 ? hr[bad] : 0,
+                  bad >= 0 ? hr[m + bad] : 0);
+        }
+        if (g != NULL)
+            dv.graph_destroy(g);
+    }
+
+    /* Two communicators chained by an event: a child (split, keys reversed) reduces on st2
+     * what the parent reduced on st. */
+    {
+        ncclComm_t child = NULL;
+        const size_t m = 4097;
+        int32_t *hs = (int32_t *)h, *hr = (int32_t *)h2;
+        res = ncclCommSplit(comm, 0, n - rank, &child, NULL);
+        if (check_res(res, ncclSuccess, "devsweep split (keys reversed)")) {
+            int crank = -1;
+            ncclCommUserRank(child, &crank);
+            check(crank == n - 1 - rank, "reversed keys reverse the ranks", "rank %d -> %d",
+                  rank, crank);
+            dev_event_t ev = NULL;
+            dv.event_create(&ev);
+            for (size_t i = 0; i < m; i++)
+                hs[i] = ival(rank, i);
+            dv.memcpy_(d1, hs, m * 4);
+            res = ncclAllReduce(d1, d2, m, ncclInt32, ncclSum, comm, st);
+            dv.event_record(ev, st);
+            dv.stream_wait_event(st2, ev);
+            if (res == ncclSuccess)
+                res = ncclAllReduce(d2, d1, m, ncclInt32, ncclSum, child, st2);
+            if (res == ncclSuccess)
+                res = dev_wait(child, st2);
+            if (check_res(res, ncclSuccess, "event chain parent -> child")) {
+                long bad = -1;
+                dv.memcpy_(hr, d1, m * 4);
+                for (size_t i = 0; i < m && bad < 0; i++) {
+                    int32_t sum = 0;
+                    for (int q = 0; q < n; q++)
+                        sum += ival(q, i);
+                    if (hr[i] != sum * n)
+                        bad = (long)i;
+                }
+                check(bad < 0, "event chain data", "element %ld: got %d", bad,
+                      bad >= 0 ? hr[bad] : 0);
+            }
+            dv.event_destroy(ev);
+            check_res(ncclCommDestroy(child), ncclSuccess, "devsweep child destroy");
+        }
+    }
+
+    check_res(ncclCommFinalize(comm), ncclSuccess, "devsweep finalize");
+    check_res(ncclCommDestroy(comm), ncclSuccess, "devsweep destroy");
+out:
+    if (dsc != NULL)
+        dv.free_(dsc);
+    if (d1 != NULL)
+        dv.free_(d1);
+    if (d2 != NULL)
+        dv.free_(d2);
+    if (st != NULL)
+        dv.stream_destroy(st);
+    if (st2 != NULL)
+        dv.stream_destroy(st2);
+    free(h);
+    free(h2);
+}
+
+/* The device sweep's calls on host memory: dv's slots done by the C library, every stream
+ * NULL (each call complete on return), no capture (that part is skipped). */
+static int hs_malloc(void **p, size_t b)
+{
+    *p = malloc(b);
+    return *p != NULL ? 0 : 2;
+}
+static int hs_free(void *p)
+{
+    free(p);
+    return 0;
+}
+static int hs_memcpy(void *d, const void *src, size_t b)
+{
+    memcpy(d, src, b);
+    return 0;
+}
+static int hs_memcpy_async(void *d, const void *src, size_t b, cudaStream_t st)
+{
+    (void)st;
+    return hs_memcpy(d, src, b);
+}
+static int hs_stream_create(cudaStream_t *st)
+{
+    *st = NULL;
+    return 0;
+}
+static int hs_stream(cudaStream_t st)
+{
+    (void)st;
+    return 0;
+}
+static int hs_int(int i)
+{
+    (void)i;
+    return 0;
+}
+static int hs_get(int *i)
+{
+    *i = 0;
+    return 0;
+}
+static int hs_event_create(dev_event_t *e)
+{
+    *e = NULL;
+    return 0;
+}
+static int hs_event(dev_event_t e)
+{
+    (void)e;
+    return 0;
+}
+static int hs_event_stream(dev_event_t e, cudaStream_t st)
+{
+    (void)e, (void)st;
+    return 0;
+}
+static int hs_stream_event(cudaStream_t st, dev_event_t e)
+{
+    (void)e, (void)st;
+    return 0;
+}
+static int hs_no_capture(cudaStream_t st)
+{
+    (void)st;
+    return 1;
+}
+
+/* Installs the host slots in dv (the device ones are saved in *saved). */
+static void hostsweep_begin(void *saved, size_t len)
+{
+    memcpy(saved, &dv, len);
+    dv.set = hs_int;
+    dv.get = hs_get;
+    dv.malloc_ = hs_malloc;
+    dv.free_ = hs_free;
+    dv.memcpy_ = hs_memcpy;
+    dv.memcpy_async = hs_memcpy_async;
+    dv.stream_create = hs_stream_create;
+    dv.stream_destroy = hs_stream;
+    dv.stream_sync = hs_stream;
+    dv.stream_query = hs_stream;
+    dv.event_create = hs_event_create;
+    dv.event_record = hs_event_stream;
+    dv.event_destroy = hs_event;
+    dv.stream_wait_event = hs_stream_event;
+    dv.begin_capture = hs_no_capture;
+    dev_ndev = 1;
+}
+
+static void hostsweep_rank(struct world *w, int rank)
+{
+    devsweep_rank(w, rank);
+}
+
+/* A process's own: the host slots for this rank's run only. */
+static void hostsweep_proc_rank(struct world *w, int rank)
+{
+    char saved[sizeof(dv)];
+    int ndev = dev_ndev;
+    hostsweep_begin(saved, sizeof(saved));
+    devsweep_rank(w, rank);
+    memcpy(&dv, saved, sizeof(dv));
+    dev_ndev = ndev;
+}
+
+static void case_hostsweep(void)
+{
+    struct world w;
+    char saved[sizeof(dv)];
+    hostsweep_begin(saved, sizeof(saved));
+    run_ranks(&w, 4, hostsweep_rank);
+    run_ranks(&w, 3, hostsweep_rank);
+    memcpy(&dv, saved, sizeof(dv));
+}
+
+static void case_devsweep(void)
+{
+    struct world w;
+    dev_ndev = dev_load();
+    if (dev_ndev == 0) {
+        printf("devsweep skipped: no device backend (run with WEFT_CUDA=emu:2)\n");
+        return;
+    }
+    run_ranks(&w, 4, devsweep_rank); /* 3 and 5 ranks: as processes (abi_conform_sweep-emu-*) */
+}
+
 static void case_device(void)
 {
     struct world w;
@@ -2508,6 +3091,29 @@ static void mp_body(int rank, int n, ncclUniqueId id)
             res = dev_wait(comm, st);
         dv.memcpy_(r, d, cnt * 4);
         report_i32("process device allreduce", res, r, want, cnt);
+        /* Rank 0 leaves (destroys the communicator, its process exits) while rank 2's kernel
+         * waits for a late send of rank 1: a peer that left is no crash, rank 2 gets its data
+         * (the device path's watch took rank 0 for dead and aborted rank 2's kernel). */
+        if (n >= 3 && rank >= 1 && rank <= 2) {
+            const size_t m = 4099;
+            for (size_t i = 0; i < m; i++)
+                s[i] = pat(1, 2, i);
+            dv.memcpy_(d, s, m * 4);
+            if (rank == 1) {
+                usleep(700000);
+                res = ncclSend(d, m, ncclInt32, 2, comm, st);
+            } else {
+                res = ncclRecv(d + m, m, ncclInt32, 1, comm, st);
+            }
+            if (res == ncclSuccess)
+                res = dev_wait(comm, st);
+            if (rank == 2) {
+                dv.memcpy_(r, d + m, m * 4);
+                report_i32("device recv while a peer that left has exited", res, r, s, m);
+            } else {
+                check_res(res, ncclSuccess, "device send after a peer left");
+            }
+        }
         dv.stream_destroy(st);
         dv.free_(d);
     }
@@ -2555,7 +3161,49 @@ static int free_port(void)
     return port;
 }
 
-static int run_processes(int n, int commid)
+/* The rank bodies of the thread cases that need nothing but their world's id and size, run with
+ * ranks as processes by -s N (one fresh id each, from rank 0); devsweep where a device is. */
+static const struct {
+    const char *name;
+    rank_fn fn;
+    int device;         /* needs a device */
+    int min_n, max_n;   /* the rank counts it is written for */
+} proc_bodies[] = {
+    /* reductions: its inputs keep every sum exact in every type up to 5 ranks (e5m2: 9 no) */
+    {"reductions", red_rank, 0, 1, 5}, {"p2p", p2p_rank, 0, 1, MAXR},
+    {"inplace", inplace_rank, 0, 1, MAXR}, {"corners", corners_rank, 0, 1, MAXR},
+    {"memory", mem_rank, 0, 1, MAXR}, {"split", split_rank, 0, 6, 6},
+    {"devsweep", devsweep_rank, 1, 1, 5}, /* its reductions: as reductions */
+    {"hostsweep", hostsweep_proc_rank, 0, 1, 5},
+};
+#define NPROC_BODIES (sizeof(proc_bodies) / sizeof(proc_bodies[0]))
+
+static void proc_sweep(int rank, int n, const ncclUniqueId *ids)
+{
+    int ndev = dev_load();
+    for (size_t b = 0; b < NPROC_BODIES; b++) {
+        struct world w;
+        int f0 = n_fail;
+        double t0 = now_s();
+        if ((proc_bodies[b].device && ndev == 0) || n < proc_bodies[b].min_n ||
+            n > proc_bodies[b].max_n)
+            continue;
+        memset(&w, 0, sizeof(w));
+        w.n = n;
+        w.id = ids[b];
+        pthread_barrier_init(&w.bar, NULL, 1); /* capture's global mode spans one process */
+        dev_ndev = ndev;
+        cur_case = proc_bodies[b].name;
+        proc_bodies[b].fn(&w, rank);
+        pthread_barrier_destroy(&w.bar);
+        if (rank == 0)
+            printf("%s %s as %d processes (%.2f s)\n", n_fail == f0 ? "ok  " : "FAIL",
+                   proc_bodies[b].name, n, now_s() - t0);
+    }
+}
+
+/* sweep: run proc_sweep (ids from rank 0 through the pipes) instead of mp_body. */
+static int run_processes(int n, int commid, int sweep)
 {
     int pipes[MAXR][2];
     pid_t pid[MAXR];
@@ -2581,9 +3229,27 @@ static int run_processes(int n, int commid)
     for (int r = 0; r < n; r++) {
         pid[r] = fork();
         if (pid[r] == 0) {
-            ncclUniqueId id;
+            ncclUniqueId id, ids[NPROC_BODIES];
             memset(&id, 0, sizeof(id));
             alarm(TIMEOUT_S);
+            if (sweep) {
+                for (size_t b = 0; b < NPROC_BODIES; b++) {
+                    if (r == 0) {
+                        check_res(ncclGetUniqueId(&ids[b]), ncclSuccess, "sweep ncclGetUniqueId");
+                        for (int q = 1; q < n; q++)
+                            if (write(pipes[q][1], &ids[b], sizeof(ids[b])) !=
+                                (ssize_t)sizeof(ids[b]))
+                                check(0, "send the id", "write to rank %d", q);
+                    } else if (read_full(pipes[r][0], &ids[b], sizeof(ids[b])) != 0) {
+                        check(0, "receive the id", "rank %d", r);
+                        _exit(1);
+                    }
+                }
+                proc_sweep(r, n, ids);
+                printf("rank %d: %d passed, %d failed\n", r, n_pass, n_fail);
+                fflush(stdout);
+                _exit(n_fail ? 1 : 0);
+            }
             if (commid) {
                 /* Every process computes the same id from NCCL_COMM_ID. */
                 check_res(ncclGetUniqueId(&id), ncclSuccess, "ncclGetUniqueId from NCCL_COMM_ID");
@@ -2689,6 +3355,11 @@ static void abort_rank(struct world *w, int rank)
               "returned %d", (int)res);
         check(now_s() - t0 < 15.0, "the stuck collective returns promptly after abort",
               "%.1f s", now_s() - t0);
+        /* ncclGetLastError(NULL): this thread's last message (the comm's is gone with it). */
+        const char *msg = ncclGetLastError(NULL);
+        check(msg != NULL && strstr(msg, "aborted") != NULL &&
+                  strstr(msg, "for data from peer 1 (in this process)") != NULL,
+              "the abort's message names the peer waited for", "\"%s\"", msg ? msg : "(null)");
     } else {
         /* Rank 1 never calls the all-reduce: it aborts rank 0's comm, then its own. */
         pthread_barrier_wait(&w->bar);
@@ -2720,20 +3391,12 @@ static void case_lifecycle(void)
 
 /* ---- Main -------------------------------------------------------------------------------------- */
 
-static void check_library_identity(void)
+/* Weft's library is the one loaded (abi_util.h), and its version is the header's. */
+static void check_library_and_version(void)
 {
-    const char *dir = getenv("WEFT_ABI_EXPECT_DIR");
-    Dl_info info;
     int version = 0;
 
-    if (dladdr((void *)ncclGetVersion, &info) && info.dli_fname && dir && dir[0]) {
-        char real_dir[PATH_MAX], real_lib[PATH_MAX];
-        if (realpath(dir, real_dir) && realpath(info.dli_fname, real_lib)) {
-            size_t l = strlen(real_dir);
-            check(strncmp(real_lib, real_dir, l) == 0 && real_lib[l] == '/',
-                  "libnccl.so.2 loaded from the Weft build", "loaded %s", real_lib);
-        }
-    }
+    check_library_identity();
     check_res(ncclGetVersion(&version), ncclSuccess, "ncclGetVersion");
     check(version == NCCL_VERSION_CODE, "ncclGetVersion == header", "%d", version);
 }
@@ -2764,6 +3427,8 @@ static const struct conform_case cases[] = {
     {"errors", case_errors},
     {"threads", case_threads},
     {"device", case_device},
+    {"devsweep", case_devsweep},
+    {"hostsweep", case_hostsweep},
     {"lifecycle", case_lifecycle},
 };
 
@@ -2772,21 +3437,21 @@ int main(int argc, char **argv)
     const char *only = NULL;
     int opt;
 
-    while ((opt = getopt(argc, argv, "c:p:e:")) != -1) {
+    while ((opt = getopt(argc, argv, "c:p:e:s:")) != -1) {
         if (opt == 'c') {
             only = optarg;
-        } else if (opt == 'p' || opt == 'e') {
+        } else if (opt == 'p' || opt == 'e' || opt == 's') {
             setvbuf(stdout, NULL, _IOLBF, 0);
-            return run_processes(atoi(optarg), opt == 'e');
+            return run_processes(atoi(optarg), opt == 'e', opt == 's');
         } else {
-            fprintf(stderr, "usage: %s [-c CASE | -p N | -e N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-c CASE | -p N | -e N | -s N]\n", argv[0]);
             return 2;
         }
     }
     signal(SIGALRM, on_alarm);
     alarm(TIMEOUT_S);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    check_library_identity();
+    check_library_and_version();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         double t0 = now_s();
         int f0 = n_fail;

@@ -1037,6 +1037,24 @@ static int launch_lonely(float **d_p)
     return 1;
 }
 
+/*
+ * The lonely rank's message says in plain words what it waited for: peer 1's data, or (a direct
+ * kernel candidate, WEFT_ZCOPY_MIN_BYTES set) peer 1 joining the call; where peer 1 runs (a
+ * thread of this process), not the FIFO's step counters or a bare hostname.
+ */
+static int wait_words_plain(const char *msg, const char *name)
+{
+    const char *want = getenv("WEFT_ZCOPY_MIN_BYTES") != NULL
+                           ? "for peer 1 (in this process) to call ncclAllReduce too"
+                           : "for data from peer 1 (in this process)";
+    int ok = strstr(msg, want) != NULL && strstr(msg, "counter") == NULL &&
+             strstr(msg, "needed") == NULL && strstr(msg, "step") == NULL &&
+             strstr(msg, "(operation ") != NULL;
+    if (!ok)
+        fprintf(stderr, "FAIL %s: last error '%s' does not say '%s' plainly\n", name, msg, want);
+    return ok;
+}
+
 static int case_abort(void)
 {
     float *d;
@@ -1062,6 +1080,8 @@ static int case_abort(void)
         fprintf(stderr, "FAIL abort: last error '%s' does not name peer 1\n", msg);
         ok = 0;
     }
+    if (!wait_words_plain(msg, "abort"))
+        ok = 0;
     printf("abort: kernel left %.3f s after ncclCommAbort: %s\n", dt, msg);
     CU(cu->free(d));
     return finish(ok);
@@ -1081,6 +1101,7 @@ static int case_timeout(void)
     const char *msg = ncclGetLastError(NULL);
     int ok = async == ncclRemoteError && strstr(msg, "peer 1") != NULL &&
              strstr(msg, "ncclAllReduce") != NULL && dt > 1.5 && dt < 10;
+    ok &= wait_words_plain(msg, "timeout");
     printf("timeout: kernel left after %.3f s, async error %d: %s\n", dt, async, msg);
     /* The communicator stays failed: a later operation reports it at once. */
     ncclResult_t again = ncclAllReduce(d, d, 1024, ncclFloat32, ncclSum, g_comms[0],

@@ -294,6 +294,35 @@ static void case_events(void)
     OK(ops->stream_synchronize(a));
     CHECK_EQ(host, 43);
     CHECK_EQ(ops->event_record(e, a), WEFT_CUDA_ERR_INVALID_HANDLE);
+    /* A wait is for the record issued last before it: e recorded on A behind a sleeping kernel,
+     * B waits, then e recorded again on idle C: B still waits for A's kernel (the CUDA
+     * executor records one event on every user stream of a group in turn). A done count raised
+     * to C's ticket released B at once, and B copied 43. */
+    weft_cuda_stream_t c;
+    OK(ops->stream_create(&c));
+    OK(ops->event_create(&e));
+    fp.value = 44;
+    fp.sleep_ms = 200;
+    OK(ops->launch(&temu_sleep_store_kernel, 1, 1, 0, &fp, sizeof(fp), a));
+    OK(ops->event_record(e, a));
+    OK(ops->stream_wait_event(b, e));
+    OK(ops->event_record(e, c));
+    OK(ops->stream_synchronize(c));
+    OK(ops->memcpy_async(&host, flag, 8, b));
+    OK(ops->stream_synchronize(b));
+    CHECK_EQ(host, 44);
+    /* And a host wait is for the last record (C's, done): it returns before A's kernel. */
+    fp.value = 45;
+    fp.sleep_ms = 1500;
+    OK(ops->launch(&temu_sleep_store_kernel, 1, 1, 0, &fp, sizeof(fp), a));
+    OK(ops->event_record(e, a));
+    OK(ops->event_record(e, c));
+    t0 = now_ms();
+    OK(ops->event_synchronize(e));
+    CHECK(now_ms() - t0 < 1000);
+    OK(ops->stream_synchronize(a));
+    OK(ops->event_destroy(e));
+    OK(ops->stream_destroy(c));
     OK(ops->event_destroy(never));
     OK(ops->stream_destroy(a));
     OK(ops->stream_destroy(b));
