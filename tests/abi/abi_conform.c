@@ -3202,6 +3202,21 @@ static void proc_sweep(int rank, int n, const ncclUniqueId *ids)
     }
 }
 
+/* Rank 0 of the processes makes a unique id and writes it to every other rank's pipe; the others
+ * read it (a rank that cannot exits). */
+static void share_id(int r, int n, int pipes[][2], ncclUniqueId *id)
+{
+    if (r == 0) {
+        check_res(ncclGetUniqueId(id), ncclSuccess, "rank 0 ncclGetUniqueId");
+        for (int q = 1; q < n; q++)
+            if (write(pipes[q][1], id, sizeof(*id)) != (ssize_t)sizeof(*id))
+                check(0, "send the id", "write to rank %d", q);
+    } else if (read_full(pipes[r][0], id, sizeof(*id)) != 0) {
+        check(0, "receive the id", "rank %d", r);
+        _exit(1);
+    }
+}
+
 /* sweep: run proc_sweep (ids from rank 0 through the pipes) instead of mp_body. */
 static int run_processes(int n, int commid, int sweep)
 {
@@ -3233,18 +3248,8 @@ static int run_processes(int n, int commid, int sweep)
             memset(&id, 0, sizeof(id));
             alarm(TIMEOUT_S);
             if (sweep) {
-                for (size_t b = 0; b < NPROC_BODIES; b++) {
-                    if (r == 0) {
-                        check_res(ncclGetUniqueId(&ids[b]), ncclSuccess, "sweep ncclGetUniqueId");
-                        for (int q = 1; q < n; q++)
-                            if (write(pipes[q][1], &ids[b], sizeof(ids[b])) !=
-                                (ssize_t)sizeof(ids[b]))
-                                check(0, "send the id", "write to rank %d", q);
-                    } else if (read_full(pipes[r][0], &ids[b], sizeof(ids[b])) != 0) {
-                        check(0, "receive the id", "rank %d", r);
-                        _exit(1);
-                    }
-                }
+                for (size_t b = 0; b < NPROC_BODIES; b++)
+                    share_id(r, n, pipes, &ids[b]);
                 proc_sweep(r, n, ids);
                 printf("rank %d: %d passed, %d failed\n", r, n_pass, n_fail);
                 fflush(stdout);
@@ -3253,14 +3258,8 @@ static int run_processes(int n, int commid, int sweep)
             if (commid) {
                 /* Every process computes the same id from NCCL_COMM_ID. */
                 check_res(ncclGetUniqueId(&id), ncclSuccess, "ncclGetUniqueId from NCCL_COMM_ID");
-            } else if (r == 0) {
-                check_res(ncclGetUniqueId(&id), ncclSuccess, "rank 0 ncclGetUniqueId");
-                for (int q = 1; q < n; q++)
-                    if (write(pipes[q][1], &id, sizeof(id)) != (ssize_t)sizeof(id))
-                        check(0, "send the id", "write to rank %d", q);
-            } else if (read_full(pipes[r][0], &id, sizeof(id)) != 0) {
-                check(0, "receive the id", "rank %d", r);
-                _exit(1);
+            } else {
+                share_id(r, n, pipes, &id);
             }
             mp_body(r, n, id);
             printf("rank %d: %d passed, %d failed\n", r, n_pass, n_fail);
