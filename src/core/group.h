@@ -58,4 +58,7 @@ ncclResult_t weft_submit(struct weft_task *tasks, int ntasks);
  * every communicator of the tasks (core/submit.c). */
 ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks);
 
+/* Steps this rank has received as direct (single-copy) sends on comm (exec/lane.h): for tests. */
+uint64_t weft_exec_single_copy_count(const struct ncclComm *comm);
+
 #endif

@@ -39,6 +39,11 @@ WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,
 WEFT_PARAM(FuseBytes, "WEFT_FUSE_BYTES", 65536,
            "runs of 3 or more all-reduces of a group, together up to this size, are packed into "
            "one (0 disables)");
+WEFT_PARAM(SingleCopyMinBytes, "WEFT_SINGLE_COPY_MIN_BYTES", 65536,
+           "send/recv, all-to-all (out of place), gather and scatter steps of at least this many "
+           "bytes between ranks of one host move in one copy: the receiver reads the sender's "
+           "buffer (memcpy in one process, process_vm_readv from another) instead of two copies "
+           "through the FIFO (0: never; at least 4096)");
 WEFT_PARAM(SpinCount, "WEFT_SPIN_COUNT", -1,
            "idle polling rounds before a waiting rank starts yielding its core (-1: 100000, a few "
            "milliseconds, or 0 when the host runs more ranks than it has cores)");
@@ -150,6 +155,13 @@ static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task 
     }
 }
 
+/* WEFT_SINGLE_COPY_MIN_BYTES, 0 when off; at least 4096, so no such step is ever an LL one. */
+static uint64_t weft_exec_single_copy_min(void)
+{
+    int64_t v = weft_param_SingleCopyMinBytes();
+    return v <= 0 ? 0 : v < 4096 ? 4096 : (uint64_t)v;
+}
+
 /* Builds the lanes of tasks[0 .. ntasks); `cache`: a lone task, which may use comm->exec_cache. */
 static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const uint64_t *recs,
                                     int cache, struct weft_exec_lane **lanes_p, int *nlanes_p)
@@ -185,6 +197,12 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
                          __builtin_ctzll(es);
         int ll = weft_tune_ll(&comm->tune.cfg, task->coll);
         uint32_t sig = sig_on ? weft_sig_of(comm, recs[t])->hash : 0;
+        /* Only where every SEND step meets a plain RECV on the peer (exec/lane.h), and never an
+         * in-place all-to-all, whose receives overwrite blocks a peer may still read. */
+        int single_copy = task->coll == WEFT_COLL_SEND || task->coll == WEFT_COLL_GATHER ||
+                          task->coll == WEFT_COLL_SCATTER ||
+                          (task->coll == WEFT_COLL_ALLTOALL && !a2a_in_place);
+        uint64_t direct_min = single_copy ? weft_exec_single_copy_min() : 0;
         for (int c = 0; c < nch; c++) {
             struct weft_exec_lane *el = &lanes[n];
             if (hit != NULL) {
@@ -234,6 +252,8 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             el->lane.op = task->has_redop ? &task->redop : NULL;
             el->lane.ll = ll;
             el->lane.sig = sig;
+            el->lane.direct_min_bytes = direct_min;
+            el->lane.direct_coalesce = task->coll == WEFT_COLL_SEND;
             weft_lane_init(&el->lane);
             el->task = task;
             el->seq = seq;
@@ -319,6 +339,13 @@ static int weft_exec_round(struct weft_exec_lane *lanes, int nlanes, int *ndone_
 static ncclResult_t weft_exec_lane_error(struct weft_exec_lane *el)
 {
     struct ncclComm *comm = el->task->comm;
+    if (el->lane.error_errno != 0) {
+        int p = el->lane.error_peer;
+        WEFT_WARN("rank %d: cannot read the data peer %d (pid %d) sent in %s (operation %llu) "
+                  "with process_vm_readv: %s", comm->rank, p, comm->peer_info[p].pid,
+                  el->task->api, (unsigned long long)el->seq, strerror(el->lane.error_errno));
+        return ncclSystemError;
+    }
     if (el->lane.error_sig != 0)
         return weft_sig_mismatch(comm, el->rec, el->lane.error_peer, el->lane.error_sig);
     WEFT_WARN("rank %d: peer %d sent a %u-byte slice where %u bytes were expected in %s "
@@ -968,6 +995,16 @@ static ncclResult_t weft_exec_resume(struct weft_exec_plan *x, struct weft_fuse_
     return ncclSuccess;
 }
 
+uint64_t weft_exec_single_copy_count(const struct ncclComm *comm)
+{
+    uint64_t n = 0;
+    for (int c = 0; c <= comm->nchannels; c++)
+        for (int p = 0; comm->chan_peers[c] != NULL && p < comm->nranks; p++)
+            if (comm->chan_peers[c][p].recv != NULL)
+                n += comm->chan_peers[c][p].recv->direct_reads;
+    return n;
+}
+
 ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
 {
     struct weft_fuse_plan *plans = NULL;
@@ -1017,6 +1054,9 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     if (norig > 0 && orig_tasks[0].enq_ns != 0 && res == ncclSuccess)
         weft_exec_trace(lanes, nlanes);
 out:
+    /* Direct sends the peers never read must not be read once we return (exec/lane.h). */
+    for (int i = 0; res != ncclSuccess && i < nlanes; i++)
+        weft_lane_revoke_direct(&lanes[i].lane);
     /* Tasks planned but never run (a failure building them) count as failed operations. */
     for (int t = 0; t < x.ntasks; t++) {
         weft_sig_end(x.tasks[t].comm, x.recs[t], res != ncclSuccess);

@@ -1,5 +1,7 @@
 /* The step engine: moves a lane's steps through FIFO connections one slot-sized slice at a time. */
+#include <errno.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "exec/lane.h"
 #include "exec/wait.h"
@@ -20,6 +22,9 @@ void weft_lane_init(struct weft_lane *lane)
     lane->error_want_bytes = 0;
     lane->error_sig = 0;
     lane->mismatch_checks = 0;
+    lane->error_errno = 0;
+    lane->direct_pending = 0;
+    lane->direct_scan = 0;
 }
 
 static inline int step_recvs(int op)
@@ -94,6 +99,142 @@ static void lane_slice(const struct weft_lane *lane, const struct weft_step *s,
     }
 }
 
+/* The peer whose reads of the lane's direct sends are still due (-1: none, and the lane no
+ * longer waits on any). Scans the peers once over the lane's end, not per poll. */
+static int lane_direct_unread(struct weft_lane *lane)
+{
+    for (; lane->direct_scan < lane->nranks; lane->direct_scan++) {
+        struct weft_conn *c = lane->peers[lane->direct_scan].send;
+        if (c == NULL || c->head_seen >= c->direct_until)
+            continue;
+        c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+        if (c->head_seen < c->direct_until)
+            return lane->direct_scan;
+    }
+    lane->direct_pending = 0;
+    return -1;
+}
+
+/* Posts SEND step s (none of it moved yet) as one direct slot on sc; 0: no credit. */
+static int lane_direct_send(struct weft_lane *lane, const struct weft_step *s,
+                            struct weft_conn *sc, int *blocked_peer_p, int *blocked_send_p)
+{
+    if (!weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
+        sc->head_seen = __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE);
+        if (!weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
+            if (blocked_peer_p != NULL) {
+                *blocked_peer_p = s->send_peer;
+                *blocked_send_p = 1;
+            }
+            return 0;
+        }
+    }
+    /* Point-to-point work: the step and every following one to the same peer that continues it
+     * in memory go as one read (the receiver's steps of it are cut alike). */
+    const char *src = lane_src(lane, s);
+    uint64_t bytes = s->count * lane->elem_size, k = 1;
+    while (lane->direct_coalesce && lane->cur + k < lane->nsteps) {
+        const struct weft_step *t = &lane->steps[lane->cur + k];
+        if (t->op != WEFT_STEP_SEND || t->send_peer != s->send_peer || t->src != s->src ||
+            lane_src(lane, t) != src + bytes)
+            break;
+        bytes += t->count * lane->elem_size;
+        k++;
+    }
+    struct weft_slot_header *hdr = weft_conn_slot(sc, sc->step);
+    struct weft_direct_desc *d = (struct weft_direct_desc *)((char *)hdr + WEFT_SLOT_HEADER);
+    d->addr = (uint64_t)(uintptr_t)src;
+    d->bytes = bytes;
+    d->revoked = 0;
+    hdr->bytes = WEFT_SLOT_DIRECT;
+    hdr->sig = lane->sig;
+    __atomic_store_n(&hdr->seq, sc->step + 1, __ATOMIC_RELEASE);
+    sc->step++;
+    weft_doorbell_ring(sc->peer_bell);
+    lane->bytes_sent += d->bytes;
+    sc->direct_until = sc->step;
+    lane->direct_pending = 1;
+    lane->direct_scan = 0;
+    lane->cur += k;
+    lane->cur_done = 0;
+    return 1;
+}
+
+static int lane_direct_revoked(const struct weft_direct_desc *d)
+{
+    return __atomic_load_n(&d->revoked, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Reads a direct send described at d into dst: RECV step s and as many following steps from the
+ * same peer, continuing it in memory, as the sender covered (*steps_p of them). 0: read; 1: the
+ * sender revoked it (nothing to use: wait); -1 with error_* set: the peer described another size,
+ * or its memory could not be read. */
+static int lane_direct_recv(struct weft_lane *lane, const struct weft_step *s,
+                            const struct weft_conn *rc, const struct weft_direct_desc *d,
+                            uint64_t *steps_p)
+{
+    char *dst = lane_dst(lane, s);
+    uint64_t want = s->count * lane->elem_size, k = 1;
+    while (want < d->bytes && lane->cur + k < lane->nsteps) {
+        const struct weft_step *t = &lane->steps[lane->cur + k];
+        if (t->op != WEFT_STEP_RECV || t->recv_peer != s->recv_peer || lane_dst(lane, t) != dst + want)
+            break;
+        want += t->count * lane->elem_size;
+        k++;
+    }
+    *steps_p = k;
+    if (s->op != WEFT_STEP_RECV || lane->cur_done != 0 || d->bytes != want ||
+        rc->direct == WEFT_DIRECT_NONE) {
+        lane->error_peer = s->recv_peer;
+        lane->error_got_bytes = d->bytes < UINT32_MAX ? (uint32_t)d->bytes : UINT32_MAX - 1;
+        lane->error_want_bytes = want < UINT32_MAX ? (uint32_t)want : UINT32_MAX - 1;
+        return -1;
+    }
+    if (lane_direct_revoked(d))
+        return 1;
+    if (rc->direct == WEFT_DIRECT_MEMCPY) {
+        memcpy(dst, (const void *)(uintptr_t)d->addr, want);
+        return lane_direct_revoked(d);
+    }
+    for (uint64_t done = 0; done < want;) {
+        struct iovec local = {dst + done, want - done};
+        struct iovec remote = {(void *)(uintptr_t)(d->addr + done), want - done};
+        ssize_t got = process_vm_readv(rc->direct_pid, &local, 1, &remote, 1, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            if (lane_direct_revoked(d))
+                return 1;
+            lane->error_peer = s->recv_peer;
+            lane->error_errno = got < 0 ? errno : EIO;
+            return -1;
+        }
+        done += (uint64_t)got;
+    }
+    /* revoked while we read: the buffer may have changed under the copy */
+    return lane_direct_revoked(d);
+}
+
+void weft_lane_revoke_direct(struct weft_lane *lane)
+{
+    for (int p = 0; lane->direct_pending && p < lane->nranks; p++) {
+        struct weft_conn *c = lane->peers[p].send;
+        if (c == NULL)
+            continue;
+        for (uint64_t st = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+             st < c->direct_until; st++) {
+            struct weft_slot_header *hdr = weft_conn_slot(c, st);
+            if (hdr->bytes != WEFT_SLOT_DIRECT)
+                continue;
+            struct weft_direct_desc *d = (struct weft_direct_desc *)((char *)hdr + WEFT_SLOT_HEADER);
+            __atomic_store_n(&d->revoked, 1, __ATOMIC_RELEASE);
+        }
+    }
+    /* visible before the caller returns and its user may change the buffers */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    lane->direct_pending = 0;
+}
+
 int weft_lane_check_mismatch(struct weft_lane *lane, int checks)
 {
     if (lane->cur >= lane->nsteps)
@@ -140,6 +281,16 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
             continue;
         }
 
+        if (s->op == WEFT_STEP_SEND && lane->direct_min_bytes != 0 && lane->cur_done == 0 &&
+            s->count * es >= lane->direct_min_bytes &&
+            lane->peers[s->send_peer].send->direct != WEFT_DIRECT_NONE) {
+            if (!lane_direct_send(lane, s, lane->peers[s->send_peer].send, blocked_peer_p,
+                                  blocked_send_p))
+                break;
+            moved = 1;
+            continue;
+        }
+
         struct lane_slice sl;
         lane_slice(lane, s, &sl);
         struct weft_conn *rc = sl.rc, *sc = sl.sc;
@@ -179,6 +330,30 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
                 lane->error_want_bytes = nbytes;
                 lane->error_sig = sig;
                 return -1;
+            }
+            if (__builtin_expect(in_hdr->bytes == WEFT_SLOT_DIRECT, 0)) {
+                const struct weft_direct_desc *d =
+                    (const struct weft_direct_desc *)((const char *)in_hdr + WEFT_SLOT_HEADER);
+                uint64_t k = 1;
+                int got = lane_direct_recv(lane, s, rc, d, &k);
+                if (got < 0)
+                    return -1;
+                if (got > 0) {
+                    if (blocked_peer_p != NULL) {
+                        *blocked_peer_p = s->recv_peer;
+                        *blocked_send_p = 0;
+                    }
+                    break;
+                }
+                lane->bytes_recv += d->bytes;
+                rc->direct_reads++;
+                __atomic_store_n(&rc->ctrl->head, rc->step + 1, __ATOMIC_RELEASE);
+                rc->step++;
+                weft_doorbell_ring(rc->peer_bell);
+                lane->cur += k;
+                lane->cur_done = 0;
+                moved = 1;
+                continue;
             }
             if (in_hdr->bytes != nbytes) {
                 lane->error_peer = s->recv_peer;
@@ -248,6 +423,16 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
         if (lane->cur_done == s->count) {
             lane->cur++;
             lane->cur_done = 0;
+        }
+    }
+    /* Every step ran: the lane ends once the peers have read its direct sends. */
+    if (__builtin_expect(lane->direct_pending, 0) && lane->cur >= lane->nsteps) {
+        int p = lane_direct_unread(lane);
+        if (p < 0)
+            moved = 1;
+        else if (blocked_peer_p != NULL) {
+            *blocked_peer_p = p;
+            *blocked_send_p = 1;
         }
     }
     return moved;

@@ -18,6 +18,7 @@
  * another size than this rank expects (another WEFT_HOST_NCHANNELS, slot size or NCCL_PROTO) is
  * refused before it is mapped, for the same reason.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <sys/uio.h>
 
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
@@ -56,7 +59,8 @@ struct weft_shm_header {
     uint32_t departed; /* 1 once the owner destroyed the communicator (comm->peer_departed) */
     uint32_t pad0;
     uint64_t conn_stride; /* bytes per (channel, peer) FIFO pair: the owner's layout */
-    char pad[WEFT_CACHELINE - 32];
+    uint64_t self_addr;   /* this header's address in the owner's process (shm_direct_mode) */
+    char pad[WEFT_CACHELINE - 40];
     struct weft_doorbell bell;
 };
 
@@ -284,6 +288,46 @@ static void shm_prefault(char *addr, size_t len)
 #endif
 }
 
+/*
+ * How this rank can read what peer p sends it directly (exec/lane.h, direct sends), given p's
+ * segment header ph as mapped here. One process (same pid, same PID namespace): memcpy. Another
+ * process: process_vm_readv, if it works (same user, Yama permitting): the probe reads the
+ * header's first words through the owner's own address of it and must find what this mapping
+ * shows, which also proves the pid names the owner.
+ */
+static int shm_direct_mode(const struct ncclComm *comm, int p, const struct weft_shm_header *ph)
+{
+    const struct weft_peer_info *pi = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
+    if (p == comm->rank)
+        return WEFT_DIRECT_MEMCPY;
+    if (pi->pid_ns == 0 || pi->pid_ns != self->pid_ns)
+        return WEFT_DIRECT_NONE;
+    if (pi->pid == self->pid)
+        return WEFT_DIRECT_MEMCPY;
+    uint64_t seen[2] = {0, 0};
+    struct iovec local = {seen, sizeof(seen)};
+    struct iovec remote = {(void *)(uintptr_t)ph->self_addr, sizeof(seen)};
+    ssize_t got = process_vm_readv(pi->pid, &local, 1, &remote, 1, 0);
+    if (got != (ssize_t)sizeof(seen) || memcmp(seen, ph, sizeof(seen)) != 0) {
+        WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT, "rank %d: no single-copy reads from rank %d "
+                  "(pid %d): process_vm_readv %s", comm->rank, p, pi->pid,
+                  got < 0 ? strerror(errno) : "read something else");
+        return WEFT_DIRECT_NONE;
+    }
+    return WEFT_DIRECT_CMA;
+}
+
+/* Tells peer p's sends (every channel's FIFO from p into this rank) how this rank reads them. */
+static void shm_direct_publish(const struct ncclComm *comm, const struct weft_shm_state *st, int p,
+                               int mode)
+{
+    for (int c = 0; c < st->nconn_channels; c++) {
+        struct weft_fifo_ctrl *ctrl =
+            (struct weft_fifo_ctrl *)shm_fifo(comm, st, st->segs[comm->rank], comm->rank, c, p);
+        ctrl->direct = (uint32_t)mode;
+    }
+}
+
 /* A FIFO at fifo: its control block, then nslots slots of slot bytes. */
 static void shm_conn_init(struct weft_conn *conn, char *fifo, size_t slot, uint32_t nslots,
                           struct weft_doorbell *peer_bell)
@@ -359,8 +403,12 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     hdr->rank = me;
     hdr->nranks = nranks;
     hdr->conn_stride = st->conn_stride;
+    hdr->self_addr = (uint64_t)(uintptr_t)hdr;
     WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
     ncclResult_t mapped = ncclSuccess;
+    int reads_cma = 0, reads_memcpy = 0;
+    if (peer_mask[me])
+        shm_direct_publish(comm, st, me, WEFT_DIRECT_MEMCPY);
     for (int p = 0; p < nranks && mapped == ncclSuccess; p++) {
         if (p == me || !peer_mask[p])
             continue;
@@ -380,6 +428,12 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
                       "rank",
                       me, p, (unsigned long long)ph->conn_stride, st->conn_stride);
             mapped = ncclInvalidUsage;
+        } else {
+            /* before the agreement below, after which p's sends read it */
+            int mode = shm_direct_mode(comm, p, ph);
+            shm_direct_publish(comm, st, p, mode);
+            reads_cma += mode == WEFT_DIRECT_CMA;
+            reads_memcpy += mode == WEFT_DIRECT_MEMCPY;
         }
     }
     WEFT_CHECK_GOTO(shm_agree(comm, mapped, "map the shared-memory segments of its peers"), res,
@@ -402,6 +456,9 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             char *in = shm_fifo(comm, st, st->segs[me], me, c, p);
             shm_conn_init(send, out, slot, WEFT_STEPS, peer_bell);
             shm_conn_init(recv, in, slot, WEFT_STEPS, peer_bell);
+            send->direct = (int)send->ctrl->direct;
+            recv->direct = (int)recv->ctrl->direct;
+            recv->direct_pid = comm->peer_info[p].pid;
             if (ll) {
                 send->ll = send + 2;
                 recv->ll = send + 3;
@@ -432,9 +489,11 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         st->owns_bell = 1;
     }
     WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT,
-              "rank %d: shm segment %zu bytes, %d channels, slot %zu%s; %s mapped at setup", me,
+              "rank %d: shm segment %zu bytes, %d channels, slot %zu%s; %s mapped at setup; "
+              "single-copy reads from %d peers with memcpy, %d with process_vm_readv", me,
               st->seg_bytes[me], nch, slot, ll ? ", LL FIFOs" : "",
-              prefault_all ? "every FIFO" : ll ? "the LL FIFOs" : "nothing");
+              prefault_all ? "every FIFO" : ll ? "the LL FIFOs" : "nothing", reads_memcpy,
+              reads_cma);
     *state_p = st;
     return ncclSuccess;
 
