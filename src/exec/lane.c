@@ -99,6 +99,45 @@ static void lane_slice(const struct weft_lane *lane, const struct weft_step *s,
     }
 }
 
+/* 1 when sc has a free slot (re-reading the receiver's head only when the cached one says no);
+ * else 0, with the blocked peer set. */
+static inline int lane_send_credit(struct weft_conn *sc, int peer, int *blocked_peer_p,
+                                   int *blocked_send_p)
+{
+    if (weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots))
+        return 1;
+    sc->head_seen = __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE);
+    if (weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots))
+        return 1;
+    if (blocked_peer_p != NULL) {
+        *blocked_peer_p = peer;
+        *blocked_send_p = 1;
+    }
+    return 0;
+}
+
+/* Publishes sc's current slot hdr (header field bytes; payload bytes for the statistics): the
+ * data before the counter (release), then wakes whoever polls it. */
+static inline void lane_post(struct weft_lane *lane, struct weft_conn *sc,
+                             struct weft_slot_header *hdr, uint32_t bytes, uint64_t payload)
+{
+    hdr->bytes = bytes;
+    hdr->sig = lane->sig;
+    __atomic_store_n(&hdr->seq, sc->step + 1, __ATOMIC_RELEASE);
+    sc->step++;
+    weft_doorbell_ring(sc->peer_bell);
+    lane->bytes_sent += payload;
+}
+
+/* Returns rc's current slot to the sender and wakes it. */
+static inline void lane_free(struct weft_lane *lane, struct weft_conn *rc, uint64_t payload)
+{
+    __atomic_store_n(&rc->ctrl->head, rc->step + 1, __ATOMIC_RELEASE);
+    rc->step++;
+    weft_doorbell_ring(rc->peer_bell);
+    lane->bytes_recv += payload;
+}
+
 /* The peer whose reads of the lane's direct sends are still due (-1: none, and the lane no
  * longer waits on any). Scans the peers once over the lane's end, not per poll. */
 static int lane_direct_unread(struct weft_lane *lane)
@@ -119,16 +158,8 @@ static int lane_direct_unread(struct weft_lane *lane)
 static int lane_direct_send(struct weft_lane *lane, const struct weft_step *s,
                             struct weft_conn *sc, int *blocked_peer_p, int *blocked_send_p)
 {
-    if (!weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
-        sc->head_seen = __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE);
-        if (!weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
-            if (blocked_peer_p != NULL) {
-                *blocked_peer_p = s->send_peer;
-                *blocked_send_p = 1;
-            }
-            return 0;
-        }
-    }
+    if (!lane_send_credit(sc, s->send_peer, blocked_peer_p, blocked_send_p))
+        return 0;
     /* Point-to-point work: the step and every following one to the same peer that continues it
      * in memory go as one read (the receiver's steps of it are cut alike). */
     const char *src = lane_src(lane, s);
@@ -146,12 +177,7 @@ static int lane_direct_send(struct weft_lane *lane, const struct weft_step *s,
     d->addr = (uint64_t)(uintptr_t)src;
     d->bytes = bytes;
     d->revoked = 0;
-    hdr->bytes = WEFT_SLOT_DIRECT;
-    hdr->sig = lane->sig;
-    __atomic_store_n(&hdr->seq, sc->step + 1, __ATOMIC_RELEASE);
-    sc->step++;
-    weft_doorbell_ring(sc->peer_bell);
-    lane->bytes_sent += d->bytes;
+    lane_post(lane, sc, hdr, WEFT_SLOT_DIRECT, bytes);
     sc->direct_until = sc->step;
     lane->direct_pending = 1;
     lane->direct_scan = 0;
@@ -309,16 +335,8 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
                 break;
             }
         }
-        if (sc != NULL && !weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
-            sc->head_seen = __atomic_load_n(&sc->ctrl->head, __ATOMIC_ACQUIRE);
-            if (!weft_fifo_has_credit(sc->head_seen, sc->step, sc->nslots)) {
-                if (blocked_peer_p != NULL) {
-                    *blocked_peer_p = s->send_peer;
-                    *blocked_send_p = 1;
-                }
-                break;
-            }
-        }
+        if (sc != NULL && !lane_send_credit(sc, s->send_peer, blocked_peer_p, blocked_send_p))
+            break;
 
         const char *in = NULL;
         if (rc != NULL) {
@@ -345,11 +363,8 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
                     }
                     break;
                 }
-                lane->bytes_recv += d->bytes;
                 rc->direct_reads++;
-                __atomic_store_n(&rc->ctrl->head, rc->step + 1, __ATOMIC_RELEASE);
-                rc->step++;
-                weft_doorbell_ring(rc->peer_bell);
+                lane_free(lane, rc, d->bytes);
                 lane->cur += k;
                 lane->cur_done = 0;
                 moved = 1;
@@ -403,21 +418,10 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
             break;
         }
 
-        /* Publish: the data before the counter (release), then wake whoever polls it. */
-        if (sc != NULL) {
-            out_hdr->bytes = nbytes;
-            out_hdr->sig = lane->sig;
-            __atomic_store_n(&out_hdr->seq, sc->step + 1, __ATOMIC_RELEASE);
-            sc->step++;
-            weft_doorbell_ring(sc->peer_bell);
-            lane->bytes_sent += nbytes;
-        }
-        if (rc != NULL) {
-            __atomic_store_n(&rc->ctrl->head, rc->step + 1, __ATOMIC_RELEASE);
-            rc->step++;
-            weft_doorbell_ring(rc->peer_bell);
-            lane->bytes_recv += nbytes;
-        }
+        if (sc != NULL)
+            lane_post(lane, sc, out_hdr, nbytes, nbytes);
+        if (rc != NULL)
+            lane_free(lane, rc, nbytes);
         moved = 1;
         lane->cur_done += n;
         if (lane->cur_done == s->count) {
