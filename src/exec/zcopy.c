@@ -17,6 +17,7 @@
 #include "algo/sched.h"
 #include "core/auth.h"
 #include "core/check.h"
+#include "core/cma.h"
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/mem.h"
@@ -30,11 +31,6 @@ WEFT_PARAM(ZcopyMinBytes, "WEFT_ZCOPY_MIN_BYTES", 262144,
            "all-reduces, all-gathers and reduce-scatters of at least this many bytes on a "
            "communicator of one machine read and write the peers' registered host buffers "
            "directly when every rank registered them (0 disables; the same on every rank)");
-
-WEFT_PARAM(ZcopyCma, "WEFT_ZCOPY_CMA", 1,
-           "1: an all-gather that is a zero-copy candidate (WEFT_ZCOPY_MIN_BYTES) reads the "
-           "unregistered inputs of peers in other processes with process_vm_readv, one copy "
-           "instead of two through the FIFOs; 0: only registered buffers go zero-copy");
 
 /* Bytes reduced (or copied) at a time: small enough to stay in cache while the result is copied
  * to every peer. */
@@ -324,13 +320,14 @@ int weft_zcopy_gated(const struct weft_zcopy_op *zc, struct weft_lane *lane)
  * before the vote: the peer's input is valid and unchanging from its descriptor until the done
  * exchange, and this rank writes only its own output's block p, which the normal path (should
  * any rank vote no) writes again. Needs another process in this PID namespace (the pid must mean
- * that process) and ptrace rights over it (same user, Yama permitting); 1 when all was read.
+ * that process), ptrace rights over it (same user, Yama permitting), and a machine where one
+ * kernel copy beats two through the FIFOs (core/cma.h); 1 when all was read.
  */
 static int weft_zcopy_cma_read(struct ncclComm *comm, int p, const uint64_t *d, char *dst,
                                size_t bytes)
 {
     const struct weft_peer_info *pi = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
-    if (!weft_param_ZcopyCma() || pi->pid_ns != self->pid_ns || pi->pid_ns == 0 ||
+    if (!weft_cma_pays() || pi->pid_ns != self->pid_ns || pi->pid_ns == 0 ||
         pi->pid == self->pid)
         return 0;
     size_t done = 0;

@@ -21,7 +21,7 @@
  *      one whose block the owner freed stays valid memory (it is simply never matched again);
  *      an all-gather's input it cannot map (unregistered) a rank reads instead, from another
  *      process of its PID namespace, with process_vm_readv straight into its output
- *      (WEFT_ZCOPY_CMA; a failed read is a no vote);
+ *      (where it pays, core/cma.h; a failed read is a no vote);
  *   3. votes: a second all-gather of "I could map (or read) everything": zero-copy only if every
  *      rank could; otherwise every rank runs the task's normal schedules (nothing was written
  *      yet but blocks of an all-gather's output the normal path writes again);

@@ -32,6 +32,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
+#include "core/cma.h"
 #include "core/comm.h"
 #include "algo/tuner.h"
 #include "core/param.h"
@@ -291,9 +292,9 @@ static void shm_prefault(char *addr, size_t len)
 /*
  * How this rank can read what peer p sends it directly (exec/lane.h, direct sends), given p's
  * segment header ph as mapped here. One process (same pid, same PID namespace): memcpy. Another
- * process: process_vm_readv, if it works (same user, Yama permitting): the probe reads the
- * header's first words through the owner's own address of it and must find what this mapping
- * shows, which also proves the pid names the owner.
+ * process: process_vm_readv, if it pays on this machine (core/cma.h) and works (same user, Yama
+ * permitting): the probe reads the header's first words through the owner's own address of it
+ * and must find what this mapping shows, which also proves the pid names the owner.
  */
 static int shm_direct_mode(const struct ncclComm *comm, int p, const struct weft_shm_header *ph)
 {
@@ -304,6 +305,8 @@ static int shm_direct_mode(const struct ncclComm *comm, int p, const struct weft
         return WEFT_DIRECT_NONE;
     if (pi->pid == self->pid)
         return WEFT_DIRECT_MEMCPY;
+    if (!weft_cma_pays())
+        return WEFT_DIRECT_NONE;
     uint64_t seen[2] = {0, 0};
     struct iovec local = {seen, sizeof(seen)};
     struct iovec remote = {(void *)(uintptr_t)ph->self_addr, sizeof(seen)};
