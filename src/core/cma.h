@@ -9,7 +9,7 @@
  * GB/s on one KVM guest (AMD EPYC, Zen 5) where glibc's memcpy moves 50-100 GB/s, so there the
  * FIFO path was 1.6-2.4x faster than the single copy; on another (Intel Xeon) the single copy
  * tripled send/recv. The policy is WEFT_CMA: 1 always, 0 never, -1 (default) measure: once per
- * process, the first time a path asks, time process_vm_readv and memcpy of the same 512 KiB
+ * process, at its first communicator's init, time process_vm_readv and memcpy of the same 512 KiB
  * (the process's own pages, best of a few interleaved runs, about a millisecond) and use CMA
  * when the kernel copies at least half as fast as memcpy (one copy instead of two).
  *

@@ -15,6 +15,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/cma.h"
 #include "core/fault.h"
 #include "core/mem.h"
 #include "core/param.h"
@@ -579,6 +580,10 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     gethostname(me->hostname, sizeof(me->hostname) - 1);
     weft_comm_settings(comm->nchannels, me->settings);
     me->pid_ns = weft_pid_ns();
+    /* Whether process_vm_readv pays here (core/cma.h) is measured now, once per process, before
+     * the first exchange: later peers may busy-wait beside this rank, which halved memcpy's
+     * figure on a VM whose two vCPUs share a core. */
+    (void)weft_cma_pays();
     WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peer_info, sizeof(*me)));
     for (int p = 0; p < nranks; p++) {
         struct weft_peer_info *pi = &comm->peer_info[p];
