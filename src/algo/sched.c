@@ -106,7 +106,8 @@
  *   for a direct rank at P (it sent everything of P first): the chain is finite.
  * DIRECT ALLREDUCE (one-shot, for small messages: one message latency instead of 2(n-1)), per
  * piece of chunk elements at e:
- *     SEND input[e] -> r, r+1, ..., r+n-1 (itself included, through the loopback connection);
+ *     SEND input[e] -> r+1, ..., r+n-1, then r (itself, through the loopback connection: last,
+ *     so that the peers' messages leave first, and the loopback's work overlaps their latency);
  *     RECV output[e] <- 0; RECV_REDUCE_COPY output <- p (src OUTPUT) for p = 1 .. n-1, the last
  *     FINAL. Every rank adds the contributions in rank order, so all ranks get the same bits; the
  *     rank's own input goes through the loopback so that in place works (output is written before
@@ -142,8 +143,8 @@
  *     output[r*count+e]; RECV output[p*count+e] <- p for p = r-1, r-2, ..., r+1. Bytes sent:
  *     (n-1) * count. Deadlock-free for the all-to-all reason (one message per connection per piece).
  * DIRECT REDUCESCATTER (input holds n blocks), per piece at e: SEND input[p*count+e] -> p for
- *     p = r, r+1, ..., r+n-1 (block r through the loopback, before anything is written, so in place
- *     works); RECV output[e] <- 0; RECV_REDUCE_COPY output[e] <- p (src OUTPUT) for p = 1 .. n-1,
+ *     p = r+1, ..., r+n-1, then r (block r through the loopback, last as in DIRECT ALLREDUCE but
+ *     before anything is written, so in place works); RECV output[e] <- 0; RECV_REDUCE_COPY output[e] <- p (src OUTPUT) for p = 1 .. n-1,
  *     the last FINAL: the same rank-order sum on every rank. Bytes sent: n * count.
  * DIRECT GATHER (output at the root holds n blocks): non-root: SEND input[e] -> root per piece;
  *     root: COPY input[e] -> output[root*count+e] per piece, then for each p != root in rank order,
@@ -778,7 +779,7 @@ static void direct_allreduce(const struct weft_sched_args *a, struct sched_out *
                        e, e, c);
             continue;
         }
-        for (int k = 0; k < n; k++)
+        for (int k = 1; k <= n; k++)
             sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, sched_mod(r + k, n),
                        -1, e, 0, c);
         direct_reduce_in_order(o, n, e, c);
@@ -899,7 +900,7 @@ static void direct_reducescatter(const struct weft_sched_args *a, struct sched_o
                        e, e, c);
             continue;
         }
-        for (int k = 0; k < n; k++) {
+        for (int k = 1; k <= n; k++) {
             int to = sched_mod(r + k, n);
             sched_emit(o, WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, to, -1,
                        (uint64_t)to * count + e, 0, c);

@@ -46,6 +46,8 @@ struct weft_task;
 struct weft_conn;
 
 #define WEFT_SIG_HISTORY 64 /* records kept at least (the ring's first size) */
+_Static_assert((WEFT_SIG_HISTORY & (WEFT_SIG_HISTORY - 1)) == 0,
+               "the record ring is indexed by a mask");
 #define WEFT_SIG_NOTE_VERSION 1u
 
 /* What a call was, as every rank describes it (fixed size: it travels in bootstrap notes). */
@@ -93,8 +95,9 @@ enum { WEFT_SIG_NOTE_STATE = 1, WEFT_SIG_NOTE_MISMATCH = 2 };
 struct weft_sig_comm {
     uint64_t coll_seq;
     uint64_t *p2p_seq; /* [2 * nranks]: sends to r at 2r, receives from r at 2r + 1 */
-    struct weft_op_rec *hist; /* [cap]: record i at i % cap (the last cap begun) */
-    uint64_t cap;             /* WEFT_SIG_HISTORY, doubled while records in flight fill it */
+    struct weft_op_rec *hist; /* [cap]: record i at i & (cap - 1) (the last cap begun) */
+    uint64_t cap;             /* WEFT_SIG_HISTORY, doubled while records in flight fill it:
+                               * a power of two */
     uint64_t nhist;
     struct weft_op_sig last_coll; /* the last collective completed */
     struct weft_sig_note *notes;  /* [nranks]: the latest note from each rank (version 0: none) */

@@ -15,8 +15,8 @@
  *     reduce, besides: only the peers the schedule allows (itself through the loopback where it
  *     uses one), messages carry the element they land on, input and output are covered as often
  *     as the pattern reads and writes them, and piece by piece the steps are exactly those of the
- *     block comment in sched.c (check_direct_pieces): sends to r, r+1, ... in that order (from r
- *     itself only where it loops back); the reducing ones RECV from 0, then RECV_REDUCE_COPY
+ *     block comment in sched.c (check_direct_pieces): sends to r+1, r+2, ... in that order (to r
+ *     itself, last, only where it loops back); the reducing ones RECV from 0, then RECV_REDUCE_COPY
  *     from 1 .. n-1 in rank order, with FINAL on the last one only.
  *   - the tree all-reduce (double binary tree): the two trees are checked as trees for n = 1 ..
  *     1100 and a few up to 4096 (check_tree_shape: one root, parent and children agree, depth
@@ -664,14 +664,14 @@ static int direct_piece(const struct cfg *c, int r, uint64_t e, uint64_t cnt, st
         return k;
     }
     switch (c->coll) {
-    case WEFT_COLL_ALLREDUCE: /* to r, r+1, ..., r+n-1: itself first, through the loopback */
-        for (int j = 0; j < n; j++)
+    case WEFT_COLL_ALLREDUCE: /* to r+1, ..., r+n-1, r: itself last, through the loopback */
+        for (int j = 1; j <= n; j++)
             put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, e, WEFT_BUF_NONE, 0, mod(r + j, n), -1,
                      0, cnt);
         put_reduce_in_order(w, &k, n, e, cnt);
         break;
-    case WEFT_COLL_REDUCESCATTER: /* block p to p, its own first (before output is written) */
-        for (int j = 0; j < n; j++) {
+    case WEFT_COLL_REDUCESCATTER: /* block p to p, its own last (before output is written) */
+        for (int j = 1; j <= n; j++) {
             int p = mod(r + j, n);
             put_step(w, &k, WEFT_STEP_SEND, WEFT_BUF_INPUT, (uint64_t)p * count + e, WEFT_BUF_NONE,
                      0, p, -1, 0, cnt);
@@ -1448,8 +1448,8 @@ static void misc(void)
     for (int p = 0; p < 2; p++) {
         struct weft_step *w = &want_ar[6 * p];
         uint64_t e = 2 * (uint64_t)p;
-        for (int k = 0; k < 3; k++) /* itself first, then 2, 0 */
-            w[k] = (struct weft_step){WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, (1 + k) % 3,
+        for (int k = 0; k < 3; k++) /* to 2, 0, then itself */
+            w[k] = (struct weft_step){WEFT_STEP_SEND, WEFT_BUF_INPUT, WEFT_BUF_NONE, 0, (2 + k) % 3,
                                       -1, 0, e, 0, 2};
         w[3] = (struct weft_step){WEFT_STEP_RECV, WEFT_BUF_NONE, WEFT_BUF_OUTPUT, 0, -1, 0, 0, 0,
                                   e, 2};
