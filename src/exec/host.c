@@ -726,11 +726,13 @@ static void weft_fuse_local_cuts(struct weft_task *const *list, int i, int k, ui
 static ncclResult_t weft_fuse_scan(struct weft_task *tasks, int ntasks, uint8_t **held_p,
                                    struct weft_fuse_plan **plans_p, int *nplans_p)
 {
-    size_t limit = (size_t)weft_param_FuseBytes();
     *held_p = NULL;
     *nplans_p = 0;
-    if (ntasks < WEFT_FUSE_MIN_RUN || limit == 0)
+    if (ntasks < WEFT_FUSE_MIN_RUN)
         return ncclSuccess; /* the common case, one operation: nothing to look at */
+    size_t limit = (size_t)weft_param_FuseBytes();
+    if (limit == 0)
+        return ncclSuccess;
     struct weft_task **list = weft_arena_alloc((size_t)ntasks * sizeof(*list));
     struct weft_fuse_plan *plans = weft_arena_alloc((size_t)ntasks * sizeof(*plans));
     uint8_t *seen = weft_arena_alloc((size_t)ntasks), *held = weft_arena_alloc((size_t)ntasks);
@@ -1010,15 +1012,19 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     struct weft_fuse_plan *plans = NULL;
     int nplans = 0, nlanes = 0, left = 0;
     struct weft_exec_lane *lanes = NULL;
-    /* At most one agreement per communicator: norig more tasks. */
+    /* At most one agreement per communicator: norig more tasks. A lone operation (the common
+     * case, which never fuses) plans on the stack. */
+    struct weft_task lone_tasks[2];
+    uint64_t lone_recs[2];
+    int lone = norig == 1;
     struct weft_exec_plan x = {
-        .tasks = weft_arena_alloc((size_t)2 * norig * sizeof(*x.tasks)),
-        .recs = weft_arena_alloc((size_t)2 * norig * sizeof(*x.recs)),
-        .fused = weft_arena_alloc((size_t)norig * sizeof(*x.fused)),
+        .tasks = lone ? lone_tasks : weft_arena_alloc((size_t)2 * norig * sizeof(*x.tasks)),
+        .recs = lone ? lone_recs : weft_arena_alloc((size_t)2 * norig * sizeof(*x.recs)),
+        .fused = lone ? NULL : weft_arena_alloc((size_t)norig * sizeof(*x.fused)),
     };
     uint8_t *held = NULL;
     ncclResult_t res = ncclSuccess;
-    if (x.tasks == NULL || x.recs == NULL || x.fused == NULL) {
+    if (x.tasks == NULL || x.recs == NULL || (!lone && x.fused == NULL)) {
         WEFT_WARN("out of memory planning %d operations", norig);
         res = ncclSystemError;
         goto out;
