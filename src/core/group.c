@@ -33,7 +33,10 @@ struct weft_group {
     int ninits, init_cap;
 };
 
-static __thread struct weft_group weft_group_state;
+/* initial-exec, as the executor's arena (exec/arena.c): a fixed offset from the thread pointer,
+ * not a __tls_get_addr call on every access (12 per grouped send/recv pair, 3% of its
+ * instructions); 48 bytes of the static TLS surplus glibc keeps for libraries loaded with dlopen. */
+static __thread struct weft_group weft_group_state __attribute__((tls_model("initial-exec")));
 
 int weft_group_depth(void)
 {

@@ -83,11 +83,15 @@ static struct weft_stream *weft_target(const struct weft_task *first)
  */
 static ncclResult_t weft_submit_host(struct weft_task *tasks, int ntasks)
 {
-    if (ntasks == 1 && weft_target(tasks) == NULL) {
-        /* One operation the calling thread runs (the common case): what the general path below
-         * does for it, without its arrays (a fifth of a 2-rank 8 B all-reduce's instructions). */
+    int one_comm = ntasks > 0;
+    for (int t = 1; t < ntasks && one_comm; t++)
+        one_comm = tasks[t].comm == tasks[0].comm;
+    if (one_comm && weft_target(tasks) == NULL) {
+        /* Work of one communicator that the calling thread runs (the common case: one operation,
+         * or a group of sends and receives): what the general path below does for it, without
+         * its arrays (a fifth of a 2-rank 8 B all-reduce's instructions). */
         struct weft_part part = {tasks->comm, weft_comm_ticket_take(tasks->comm)};
-        struct weft_batch b = {.tasks = tasks, .ntasks = 1, .parts = &part, .nparts = 1};
+        struct weft_batch b = {.tasks = tasks, .ntasks = ntasks, .parts = &part, .nparts = 1};
         ncclResult_t res = weft_batch_run(&b);
         weft_batch_finish(&b, res);
         return res;

@@ -88,21 +88,25 @@ struct weft_exec_lane {
 
 
 /*
- * The schedule cache: the step lists of a communicator's last collective that ran alone (the
- * executor's only task), so that the same call again, the small-operation loop of every training
- * step and benchmark, skips choosing the algorithm and building the steps (8 B all-reduce: ~30 ns
- * of ~170 per operation at 1 rank). A schedule's inputs that vary between calls are the
- * collective, count, element size and root (the tuner's choice is a function of those and of the
- * communicator's shared values, comm->tune; channels, chunk, ring and rank are the
- * communicator's), so a cached list is exactly what every rank would build again. Buffers are not
- * in the steps (offsets only). Cached calls log no TUNING line: the choice was logged when built.
- * Only short lists are kept, and only for a lone task, so no running lane reads a list while it
- * is rewritten; the communicator's tickets keep two threads from using it at once. Zero-copy
- * candidates (exec/zcopy.h) take their own path and are never cached.
+ * The schedule cache: the step lists of a communicator's last few operations, so that the same
+ * call again, the small-operation loop of every training step and benchmark (a send/recv pair of
+ * pipeline parallelism, an all-reduce), skips choosing the algorithm and building the steps (8 B
+ * all-reduce: ~30 ns of ~170 per operation at 1 rank; a 2-rank send/recv pair ~700 of ~4400
+ * instructions). A schedule's inputs that vary between calls are the collective, count, element
+ * size and root or peer (the tuner's choice is a function of those and of the communicator's
+ * shared values, comm->tune; channels, chunk, ring and rank are the communicator's), so a cached
+ * list is exactly what every rank would build again. Buffers are not in the steps (offsets only).
+ * Cached calls log no TUNING line: the choice was logged when built. Only short lists are kept,
+ * WEFT_EXEC_CACHE_ENTRIES of them, replaced in turn. A lone task's lanes read a cached list where
+ * it is; the lanes of a group copy it (a later task of the group may replace the entry), so no
+ * running lane reads a list while it is rewritten; the communicator's tickets keep two threads
+ * from using it at once. Zero-copy candidates (exec/zcopy.h) take their own path and are never
+ * cached.
  */
 #define WEFT_EXEC_CACHE_STEPS 64
+#define WEFT_EXEC_CACHE_ENTRIES 4
 
-struct weft_exec_cache {
+struct weft_exec_cache_entry {
     int valid;
     int coll;
     uint64_t count;
@@ -110,19 +114,29 @@ struct weft_exec_cache {
     int root;
     int a2a_in_place; /* an in-place all-to-all's schedule differs (weft_exec_build) */
     uint64_t nsteps[WEFT_MAX_CHANNELS]; /* channel c's list: steps[c * ...] packed in order */
+    uint64_t total;                     /* steps of every channel */
     struct weft_step steps[WEFT_EXEC_CACHE_STEPS];
 };
 
+struct weft_exec_cache {
+    int next; /* the entry the next store replaces */
+    struct weft_exec_cache_entry entries[WEFT_EXEC_CACHE_ENTRIES];
+};
+
 /* comm's cache entry for task when it holds that schedule, else NULL. */
-static const struct weft_exec_cache *weft_exec_cache_find(const struct ncclComm *comm,
-                                                          const struct weft_task *task, size_t es,
-                                                          int a2a_in_place)
+static const struct weft_exec_cache_entry *weft_exec_cache_find(const struct ncclComm *comm,
+                                                                const struct weft_task *task,
+                                                                size_t es, int a2a_in_place)
 {
-    const struct weft_exec_cache *c = comm->exec_cache;
-    if (c == NULL || !c->valid || c->coll != task->coll || c->count != task->count ||
-        c->es != es || c->root != task->root || c->a2a_in_place != a2a_in_place)
+    if (comm->exec_cache == NULL)
         return NULL;
-    return c;
+    for (int i = 0; i < WEFT_EXEC_CACHE_ENTRIES; i++) {
+        const struct weft_exec_cache_entry *c = &comm->exec_cache->entries[i];
+        if (c->valid && c->coll == task->coll && c->count == task->count && c->es == es &&
+            c->root == task->root && c->a2a_in_place == a2a_in_place)
+            return c;
+    }
+    return NULL;
 }
 
 /* Keeps the lists of lanes[0 .. nch) (task's, just built) in comm's cache when they are short. */
@@ -135,18 +149,21 @@ static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task 
     if (total > WEFT_EXEC_CACHE_STEPS)
         return;
     if (comm->exec_cache == NULL) {
-        comm->exec_cache = malloc(sizeof(struct weft_exec_cache));
+        comm->exec_cache = calloc(1, sizeof(struct weft_exec_cache));
         if (comm->exec_cache == NULL)
             return; /* no cache: every call builds, as without one */
     }
-    struct weft_exec_cache *e = comm->exec_cache;
-    *e = (struct weft_exec_cache){
+    struct weft_exec_cache *cache = comm->exec_cache;
+    struct weft_exec_cache_entry *e = &cache->entries[cache->next];
+    cache->next = (cache->next + 1) % WEFT_EXEC_CACHE_ENTRIES;
+    *e = (struct weft_exec_cache_entry){
         .valid = 1,
         .coll = task->coll,
         .count = task->count,
         .es = es,
         .root = task->root,
-        .a2a_in_place = a2a_in_place};
+        .a2a_in_place = a2a_in_place,
+        .total = total};
     struct weft_step *at = e->steps;
     for (int c = 0; c < nch; c++) {
         e->nsteps[c] = lanes[c].lane.nsteps;
@@ -162,9 +179,10 @@ static uint64_t weft_exec_single_copy_min(void)
     return v <= 0 ? 0 : v < 4096 ? 4096 : (uint64_t)v;
 }
 
-/* Builds the lanes of tasks[0 .. ntasks); `cache`: a lone task, which may use comm->exec_cache. */
+/* Builds the lanes of tasks[0 .. ntasks); `lone`: the executor's only task, whose lanes may read
+ * a cached schedule in place. */
 static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const uint64_t *recs,
-                                    int cache, struct weft_exec_lane **lanes_p, int *nlanes_p)
+                                    int lone, struct weft_exec_lane **lanes_p, int *nlanes_p)
 {
     int total = 0;
     for (int t = 0; t < ntasks; t++)
@@ -186,9 +204,20 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         /* An in-place all-to-all's schedule differs (weft_tune_algo_of). */
         int a2a_in_place = task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf;
         int zc = !p2p && weft_zcopy_candidate(task);
-        const struct weft_exec_cache *hit =
-            cache && !zc ? weft_exec_cache_find(comm, task, es, a2a_in_place) : NULL;
+        const struct weft_exec_cache_entry *hit =
+            !zc ? weft_exec_cache_find(comm, task, es, a2a_in_place) : NULL;
         const struct weft_step *cached = hit != NULL ? hit->steps : NULL;
+        if (hit != NULL && !lone) {
+            /* A later task of the group may replace the entry: its lanes keep a copy. */
+            struct weft_step *copy = weft_arena_alloc(hit->total * sizeof(*copy));
+            if (copy == NULL) {
+                WEFT_WARN("out of memory for %llu steps of %s", (unsigned long long)hit->total,
+                          task->api);
+                return ncclSystemError;
+            }
+            memcpy(copy, hit->steps, hit->total * sizeof(*copy));
+            cached = copy;
+        }
         int algo = hit != NULL ? -1
                                : weft_tune_algo_of(task->coll, a2a_in_place, task->count * es,
                                                    &comm->tune);
@@ -206,7 +235,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         for (int c = 0; c < nch; c++) {
             struct weft_exec_lane *el = &lanes[n];
             if (hit != NULL) {
-                /* Lanes only read their steps: the cached list serves as it is. */
+                /* Lanes only read their steps: the cached list (or its copy) serves as it is. */
                 el->steps = (struct weft_step *)cached;
                 el->lane.nsteps = hit->nsteps[c];
                 cached += hit->nsteps[c];
@@ -277,7 +306,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             }
             n++;
         }
-        if (cache && !zc && hit == NULL)
+        if (!zc && hit == NULL)
             weft_exec_cache_store(comm, task, es, a2a_in_place, lanes + n - nch, nch);
     }
     *lanes_p = lanes;
@@ -943,9 +972,9 @@ static ncclResult_t weft_exec_add_lanes(struct weft_exec_plan *x, int first,
 {
     struct weft_exec_lane *add, *all;
     int nadd, n = *nlanes_p;
-    /* A lone task (the common case) may take its steps from the communicator's cache. */
-    int cache = first == 0 && x->ntasks == 1;
-    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, cache, &add,
+    /* A lone task (the common case) may read its steps in the communicator's cache. */
+    int lone = first == 0 && x->ntasks == 1;
+    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, lone, &add,
                                &nadd));
     if (n == 0) {
         all = add;
