@@ -129,12 +129,14 @@ static void test_all_pairs(ncclComm_t comm, size_t count, unsigned seed)
     free(d);
 }
 
-/* Several messages to the same peer in one group are matched in issue order. */
+/* Several messages to the same peer in one group are matched in issue order. Sizes repeat, and
+ * the test runs 3 times: the schedule cache (exec/host.c, 4 entries) serves tasks of a group from
+ * entries that later tasks of the same group replace. */
 static void test_ordered_same_peer(ncclComm_t comm)
 {
     int n = g_nranks, r = g_rank, next = (r + 1) % n, prev = (r + n - 1) % n;
-    enum { K = 5 };
-    size_t sizes[K] = {1, 100, 7, 70000, 3};
+    enum { K = 7 };
+    size_t sizes[K] = {1, 100, 7, 70000, 3, 1, 100};
     int32_t *s[K], *d[K];
     NCCLOK(ncclGroupStart());
     for (int k = 0; k < K; k++) {
@@ -590,7 +592,8 @@ static int rank_main(ncclUniqueId id)
     test_ring(comm, 300000);
     for (unsigned seed = 0; seed < 3; seed++)
         test_all_pairs(comm, seed == 2 ? 100000 : 33, seed);
-    test_ordered_same_peer(comm);
+    for (int again = 0; again < 3; again++)
+        test_ordered_same_peer(comm);
     for (int grouped = 0; grouped < 2; grouped++) {
         test_alltoall(comm, 1, grouped);
         test_alltoall(comm, 1023, grouped);
