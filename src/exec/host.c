@@ -146,7 +146,7 @@ static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task 
     uint64_t total = 0;
     for (int c = 0; c < nch; c++)
         total += lanes[c].lane.nsteps;
-    if (total > WEFT_EXEC_CACHE_STEPS)
+    if (total == 0 || total > WEFT_EXEC_CACHE_STEPS)
         return;
     if (comm->exec_cache == NULL) {
         comm->exec_cache = calloc(1, sizeof(struct weft_exec_cache));
@@ -167,7 +167,8 @@ static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task 
     struct weft_step *at = e->steps;
     for (int c = 0; c < nch; c++) {
         e->nsteps[c] = lanes[c].lane.nsteps;
-        memcpy(at, lanes[c].steps, lanes[c].lane.nsteps * sizeof(*at));
+        if (lanes[c].lane.nsteps > 0) /* a channel without steps may have no list at all */
+            memcpy(at, lanes[c].steps, lanes[c].lane.nsteps * sizeof(*at));
         at += lanes[c].lane.nsteps;
     }
 }
