@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/log.h"
 #include "core/param.h"
+#include "exec/wait.h"
 
 WEFT_PARAM(Cma, "WEFT_CMA", -1,
            "1: read the memory of peer processes of this host with process_vm_readv (single-copy "
@@ -26,13 +26,6 @@ WEFT_PARAM(Cma, "WEFT_CMA", -1,
 static int weft_cma_decision;
 static pthread_once_t weft_cma_once = PTHREAD_ONCE_INIT;
 
-static double weft_cma_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* 1 when process_vm_readv copies at least half as fast as memcpy here. The best of several
  * interleaved runs: a rank descheduled in one (8 ranks on 2 cores) is not what the copies cost. */
 static int weft_cma_probe(void)
@@ -44,13 +37,13 @@ static int weft_cma_probe(void)
         goto out;
     memset(src, 1, bytes);
     memset(dst, 0, bytes);
-    double best_cma = 1e9, best_copy = 1e9;
+    uint64_t best_cma = UINT64_MAX, best_copy = UINT64_MAX;
     pid_t self = getpid();
     for (int run = 0; run < WEFT_CMA_PROBE_RUNS; run++) {
         struct iovec local = {dst, bytes}, remote = {src, bytes};
-        double t0 = weft_cma_now();
+        uint64_t t0 = weft_time_ns();
         ssize_t got = process_vm_readv(self, &local, 1, &remote, 1, 0);
-        double t1 = weft_cma_now();
+        uint64_t t1 = weft_time_ns();
         if (got != (ssize_t)bytes) {
             WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_SHM,
                       "process_vm_readv: %s: no single-copy reads between processes",
@@ -59,7 +52,7 @@ static int weft_cma_probe(void)
         }
         memcpy(dst, src, bytes);
         __asm__ volatile("" ::: "memory"); /* the copy is done before the clock is read */
-        double t2 = weft_cma_now();
+        uint64_t t2 = weft_time_ns();
         if (t1 - t0 < best_cma)
             best_cma = t1 - t0;
         if (t2 - t1 < best_copy)
@@ -69,8 +62,8 @@ static int weft_cma_probe(void)
     pays = best_cma <= 2 * best_copy;
     WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_SHM,
               "process_vm_readv %.1f GB/s, memcpy %.1f GB/s (%u KiB, best of %d): %s",
-              bytes / best_cma * 1e-9, bytes / best_copy * 1e-9, WEFT_CMA_PROBE_BYTES >> 10,
-              WEFT_CMA_PROBE_RUNS,
+              (double)bytes / (double)best_cma, (double)bytes / (double)best_copy,
+              WEFT_CMA_PROBE_BYTES >> 10, WEFT_CMA_PROBE_RUNS,
               pays ? "single-copy reads between processes"
                    : "two copies through the FIFOs (WEFT_CMA=1 forces single copies)");
 out:

@@ -139,6 +139,12 @@ static uint64_t sig_hash_cached(const struct ncclComm *comm, struct weft_sig_com
     return sig_mix(s->prefix, g->seq);
 }
 
+/* Record i of the ring (cap is a power of two). */
+static inline struct weft_op_rec *sig_slot(const struct weft_sig_comm *s, uint64_t i)
+{
+    return &s->hist[i & (s->cap - 1)];
+}
+
 static void sig_from_task(const struct weft_task *t, struct weft_op_sig *g)
 {
     g->seq = 0;
@@ -161,7 +167,7 @@ static void sig_from_task(const struct weft_task *t, struct weft_op_sig *g)
  */
 static void sig_hist_room(struct weft_sig_comm *s)
 {
-    if (s->nhist < s->cap || s->hist[s->nhist & (s->cap - 1)].end_ns != 0)
+    if (s->nhist < s->cap || sig_slot(s, s->nhist)->end_ns != 0)
         return;
     uint64_t cap = 2 * s->cap;
     struct weft_op_rec *hist = malloc(cap * sizeof(*hist));
@@ -171,7 +177,7 @@ static void sig_hist_room(struct weft_sig_comm *s)
         return;
     }
     for (uint64_t i = s->nhist - s->cap; i < s->nhist; i++)
-        hist[i & (cap - 1)] = s->hist[i & (s->cap - 1)];
+        hist[i & (cap - 1)] = *sig_slot(s, i);
     free(s->hist);
     s->hist = hist;
     s->cap = cap;
@@ -183,7 +189,7 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
     struct weft_sig_comm *s = comm->sig;
     sig_hist_room(s);
     uint64_t rec = s->nhist++;
-    struct weft_op_rec *r = &s->hist[rec & (s->cap - 1)];
+    struct weft_op_rec *r = sig_slot(s, rec);
     sig_from_task(merged, &r->sig);
     uint64_t h = 0;
     for (int k = 0; k < n; k++) {
@@ -218,7 +224,7 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
 void weft_sig_end(struct ncclComm *comm, uint64_t rec, int failed)
 {
     struct weft_sig_comm *s = comm->sig;
-    struct weft_op_rec *r = &s->hist[rec & (s->cap - 1)];
+    struct weft_op_rec *r = sig_slot(s, rec);
     r->end_ns = r->precise ? weft_time_ns() : weft_time_coarse_ns();
     r->failed = failed;
     if (!failed && !sig_is_p2p(r->sig.coll))
@@ -230,7 +236,7 @@ int weft_sig_find(const struct ncclComm *comm, uint32_t hash, uint64_t *rec_p)
     const struct weft_sig_comm *s = comm->sig;
     uint64_t first = s->nhist > s->cap ? s->nhist - s->cap : 0;
     for (uint64_t i = s->nhist; i > first; i--)
-        if (s->hist[(i - 1) & (s->cap - 1)].sig.hash == hash) {
+        if (sig_slot(s, i - 1)->sig.hash == hash) {
             *rec_p = i - 1;
             return 1;
         }
@@ -242,7 +248,7 @@ int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec
     const struct weft_sig_comm *s = comm->sig;
     uint64_t first = s->nhist > s->cap ? s->nhist - s->cap : 0;
     for (uint64_t i = s->nhist; i > first; i--)
-        if (s->hist[(i - 1) & (s->cap - 1)].op_seq == op_seq) {
+        if (sig_slot(s, i - 1)->op_seq == op_seq) {
             *rec_p = i - 1;
             return 1;
         }
@@ -251,12 +257,12 @@ int weft_sig_find_op(const struct ncclComm *comm, uint64_t op_seq, uint64_t *rec
 
 const struct weft_op_sig *weft_sig_of(const struct ncclComm *comm, uint64_t rec)
 {
-    return &comm->sig->hist[rec & (comm->sig->cap - 1)].sig;
+    return &sig_slot(comm->sig, rec)->sig;
 }
 
 const struct weft_op_rec *weft_sig_rec(const struct ncclComm *comm, uint64_t rec)
 {
-    return &comm->sig->hist[rec & (comm->sig->cap - 1)];
+    return sig_slot(comm->sig, rec);
 }
 
 static const char *sig_coll_api(int coll)
@@ -546,7 +552,7 @@ static void sig_report_print(struct ncclComm *comm, const struct weft_sig_wait *
                  (unsigned long long)comm->comm_hash);
     const struct weft_op_sig *mine = NULL;
     if (w != NULL) {
-        const struct weft_op_rec *r = &s->hist[w->rec & (s->cap - 1)];
+        const struct weft_op_rec *r = sig_slot(s, w->rec);
         mine = &r->sig;
         weft_sig_format(mine, a, sizeof(a));
         sig_text_add(t, "  stuck: %s, started %.3f s ago, no progress for %.3f s\n", a,
@@ -590,7 +596,7 @@ static void sig_report_print(struct ncclComm *comm, const struct weft_sig_wait *
     uint64_t first = s->nhist > 8 ? s->nhist - 8 : 0;
     sig_text_add(t, "  recent operations:\n");
     for (uint64_t i = first; i < s->nhist; i++) {
-        const struct weft_op_rec *r = &s->hist[i & (s->cap - 1)];
+        const struct weft_op_rec *r = sig_slot(s, i);
         weft_sig_format(&r->sig, a, sizeof(a));
         if (r->end_ns != 0)
             sig_text_add(t, "    %s: %s in %.3f s, %.3f s ago\n", a, r->failed ? "failed" : "done",
