@@ -60,6 +60,9 @@ WEFT_PARAM(YieldCount, "WEFT_YIELD_COUNT", -1,
  * the doorbell wakes it as soon as a peer posts.
  */
 #define WEFT_EXEC_YIELD_MAX_NS 20000000ull
+/* Polls of one awaited word between two full rounds (exec/wait.h: weft_lane_watch). The rounds
+ * in between check the other conditions (a mismatch seen on the other FIFO, errors). */
+#define WEFT_EXEC_WATCH_POLLS 64
 
 static int weft_task_is_p2p(const struct weft_task *task)
 {
@@ -591,10 +594,18 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int 
             for (int i = 1; i < nlanes; i++)
                 multi_comm |= lanes[i].task->comm != lanes[0].task->comm;
         }
-        if (++idle <= spins) {
-            weft_cpu_relax();
+        if (idle < spins) {
+            /* The one lane left waits for a slice: watch that word alone until it comes. */
+            const struct weft_lane *last = block.lane >= 0 ? &lanes[block.lane].lane : NULL;
+            if (ndone == nlanes - 1 && last != NULL && !block.send && last->awaited != NULL) {
+                idle += 1 + weft_lane_watch(last, WEFT_EXEC_WATCH_POLLS);
+            } else {
+                idle++;
+                weft_cpu_relax();
+            }
             continue;
         }
+        idle++;
         uint64_t now = weft_time_ns();
         if (idle_since == 0)
             idle_since = now;
@@ -607,12 +618,13 @@ static ncclResult_t weft_exec_run(struct weft_exec_lane *lanes, int nlanes, int 
         struct weft_doorbell *bell = comm->bell;
         if (bell != NULL) {
             uint32_t seq = __atomic_load_n(&bell->seq, __ATOMIC_ACQUIRE);
-            __atomic_fetch_add(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
+            int deaf = weft_doorbell_enter(bell) != 0;
             r = weft_exec_round(lanes, nlanes, &ndone, &block);
-            /* One comm: its doorbell hears every post; several: poll at 100 us. */
+            /* One comm: its doorbell hears every post; several (or one that may not hear a post):
+             * poll at 100 us. */
             if (r == 0)
-                weft_futex_wait(&bell->seq, seq, multi_comm ? 100000 : 50000000);
-            __atomic_fetch_sub(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
+                weft_futex_wait(&bell->seq, seq, multi_comm || deaf ? 100000 : 50000000);
+            weft_doorbell_leave(bell);
             if (r < 0)
                 return weft_exec_lane_error(&lanes[block.lane]);
             if (r > 0) {

@@ -25,6 +25,7 @@ void weft_lane_init(struct weft_lane *lane)
     lane->error_errno = 0;
     lane->direct_pending = 0;
     lane->direct_scan = 0;
+    lane->awaited = NULL;
 }
 
 static inline int step_recvs(int op)
@@ -328,6 +329,8 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
         if (rc != NULL) {
             in_hdr = weft_conn_slot(rc, rc->step);
             if (__atomic_load_n(&in_hdr->seq, __ATOMIC_ACQUIRE) != rc->step + 1) {
+                lane->awaited = &in_hdr->seq;
+                lane->awaited_seq = rc->step + 1;
                 if (blocked_peer_p != NULL) {
                     *blocked_peer_p = s->recv_peer;
                     *blocked_send_p = 0;
@@ -357,6 +360,7 @@ int weft_lane_progress(struct weft_lane *lane, int *blocked_peer_p, int *blocked
                 if (got < 0)
                     return -1;
                 if (got > 0) {
+                    lane->awaited = NULL; /* waits for the peer's failure, not a slice */
                     if (blocked_peer_p != NULL) {
                         *blocked_peer_p = s->recv_peer;
                         *blocked_send_p = 0;

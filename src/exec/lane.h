@@ -166,6 +166,10 @@ struct weft_lane {
     uint32_t error_sig; /* != 0: the peer's slice carried this signature hash, not lane->sig */
     int mismatch_checks; /* weft_lane_check_mismatch's count */
     int error_errno;     /* != 0: process_vm_readv of peer error_peer's direct send failed */
+    /* set when weft_lane_progress returns blocked on data: the slot header word it waits on and
+     * the value that word takes once the slice is there (weft_lane_watch) */
+    const uint64_t *awaited;
+    uint64_t awaited_seq;
 };
 
 void weft_lane_init(struct weft_lane *lane);

@@ -12,16 +12,27 @@
  *                WEFT_SOCKET_KEEPALIVE (15 s by default)
  *   init-failed  (WEFT_BOOTSTRAP_TIMEOUT=2) work queued on a non-blocking communicator whose init
  *                fails is refused with an error, not run
+ *   doorbell     no wake-up is lost: a process sleeps on a doorbell for each of 20000 posts of
+ *                another, which posts while the sleeper announces itself, at offsets swept over
+ *                a range wider than a cache-line transfer; with the light ring (membarrier)
+ *                where the kernel has it and with the fenced one. A lost ring shows as a sleep
+ *                that runs to its 1 s timeout with the post there
  * Usage: test_robust CASE
  */
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <linux/membarrier.h>
 #include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include "nccl.h"
 #include "bootstrap/socket.h"
@@ -29,6 +40,7 @@
 #include "core/fault.h"
 #include "exec/arena.h"
 #include "exec/stream.h"
+#include "exec/wait.h"
 
 static int nfail, npass;
 
@@ -404,6 +416,109 @@ static void case_finalize_busy(void)
     EXPECT(v == 3 && b.v == 3, "all-reduce gave %d and %d, want 3", v, b.v);
 }
 
+/* What the two processes of case_doorbell share. */
+struct bell_shared {
+    struct weft_doorbell bell;
+    uint64_t posted __attribute__((aligned(64))); /* the poster's counter (its "slot") */
+    uint64_t ready __attribute__((aligned(64)));  /* the sleeper began round n */
+};
+
+#define BELL_ROUNDS 20000
+#define BELL_TIMEOUT_NS 1000000000ull
+#define BELL_MAX_LOST 3
+
+/* Pauses of the two sides before their store-then-load in round n: their difference sweeps a
+ * range wider than a cache-line transfer, so that many rounds post while the sleeper announces
+ * itself (a lost ring needs the poster's post still in its store buffer when the sleeper looks,
+ * and the sleeper's announcement not yet visible when the poster looks). */
+static uint64_t bell_delay(uint64_t n, int sleeper)
+{
+    uint64_t k = n % 32;
+    return sleeper ? k : 31 - k;
+}
+
+static void bell_poster(struct bell_shared *sh)
+{
+    for (uint64_t n = 1; n <= BELL_ROUNDS; n++) {
+        while (__atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) < n)
+            ;
+        for (uint64_t k = 0; k < bell_delay(n / 32, 0); k++)
+            weft_cpu_relax();
+        __atomic_store_n(&sh->posted, n, __ATOMIC_RELEASE);
+        weft_doorbell_ring(&sh->bell);
+    }
+}
+
+/* Runs the executor's sleep protocol against a poster process for BELL_ROUNDS posts; returns how
+ * many sleeps ran to their timeout although the post was there (lost rings). */
+static int bell_rounds(int light)
+{
+    struct bell_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        EXPECT(0, "mmap");
+        return -1;
+    }
+    weft_doorbell_init(&sh->bell, WEFT_BELL_FUTEX, -1);
+    if (!light)
+        sh->bell.light = 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        bell_poster(sh);
+        _exit(0);
+    }
+    int lost = 0, deaf = 0;
+    for (uint64_t n = 1; n <= BELL_ROUNDS && lost < BELL_MAX_LOST; n++) {
+        __atomic_store_n(&sh->ready, n, __ATOMIC_RELEASE);
+        for (uint64_t k = 0; k < bell_delay(n / 32, 1); k++)
+            weft_cpu_relax();
+        while (__atomic_load_n(&sh->posted, __ATOMIC_ACQUIRE) < n) {
+            uint32_t seq = __atomic_load_n(&sh->bell.seq, __ATOMIC_ACQUIRE);
+            deaf += weft_doorbell_enter(&sh->bell) != 0;
+            if (__atomic_load_n(&sh->posted, __ATOMIC_ACQUIRE) < n) {
+                double t0 = now_s();
+                weft_futex_wait(&sh->bell.seq, seq, BELL_TIMEOUT_NS);
+                if (now_s() - t0 > 0.9 && __atomic_load_n(&sh->posted, __ATOMIC_ACQUIRE) >= n)
+                    lost++;
+            }
+            weft_doorbell_leave(&sh->bell);
+        }
+    }
+    if (lost >= BELL_MAX_LOST)
+        kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT(lost >= BELL_MAX_LOST || (WIFEXITED(status) && WEXITSTATUS(status) == 0),
+           "poster exited with %d", status);
+    EXPECT(deaf == 0, "membarrier failed %d times", deaf);
+    munmap(sh, sizeof(*sh));
+    return lost;
+}
+
+static void case_doorbell(void)
+{
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    int can = cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+              (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
+    struct weft_doorbell probe;
+    weft_doorbell_init(&probe, WEFT_BELL_FUTEX, -1);
+    EXPECT((int)probe.light == can && weft_bell_registered == can,
+           "light %u, registered %d, but the kernel %s expedited global membarrier", probe.light,
+           weft_bell_registered, can ? "has" : "lacks");
+    weft_doorbell_init(&probe, WEFT_BELL_EVENTFD, 3);
+    EXPECT(probe.light == 0 && probe.kind == WEFT_BELL_EVENTFD && probe.efd == 3,
+           "an eventfd doorbell is never light (its owner sleeps in epoll_wait)");
+    printf("membarrier: %s\n", can ? "light rings" : "not available: fenced rings only");
+    for (int light = can; light >= 0; light--) {
+        double t0 = now_s();
+        int lost = bell_rounds(light);
+        printf("%s rings: %d rounds in %.2f s, %d lost\n", light ? "light" : "fenced", BELL_ROUNDS,
+               now_s() - t0, lost);
+        EXPECT(lost == 0, "%d of %d rings lost (%s)", lost, BELL_ROUNDS,
+               light ? "light" : "fenced");
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -421,10 +536,12 @@ int main(int argc, char **argv)
         case_init_failed();
     else if (strcmp(c, "finalize-busy") == 0)
         case_finalize_busy();
+    else if (strcmp(c, "doorbell") == 0)
+        case_doorbell();
     else {
         fprintf(stderr,
                 "usage: test_robust fault-parse|arena|ticket|stream|keepalive|init-failed|\n"
-                "finalize-busy\n");
+                "finalize-busy|doorbell\n");
         return 2;
     }
     printf("%s: %d passed, %d failed\n", c, npass, nfail);

@@ -407,6 +407,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     hdr->nranks = nranks;
     hdr->conn_stride = st->conn_stride;
     hdr->self_addr = (uint64_t)(uintptr_t)hdr;
+    weft_doorbell_init(&hdr->bell, WEFT_BELL_FUTEX, -1); /* before any peer maps it */
     WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
     ncclResult_t mapped = ncclSuccess;
     int reads_cma = 0, reads_memcpy = 0;

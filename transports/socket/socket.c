@@ -1094,8 +1094,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
             res = ncclSystemError;
             goto err;
         }
-        t->bell.kind = WEFT_BELL_EVENTFD;
-        t->bell.efd = t->efd;
+        weft_doorbell_init(&t->bell, WEFT_BELL_EVENTFD, t->efd);
     }
     if (comm->bell == NULL) {
         if (posix_memalign((void **)&st->own_bell, WEFT_CACHELINE, sizeof(*st->own_bell)) != 0) {
@@ -1104,7 +1103,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
             res = ncclSystemError;
             goto err;
         }
-        memset(st->own_bell, 0, sizeof(*st->own_bell));
+        weft_doorbell_init(st->own_bell, WEFT_BELL_FUTEX, -1);
         comm->bell = st->own_bell;
     }
     st->rank_bell = comm->bell;
