@@ -96,6 +96,8 @@ typedef int (*none_cu_pointer_get_attribute_fn)(void *data, int attribute, uintp
 
 static none_cu_pointer_get_attribute_fn none_cu_attr;
 static uint32_t none_driver_probes;
+/* Pointer queries that look for the driver (device counts always do). */
+#define NONE_POINTER_PROBES 16
 
 /* Looks for a loaded libcuda now and then: at every device count (each communicator's init asks)
  * and on the first pointer queries, since the program may start CUDA after loading us. */
@@ -121,8 +123,8 @@ static int none_pointer_attr(struct weft_ptr_attr *attr_p, const void *p)
     none_cu_pointer_get_attribute_fn fn = __atomic_load_n(&none_cu_attr, __ATOMIC_ACQUIRE);
     /* the plain load first: once the probes are spent, an atomic add on every buffer of every
      * operation was 8% of a 1-rank 8 B all-reduce (perf: the lock xadd, 82% of this function) */
-    if (fn == NULL && __atomic_load_n(&none_driver_probes, __ATOMIC_RELAXED) < 16 &&
-        __atomic_fetch_add(&none_driver_probes, 1, __ATOMIC_RELAXED) < 16) {
+    if (fn == NULL && __atomic_load_n(&none_driver_probes, __ATOMIC_RELAXED) < NONE_POINTER_PROBES &&
+        __atomic_fetch_add(&none_driver_probes, 1, __ATOMIC_RELAXED) < NONE_POINTER_PROBES) {
         none_probe_driver();
         fn = __atomic_load_n(&none_cu_attr, __ATOMIC_ACQUIRE);
     }
@@ -135,6 +137,11 @@ static int none_pointer_attr(struct weft_ptr_attr *attr_p, const void *p)
     }
     *attr_p = a;
     return WEFT_CUDA_SUCCESS;
+}
+static int none_host_only(void)
+{
+    return __atomic_load_n(&none_cu_attr, __ATOMIC_ACQUIRE) == NULL &&
+           __atomic_load_n(&none_driver_probes, __ATOMIC_RELAXED) >= NONE_POINTER_PROBES;
 }
 static int none_memcpy_async(void *dst, const void *src, size_t bytes, weft_cuda_stream_t s)
 {
@@ -235,6 +242,7 @@ const struct weft_cuda_ops weft_cuda_none_ops = {
     .ipc_get_handle = none_ipc_get_handle,
     .ipc_open_handle = none_ipc_open_handle,
     .ipc_close_handle = none_ptr,
+    .host_only = none_host_only,
 };
 
 /* ---- selection ------------------------------------------------------------------------------- */

@@ -2269,6 +2269,12 @@ static int emu_device_synchronize(void)
     return emu_device_wait(emu_cur_dev);
 }
 
+/* Device memory exists here: every buffer is classified. */
+static int emu_host_only(void)
+{
+    return 0;
+}
+
 static const struct weft_cuda_ops emu_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
     .name = "emu",
@@ -2310,6 +2316,7 @@ static const struct weft_cuda_ops emu_ops = {
     .ipc_get_handle = emu_ipc_get_handle,
     .ipc_open_handle = emu_ipc_open_handle,
     .ipc_close_handle = emu_ipc_close_handle,
+    .host_only = emu_host_only,
 };
 
 static void emu_init_once(void)

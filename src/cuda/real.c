@@ -518,6 +518,12 @@ static int real_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *h
 
 static int real_ipc_close_handle(void *p) { return (int)cudaIpcCloseMemHandle(p); }
 
+/* Device memory exists here: every buffer is classified. */
+static int real_host_only(void)
+{
+    return 0;
+}
+
 static const struct weft_cuda_ops real_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
     .name = "cuda",
@@ -559,6 +565,7 @@ static const struct weft_cuda_ops real_ops = {
     .ipc_get_handle = real_ipc_get_handle,
     .ipc_open_handle = real_ipc_open_handle,
     .ipc_close_handle = real_ipc_close_handle,
+    .host_only = real_host_only,
 };
 
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;

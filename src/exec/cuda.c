@@ -953,7 +953,8 @@ ncclResult_t weft_cuda_classify(struct ncclComm *comm, struct weft_task *task, i
     task->on_device = 0;
     /* Even without a device of ours the buffers are classified: the none backend recognises the
      * CUDA memory of a process that uses CUDA itself, which must fail cleanly, not be read. */
-    WEFT_CHECK(weft_cuda_classify_buffers(comm, task, send_needed, recv_needed));
+    if (!weft_cuda()->host_only())
+        WEFT_CHECK(weft_cuda_classify_buffers(comm, task, send_needed, recv_needed));
     if (!task->on_device && task->has_redop && task->redop.scalar_dev != NULL) {
         /* A device-resident PreMulSum scalar for the host executor: read it now. */
         const struct weft_cuda_ops *ops = weft_cuda();
