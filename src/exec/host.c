@@ -110,12 +110,9 @@ struct weft_exec_lane {
 #define WEFT_EXEC_CACHE_ENTRIES 4
 
 struct weft_exec_cache_entry {
-    int valid;
-    int coll;
+    uint64_t key;   /* weft_exec_cache_key of the collective, root, element size; 0: empty */
     uint64_t count;
-    size_t es;
-    int root;
-    int a2a_in_place; /* an in-place all-to-all's schedule differs (weft_exec_build) */
+    int ll;         /* weft_tune_ll's answer for the collective (a loop for point-to-point) */
     uint64_t nsteps[WEFT_MAX_CHANNELS]; /* channel c's list: steps[c * ...] packed in order */
     uint64_t total;                     /* steps of every channel */
     struct weft_step steps[WEFT_EXEC_CACHE_STEPS];
@@ -126,25 +123,31 @@ struct weft_exec_cache {
     struct weft_exec_cache_entry entries[WEFT_EXEC_CACHE_ENTRIES];
 };
 
-/* comm's cache entry for task when it holds that schedule, else NULL. */
+/* What, besides the count, selects a schedule: one word to compare (never 0). An in-place
+ * all-to-all's schedule differs (weft_exec_build). */
+static uint64_t weft_exec_cache_key(const struct weft_task *task, size_t es, int a2a_in_place)
+{
+    return 1 | (uint64_t)(a2a_in_place != 0) << 1 | (uint64_t)__builtin_ctzll(es) << 2 |
+           (uint64_t)(uint8_t)task->coll << 8 | (uint64_t)(uint32_t)task->root << 32;
+}
+
+/* comm's cache entry for key and count when it holds that schedule, else NULL. */
 static const struct weft_exec_cache_entry *weft_exec_cache_find(const struct ncclComm *comm,
-                                                                const struct weft_task *task,
-                                                                size_t es, int a2a_in_place)
+                                                                uint64_t key, uint64_t count)
 {
     if (comm->exec_cache == NULL)
         return NULL;
     for (int i = 0; i < WEFT_EXEC_CACHE_ENTRIES; i++) {
         const struct weft_exec_cache_entry *c = &comm->exec_cache->entries[i];
-        if (c->valid && c->coll == task->coll && c->count == task->count && c->es == es &&
-            c->root == task->root && c->a2a_in_place == a2a_in_place)
+        if (c->key == key && c->count == count)
             return c;
     }
     return NULL;
 }
 
 /* Keeps the lists of lanes[0 .. nch) (task's, just built) in comm's cache when they are short. */
-static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task *task, size_t es,
-                                  int a2a_in_place, struct weft_exec_lane *lanes, int nch)
+static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task *task,
+                                  uint64_t key, int ll, struct weft_exec_lane *lanes, int nch)
 {
     uint64_t total = 0;
     for (int c = 0; c < nch; c++)
@@ -159,14 +162,7 @@ static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task 
     struct weft_exec_cache *cache = comm->exec_cache;
     struct weft_exec_cache_entry *e = &cache->entries[cache->next];
     cache->next = (cache->next + 1) % WEFT_EXEC_CACHE_ENTRIES;
-    *e = (struct weft_exec_cache_entry){
-        .valid = 1,
-        .coll = task->coll,
-        .count = task->count,
-        .es = es,
-        .root = task->root,
-        .a2a_in_place = a2a_in_place,
-        .total = total};
+    *e = (struct weft_exec_cache_entry){.key = key, .count = task->count, .ll = ll, .total = total};
     struct weft_step *at = e->steps;
     for (int c = 0; c < nch; c++) {
         e->nsteps[c] = lanes[c].lane.nsteps;
@@ -208,8 +204,9 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         /* An in-place all-to-all's schedule differs (weft_tune_algo_of). */
         int a2a_in_place = task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf;
         int zc = !p2p && weft_zcopy_candidate(task);
+        uint64_t key = weft_exec_cache_key(task, es, a2a_in_place);
         const struct weft_exec_cache_entry *hit =
-            !zc ? weft_exec_cache_find(comm, task, es, a2a_in_place) : NULL;
+            !zc ? weft_exec_cache_find(comm, key, task->count) : NULL;
         const struct weft_step *cached = hit != NULL ? hit->steps : NULL;
         if (hit != NULL && !lone) {
             /* A later task of the group may replace the entry: its lanes keep a copy. */
@@ -228,7 +225,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         /* Element sizes are powers of two: a shift, not a 64-bit division (~40 cycles). */
         uint64_t chunk = (weft_slot_payload(comm->slot_bytes) * WEFT_CHUNK_SLOTS) >>
                          __builtin_ctzll(es);
-        int ll = weft_tune_ll(&comm->tune.cfg, task->coll);
+        int ll = hit != NULL ? hit->ll : weft_tune_ll(&comm->tune.cfg, task->coll);
         uint32_t sig = sig_on ? weft_sig_of(comm, recs[t])->hash : 0;
         /* Only where every SEND step meets a plain RECV on the peer (exec/lane.h), and never an
          * in-place all-to-all, whose receives overwrite blocks a peer may still read. */
@@ -311,7 +308,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             n++;
         }
         if (!zc && hit == NULL)
-            weft_exec_cache_store(comm, task, es, a2a_in_place, lanes + n - nch, nch);
+            weft_exec_cache_store(comm, task, key, ll, lanes + n - nch, nch);
     }
     *lanes_p = lanes;
     *nlanes_p = n;

@@ -71,7 +71,8 @@ ncclResult_t weft_sig_init(struct ncclComm *comm)
         return ncclSystemError;
     }
     s->p2p_seq = seq;
-    s->prefix_of.coll = -1;
+    for (int k = 0; k < 3; k++)
+        s->prefix_of[k].coll = -1;
     s->notes = notes;
     s->tell = tell;
     s->hist = hist;
@@ -125,18 +126,19 @@ static uint64_t sig_hash_one(const struct ncclComm *comm, const struct weft_op_s
     return sig_mix(sig_hash_prefix(comm, g), g->seq);
 }
 
-/* sig_hash_one through the communicator's one-entry cache of prefixes (~10 ns less per
- * operation when the call repeats, the 8 B path's case). */
+/* sig_hash_one through the communicator's cache of prefixes, one per kind (collectives, sends,
+ * receives): ~10 ns less per operation when the call repeats, the 8 B path's case. */
 static uint64_t sig_hash_cached(const struct ncclComm *comm, struct weft_sig_comm *s,
                                 const struct weft_op_sig *g)
 {
-    struct weft_op_sig *k = &s->prefix_of;
+    int kind = g->coll == WEFT_COLL_SEND ? 1 : g->coll == WEFT_COLL_RECV ? 2 : 0;
+    struct weft_op_sig *k = &s->prefix_of[kind];
     if (k->coll != g->coll || k->root != g->root || k->dtype != g->dtype ||
         k->redop != g->redop || k->count != g->count) {
         *k = *g;
-        s->prefix = sig_hash_prefix(comm, g);
+        s->prefix[kind] = sig_hash_prefix(comm, g);
     }
-    return sig_mix(s->prefix, g->seq);
+    return sig_mix(s->prefix[kind], g->seq);
 }
 
 /* Record i of the ring (cap is a power of two). */

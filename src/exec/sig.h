@@ -106,10 +106,11 @@ struct weft_sig_comm {
     uint64_t reported;  /* the operation (hist index + 1) whose report was printed */
     uint64_t mismatch_seq; /* MISMATCH notes about collectives before this one are old news */
     uint32_t report_req; /* weftCommHangReport asked for one */
-    /* The hash of the last unfused operation's signature without its sequence number (exec/sig.c):
-     * a program repeats the same call, and then only the sequence number is mixed in. */
-    struct weft_op_sig prefix_of; /* seq and hash unused; coll -1: none yet */
-    uint64_t prefix;
+    /* The hash of the last unfused collective's, send's and receive's signature without its
+     * sequence number (exec/sig.c): a program repeats the same calls (a send/recv pair takes
+     * turns), and then only the sequence number is mixed in. */
+    struct weft_op_sig prefix_of[3]; /* seq and hash unused; coll -1: none yet */
+    uint64_t prefix[3];
 };
 
 ncclResult_t weft_sig_init(struct ncclComm *comm);
