@@ -71,7 +71,7 @@ ncclResult_t weft_sig_init(struct ncclComm *comm)
         return ncclSystemError;
     }
     s->p2p_seq = seq;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < WEFT_SIG_PREFIX_KINDS; k++)
         s->prefix_of[k].coll = -1;
     s->notes = notes;
     s->tell = tell;

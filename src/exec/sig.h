@@ -92,6 +92,9 @@ struct weft_sig_note {
 enum { WEFT_SIG_NOTE_STATE = 1, WEFT_SIG_NOTE_MISMATCH = 2 };
 
 /* Per-communicator state; comm->sig, made by weft_sig_init. */
+/* Operations whose signature prefixes are cached apart: collectives, sends, receives. */
+#define WEFT_SIG_PREFIX_KINDS 3
+
 struct weft_sig_comm {
     uint64_t coll_seq;
     uint64_t *p2p_seq; /* [2 * nranks]: sends to r at 2r, receives from r at 2r + 1 */
@@ -109,8 +112,8 @@ struct weft_sig_comm {
     /* The hash of the last unfused collective's, send's and receive's signature without its
      * sequence number (exec/sig.c): a program repeats the same calls (a send/recv pair takes
      * turns), and then only the sequence number is mixed in. */
-    struct weft_op_sig prefix_of[3]; /* seq and hash unused; coll -1: none yet */
-    uint64_t prefix[3];
+    struct weft_op_sig prefix_of[WEFT_SIG_PREFIX_KINDS]; /* seq and hash unused; coll -1: none */
+    uint64_t prefix[WEFT_SIG_PREFIX_KINDS];
 };
 
 ncclResult_t weft_sig_init(struct ncclComm *comm);
