@@ -406,6 +406,23 @@ const char *weft_dtype_name(int dtype)
 /* Bytes of the stack buffer used when a premultiplied input meets a kind other than sum. */
 #define WEFT_RED_TMP_BYTES 4096
 
+/* Premultiplied input with prod/max/min: scale a chunk of b, then combine. Apart from
+ * weft_reduce, so that its common calls set up no 4 KiB frame (with its stack probe). */
+static __attribute__((noinline)) void weft_reduce_premul_other(const struct weft_redop *op,
+                                                               const struct weft_red_fns *f,
+                                                               void *dst, const void *a,
+                                                               const void *b, size_t count)
+{
+    _Alignas(64) unsigned char tmp[WEFT_RED_TMP_BYTES];
+    size_t es = weft_dtype_sizes[op->dtype];
+    size_t chunk = WEFT_RED_TMP_BYTES / es;
+    for (size_t off = 0; off < count; off += chunk) {
+        size_t m = count - off < chunk ? count - off : chunk;
+        f->scale(tmp, (const char *)b + off * es, op->scalar.bytes, m);
+        f->op[op->kind]((char *)dst + off * es, (const char *)a + off * es, tmp, m);
+    }
+}
+
 void weft_reduce(const struct weft_redop *op, void *dst, const void *a, const void *b,
                  size_t count, int flags)
 {
@@ -436,15 +453,7 @@ void weft_reduce(const struct weft_redop *op, void *dst, const void *a, const vo
     } else if (op->kind == WEFT_RED_SUM) {
         f->premul_sum(dst, a, b, op->scalar.bytes, count);
     } else {
-        /* Premultiplied input with prod/max/min: scale a chunk of b, then combine. */
-        _Alignas(64) unsigned char tmp[WEFT_RED_TMP_BYTES];
-        size_t es = weft_dtype_sizes[op->dtype];
-        size_t chunk = WEFT_RED_TMP_BYTES / es;
-        for (size_t off = 0; off < count; off += chunk) {
-            size_t m = count - off < chunk ? count - off : chunk;
-            f->scale(tmp, (const char *)b + off * es, op->scalar.bytes, m);
-            f->op[op->kind]((char *)dst + off * es, (const char *)a + off * es, tmp, m);
-        }
+        weft_reduce_premul_other(op, f, dst, a, b, count);
     }
     if (post)
         f->div(dst, op->divisor, count);

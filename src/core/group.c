@@ -290,10 +290,10 @@ ncclResult_t weft_group_record(ncclResult_t res)
     return res;
 }
 
-ncclResult_t weft_group_enqueue(const struct weft_task *task)
+ncclResult_t weft_group_enqueue(struct weft_task *task)
 {
     struct weft_group *g = &weft_group_state;
-    uint64_t enq_ns = weft_trace_enabled() ? weft_time_ns() : 0;
+    task->enq_ns = weft_trace_enabled() ? weft_time_ns() : 0;
     /* As in NCCL, a non-blocking communicator takes no operation before its previous one (init,
      * split, a collective, a group) has reached ncclSuccess through ncclCommGetAsyncError. */
     if (!task->comm->blocking && weft_comm_async_state(task->comm) == ncclInProgress) {
@@ -302,11 +302,8 @@ ncclResult_t weft_group_enqueue(const struct weft_task *task)
                   task->api, (void *)task->comm);
         return weft_group_record(ncclInvalidArgument);
     }
-    if (g->depth == 0) {
-        struct weft_task copy = *task;
-        copy.enq_ns = enq_ns;
-        return weft_submit(&copy, 1);
-    }
+    if (g->depth == 0)
+        return weft_submit(task, 1);
     /* As in NCCL, one group holds blocking or non-blocking communicators, not both: its end
      * either returns when the work is enqueued or returns ncclInProgress. */
     if (g->ntasks > 0 && g->tasks[0].comm->blocking != task->comm->blocking) {
@@ -327,8 +324,7 @@ ncclResult_t weft_group_enqueue(const struct weft_task *task)
         g->tasks = t;
         g->task_cap = cap;
     }
-    g->tasks[g->ntasks] = *task;
-    g->tasks[g->ntasks++].enq_ns = enq_ns;
+    g->tasks[g->ntasks++] = *task;
     return ncclSuccess;
 }
 

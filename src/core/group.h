@@ -30,8 +30,9 @@ struct weft_task {
     uint64_t enq_ns;         /* WEFT_TRACE_FILE: when the call was made (weft_time_ns), else 0 */
 };
 
-/* Runs the task now (no group open) or records it; an error is reported at group end. */
-ncclResult_t weft_group_enqueue(const struct weft_task *task);
+/* Runs the task now (no group open: the executors may change it, and it must live until the call
+ * returns) or records a copy; an error is reported at group end. Sets task->enq_ns. */
+ncclResult_t weft_group_enqueue(struct weft_task *task);
 
 /* A communicator init recorded inside a group runs at ncclGroupEnd (concurrently with others). */
 ncclResult_t weft_group_enqueue_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id,

@@ -41,6 +41,8 @@ void weft_param_foreach(void (*fn)(const struct weft_param *p, void *arg), void 
     static struct weft_param *weft_param_ptr_##name WEFT_PARAM_SECTION = &weft_param_obj_##name;   \
     int64_t weft_param_##name(void)                                                                \
     {                                                                                              \
+        if (__atomic_load_n(&weft_param_obj_##name.loaded, __ATOMIC_ACQUIRE))                     \
+            return weft_param_obj_##name.value_int; /* read once: no call on hot paths */         \
         return weft_param_int(&weft_param_obj_##name);                                             \
     }
 

@@ -252,10 +252,10 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         int nch = p2p ? 1 : comm->nchannels;
         /* An in-place all-to-all's schedule differs (weft_tune_algo_of). */
         int a2a_in_place = task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf;
-        int zc = !p2p && weft_zcopy_candidate(task);
         uint64_t key = weft_exec_cache_key(task, es, a2a_in_place);
-        struct weft_exec_cache_entry *hit =
-            !zc ? weft_exec_cache_find(comm, key, task->count) : NULL;
+        /* Whether a task is a zero-copy candidate follows from its key and count: a hit is none. */
+        struct weft_exec_cache_entry *hit = weft_exec_cache_find(comm, key, task->count);
+        int zc = hit == NULL && !p2p && weft_zcopy_candidate(task);
         uint32_t sig = sig_on ? weft_sig_of(comm, recs[t])->hash : 0;
         if (hit != NULL && lone) {
             /* Nothing else uses the entry while its lanes run: no other task of this executor
