@@ -385,18 +385,13 @@ const char *weft_reduce_isa_name(void)
                                                                                      : "generic";
 }
 
-static const size_t weft_dtype_sizes[WEFT_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+const size_t weft_dtype_sizes[WEFT_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
 /* nccl-tests spellings */
 static const char *const weft_dtype_names[WEFT_NUM_DTYPES] = {
     "int8", "uint8", "int32", "uint32", "int64", "uint64",
     "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2",
 };
-
-size_t weft_dtype_size(int dtype)
-{
-    return dtype >= 0 && dtype < WEFT_NUM_DTYPES ? weft_dtype_sizes[dtype] : 0;
-}
 
 const char *weft_dtype_name(int dtype)
 {

@@ -65,8 +65,14 @@ struct weft_redop {
 #define WEFT_REDUCE_PRE_B 0x1 /* b is a local input: apply premul (if op->premul) */
 #define WEFT_REDUCE_POST 0x2  /* results are final: apply postdiv (if op->postdiv) */
 
-/* Size in bytes of one element; 0 for an invalid type. */
-size_t weft_dtype_size(int dtype);
+extern const size_t weft_dtype_sizes[WEFT_NUM_DTYPES];
+
+/* Size in bytes of one element; 0 for an invalid type. Inline: several calls on the path of
+ * every operation. */
+static inline size_t weft_dtype_size(int dtype)
+{
+    return dtype >= 0 && dtype < WEFT_NUM_DTYPES ? weft_dtype_sizes[dtype] : 0;
+}
 const char *weft_dtype_name(int dtype);
 
 /*

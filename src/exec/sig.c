@@ -147,6 +147,13 @@ static inline struct weft_op_rec *sig_slot(const struct weft_sig_comm *s, uint64
     return &s->hist[i & (s->cap - 1)];
 }
 
+/* The next sequence number of g's kind: collectives, sends to a peer, receives from one. */
+static uint64_t sig_next_seq(struct weft_sig_comm *s, const struct weft_op_sig *g)
+{
+    return sig_is_p2p(g->coll) ? ++s->p2p_seq[2 * g->root + (g->coll == WEFT_COLL_RECV)]
+                               : ++s->coll_seq;
+}
+
 static void sig_from_task(const struct weft_task *t, struct weft_op_sig *g)
 {
     g->seq = 0;
@@ -194,23 +201,18 @@ void weft_sig_begin(struct ncclComm *comm, const struct weft_task *tasks, int n,
     struct weft_op_rec *r = sig_slot(s, rec);
     sig_from_task(merged, &r->sig);
     uint64_t h = 0;
-    for (int k = 0; k < n; k++) {
-        struct weft_op_sig g;
-        const struct weft_op_sig *gp = &r->sig;
-        if (n > 1) {
+    if (n == 1) { /* the common case: the prefix cache's */
+        r->sig.seq = sig_next_seq(s, &r->sig);
+        h = sig_hash_cached(comm, s, &r->sig);
+    } else { /* fused all-reduces: every member's signature, in order */
+        for (int k = 0; k < n; k++) {
+            struct weft_op_sig g;
             sig_from_task(&tasks[k], &g);
-            gp = &g;
-        }
-        uint64_t seq = sig_is_p2p(gp->coll)
-                           ? ++s->p2p_seq[2 * gp->root + (gp->coll == WEFT_COLL_RECV)]
-                           : ++s->coll_seq;
-        if (k == 0)
-            r->sig.seq = seq;
-        g.seq = seq;
-        if (gp == &r->sig)
-            h = sig_hash_cached(comm, s, &r->sig);
-        else
+            g.seq = sig_next_seq(s, &g);
+            if (k == 0)
+                r->sig.seq = g.seq;
             h = k == 0 ? sig_hash_one(comm, &g) : sig_mix(h, sig_hash_one(comm, &g));
+        }
     }
     r->sig.nfused = n;
     uint32_t h32 = (uint32_t)(h ^ (h >> 32));
