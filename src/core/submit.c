@@ -23,8 +23,9 @@ struct weft_batch {
     struct weft_part *parts;
 };
 
-/* Waits for every part's turn, then runs all tasks together. */
-static ncclResult_t weft_batch_run(struct weft_batch *b)
+/* Waits for every part's turn, then runs all tasks together. Inline: the common case, one
+ * communicator run by the calling thread (weft_submit_host), then needs no loops. */
+static inline ncclResult_t weft_batch_run(struct weft_batch *b)
 {
     ncclResult_t res = ncclSuccess;
     for (int i = 0; i < b->nparts; i++)
@@ -46,7 +47,7 @@ static ncclResult_t weft_batch_run(struct weft_batch *b)
 }
 
 /* Records errors and passes each communicator's turn on. */
-static void weft_batch_finish(struct weft_batch *b, ncclResult_t res)
+static inline void weft_batch_finish(struct weft_batch *b, ncclResult_t res)
 {
     for (int i = 0; i < b->nparts; i++) {
         if (WEFT_IS_ERROR(res))

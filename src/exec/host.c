@@ -129,12 +129,24 @@ struct weft_exec_cache {
     struct weft_exec_cache_entry entries[WEFT_EXEC_CACHE_ENTRIES];
 };
 
-/* What, besides the count, selects a schedule: one word to compare (never 0). An in-place
- * all-to-all's schedule differs (weft_exec_build). */
-static uint64_t weft_exec_cache_key(const struct weft_task *task, size_t es, int a2a_in_place)
+/* An in-place all-to-all's schedule differs (weft_tune_algo_of). */
+static int weft_exec_a2a_in_place(const struct weft_task *task)
 {
-    return 1 | (uint64_t)(a2a_in_place != 0) << 1 | (uint64_t)__builtin_ctzll(es) << 2 |
+    return task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf;
+}
+
+/* What, besides the count, selects a schedule: one word to compare (never 0). */
+static uint64_t weft_exec_cache_key(const struct weft_task *task)
+{
+    return 1 | (uint64_t)weft_exec_a2a_in_place(task) << 1 |
+           (uint64_t)__builtin_ctzll(weft_dtype_size(task->dtype)) << 2 |
            (uint64_t)(uint8_t)task->coll << 8 | (uint64_t)(uint32_t)task->root << 32;
+}
+
+/* The signature hash a task's slices carry (its record rec; 0 with the check off). */
+static uint32_t weft_exec_sig(const struct ncclComm *comm, uint64_t rec)
+{
+    return weft_sig_enabled() ? weft_sig_of(comm, rec)->hash : 0;
 }
 
 /* comm's cache entry for key and count when it holds that schedule, else NULL. */
@@ -235,13 +247,19 @@ static uint64_t weft_exec_single_copy_min(void)
     return v <= 0 ? 0 : v < 4096 ? 4096 : (uint64_t)v;
 }
 
-/* Builds the lanes of tasks[0 .. ntasks); `lone`: the executor's only task (weft_exec_one), which
- * runs a cache entry's lanes in place. */
+/* Builds the lanes of tasks[0 .. ntasks): from the schedule cache (copies: a later task may
+ * replace an entry) or anew. */
 static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const uint64_t *recs,
-                                    int lone, struct weft_exec_lane **lanes_p, int *nlanes_p)
+                                    struct weft_exec_lane **lanes_p, int *nlanes_p)
 {
-    struct weft_exec_lane *lanes = NULL;
-    int sig_on = weft_sig_enabled();
+    int total = 0;
+    for (int t = 0; t < ntasks; t++)
+        total += weft_task_is_p2p(&tasks[t]) ? 1 : tasks[t].comm->nchannels;
+    struct weft_exec_lane *lanes = weft_arena_alloc((size_t)total * sizeof(*lanes));
+    if (lanes == NULL) {
+        WEFT_WARN("out of memory building %d lanes", total);
+        return ncclSystemError;
+    }
     int n = 0;
     for (int t = 0; t < ntasks; t++) {
         struct weft_task *task = &tasks[t];
@@ -250,31 +268,12 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         uint64_t seq = ++comm->op_seq;
         int p2p = weft_task_is_p2p(task);
         int nch = p2p ? 1 : comm->nchannels;
-        /* An in-place all-to-all's schedule differs (weft_tune_algo_of). */
-        int a2a_in_place = task->coll == WEFT_COLL_ALLTOALL && task->sendbuf == task->recvbuf;
-        uint64_t key = weft_exec_cache_key(task, es, a2a_in_place);
+        int a2a_in_place = weft_exec_a2a_in_place(task);
         /* Whether a task is a zero-copy candidate follows from its key and count: a hit is none. */
-        struct weft_exec_cache_entry *hit = weft_exec_cache_find(comm, key, task->count);
+        struct weft_exec_cache_entry *hit =
+            weft_exec_cache_find(comm, weft_exec_cache_key(task), task->count);
         int zc = hit == NULL && !p2p && weft_zcopy_candidate(task);
-        uint32_t sig = sig_on ? weft_sig_of(comm, recs[t])->hash : 0;
-        if (hit != NULL && lone) {
-            /* Nothing else uses the entry while its lanes run: no other task of this executor
-             * stores one, and the communicator's tickets keep other threads out. */
-            weft_exec_lane_reuse(hit->lanes, hit, hit->steps, task, sig, seq, recs[t]);
-            *lanes_p = hit->lanes;
-            *nlanes_p = hit->nlanes;
-            return ncclSuccess;
-        }
-        if (lanes == NULL) {
-            int total = 0;
-            for (int u = t; u < ntasks; u++)
-                total += weft_task_is_p2p(&tasks[u]) ? 1 : tasks[u].comm->nchannels;
-            lanes = weft_arena_alloc((size_t)total * sizeof(*lanes));
-            if (lanes == NULL) {
-                WEFT_WARN("out of memory building %d lanes", total);
-                return ncclSystemError;
-            }
-        }
+        uint32_t sig = weft_exec_sig(comm, recs[t]);
         if (hit != NULL) {
             /* A later task of the group may replace the entry: its lanes run on copies. */
             struct weft_step *steps = weft_arena_alloc(hit->total * sizeof(*steps));
@@ -361,7 +360,7 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
             n++;
         }
         if (!zc)
-            weft_exec_cache_store(comm, task, key, lanes + n - nch, nch);
+            weft_exec_cache_store(comm, task, weft_exec_cache_key(task), lanes + n - nch, nch);
     }
     *lanes_p = lanes;
     *nlanes_p = n;
@@ -1035,8 +1034,7 @@ static ncclResult_t weft_exec_add_lanes(struct weft_exec_plan *x, int first,
 {
     struct weft_exec_lane *add, *all;
     int nadd, n = *nlanes_p;
-    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, 0, &add,
-                               &nadd));
+    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, &add, &nadd));
     if (n == 0) {
         all = add;
         goto done;
@@ -1120,16 +1118,47 @@ static void weft_exec_finish(struct weft_task *tasks, const uint64_t *recs, int 
  * weft_exec_tasks does for it, without its plan (no fusion, no agreement, nothing to resume).
  * Its time from the call to its first post is time every peer waits for (2-rank 8 B all-reduce).
  */
+/* Runs a lone task's lanes. A single lane (small operations have one) moves once before the
+ * general loop: its first post comes ~50 instructions sooner, and a lane that ends there (a root
+ * that only sends, a peer whose data is in) never enters the loop. */
+static ncclResult_t weft_exec_run_lone(struct weft_exec_lane *lanes, int nlanes)
+{
+    if (nlanes == 1 && lanes->zc == NULL) {
+        int peer = -1, send = 0;
+        if (weft_lane_progress(&lanes->lane, &peer, &send) < 0)
+            return weft_exec_lane_error(lanes);
+        if (weft_lane_done(&lanes->lane)) {
+            if (__builtin_expect(lanes->task->enq_ns != 0, 0))
+                lanes->done_ns = weft_time_ns();
+            return ncclSuccess;
+        }
+    }
+    return weft_exec_run(lanes, nlanes, 0);
+}
+
 static ncclResult_t weft_exec_one(struct weft_task *task)
 {
     uint64_t rec;
     struct weft_exec_lane *lanes = NULL;
     int nlanes = 0;
-    weft_sig_begin(task->comm, task, 1, task, &rec);
-    ncclResult_t res = weft_exec_build(task, 1, &rec, 1, &lanes, &nlanes);
+    struct ncclComm *comm = task->comm;
+    weft_sig_begin(comm, task, 1, task, &rec);
+    ncclResult_t res = ncclSuccess;
+    struct weft_exec_cache_entry *hit =
+        weft_exec_cache_find(comm, weft_exec_cache_key(task), task->count);
+    if (hit != NULL) {
+        /* Its entry's lanes run in place: nothing else uses them meanwhile (no other task of
+         * this executor stores an entry, and the communicator's tickets keep other threads out). */
+        weft_exec_lane_reuse(hit->lanes, hit, hit->steps, task, weft_exec_sig(comm, rec),
+                             ++comm->op_seq, rec);
+        lanes = hit->lanes;
+        nlanes = hit->nlanes;
+    } else {
+        res = weft_exec_build(task, 1, &rec, &lanes, &nlanes);
+    }
     int laned = res == ncclSuccess;
     if (laned)
-        res = weft_exec_run(lanes, nlanes, 0);
+        res = weft_exec_run_lone(lanes, nlanes);
     if (__builtin_expect(task->enq_ns != 0, 0) && res == ncclSuccess)
         weft_exec_trace(lanes, nlanes);
     weft_exec_finish(task, &rec, 1, laned, lanes, nlanes, res);
