@@ -247,11 +247,20 @@ static uint64_t weft_exec_single_copy_min(void)
     return v <= 0 ? 0 : v < 4096 ? 4096 : (uint64_t)v;
 }
 
-/* Builds the lanes of tasks[0 .. ntasks): from the schedule cache (copies: a later task may
- * replace an entry) or anew. */
+/*
+ * Builds the lanes of tasks[0 .. ntasks): from the schedule cache, or anew. A task that misses
+ * stores its lists in the cache, which may replace an entry another task's lanes read: cached
+ * lists are copied then. `once`: the run builds no more lanes later (it has no fusion plan);
+ * then, when every task hits, nothing is stored before the lanes end and they read the entries'
+ * lists in place (a send/recv pair: two allocations and copies fewer).
+ */
 static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const uint64_t *recs,
-                                    struct weft_exec_lane **lanes_p, int *nlanes_p)
+                                    int once, struct weft_exec_lane **lanes_p, int *nlanes_p)
 {
+    int in_place = once;
+    for (int t = 0; t < ntasks && in_place; t++)
+        in_place = weft_exec_cache_find(tasks[t].comm, weft_exec_cache_key(&tasks[t]),
+                                        tasks[t].count) != NULL;
     int total = 0;
     for (int t = 0; t < ntasks; t++)
         total += weft_task_is_p2p(&tasks[t]) ? 1 : tasks[t].comm->nchannels;
@@ -275,14 +284,17 @@ static ncclResult_t weft_exec_build(struct weft_task *tasks, int ntasks, const u
         int zc = hit == NULL && !p2p && weft_zcopy_candidate(task);
         uint32_t sig = weft_exec_sig(comm, recs[t]);
         if (hit != NULL) {
-            /* A later task of the group may replace the entry: its lanes run on copies. */
-            struct weft_step *steps = weft_arena_alloc(hit->total * sizeof(*steps));
-            if (steps == NULL) {
-                WEFT_WARN("out of memory for %llu steps of %s", (unsigned long long)hit->total,
-                          task->api);
-                return ncclSystemError;
+            const struct weft_step *steps = hit->steps;
+            if (!in_place) {
+                struct weft_step *copy = weft_arena_alloc(hit->total * sizeof(*copy));
+                if (copy == NULL) {
+                    WEFT_WARN("out of memory for %llu steps of %s",
+                              (unsigned long long)hit->total, task->api);
+                    return ncclSystemError;
+                }
+                memcpy(copy, hit->steps, hit->total * sizeof(*copy));
+                steps = copy;
             }
-            memcpy(steps, hit->steps, hit->total * sizeof(*steps));
             weft_exec_lane_reuse(&lanes[n], hit, steps, task, sig, seq, recs[t]);
             for (int c = 0; c < nch; c++, n++)
                 weft_exec_lane_order(lanes, n);
@@ -1034,7 +1046,8 @@ static ncclResult_t weft_exec_add_lanes(struct weft_exec_plan *x, int first,
 {
     struct weft_exec_lane *add, *all;
     int nadd, n = *nlanes_p;
-    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first, &add, &nadd));
+    WEFT_CHECK(weft_exec_build(x->tasks + first, x->ntasks - first, x->recs + first,
+                               x->waited == NULL, &add, &nadd));
     if (n == 0) {
         all = add;
         goto done;
@@ -1154,7 +1167,7 @@ static ncclResult_t weft_exec_one(struct weft_task *task)
         lanes = hit->lanes;
         nlanes = hit->nlanes;
     } else {
-        res = weft_exec_build(task, 1, &rec, &lanes, &nlanes);
+        res = weft_exec_build(task, 1, &rec, 1, &lanes, &nlanes);
     }
     int laned = res == ncclSuccess;
     if (laned)
@@ -1172,11 +1185,17 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     struct weft_fuse_plan *plans = NULL;
     int nplans = 0, nlanes = 0, left = 0;
     struct weft_exec_lane *lanes = NULL;
-    /* At most one agreement per communicator: norig more tasks. */
+    /* At most one agreement per communicator: norig more tasks. A small group (a send/recv
+     * pair) plans on the stack. */
+    enum { SMALL = 4 };
+    struct weft_task small_tasks[2 * SMALL];
+    uint64_t small_recs[2 * SMALL];
+    struct weft_fused small_fused[SMALL];
+    int small = norig <= SMALL;
     struct weft_exec_plan x = {
-        .tasks = weft_arena_alloc((size_t)2 * norig * sizeof(*x.tasks)),
-        .recs = weft_arena_alloc((size_t)2 * norig * sizeof(*x.recs)),
-        .fused = weft_arena_alloc((size_t)norig * sizeof(*x.fused)),
+        .tasks = small ? small_tasks : weft_arena_alloc((size_t)2 * norig * sizeof(*x.tasks)),
+        .recs = small ? small_recs : weft_arena_alloc((size_t)2 * norig * sizeof(*x.recs)),
+        .fused = small ? small_fused : weft_arena_alloc((size_t)norig * sizeof(*x.fused)),
     };
     uint8_t *held = NULL;
     ncclResult_t res = ncclSuccess;
