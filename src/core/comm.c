@@ -17,6 +17,7 @@
 #include "core/comm.h"
 #include "core/cma.h"
 #include "core/fault.h"
+#include "core/group.h"
 #include "core/mem.h"
 #include "core/param.h"
 #include "core/trace.h"
@@ -266,7 +267,7 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
     free(comm->ring);
     free(comm->ring_pos);
     weft_sig_fini(comm);
-    free(comm->exec_cache);
+    weft_exec_cache_free(comm);
     weft_zcopy_fini(comm);
     weft_mem_reg_drop(comm);
     pthread_mutex_destroy(&comm->reg_lock);

@@ -59,6 +59,9 @@ ncclResult_t weft_submit(struct weft_task *tasks, int ntasks);
  * every communicator of the tasks (core/submit.c). */
 ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks);
 
+/* Frees comm's schedule cache (exec/host.c). */
+void weft_exec_cache_free(struct ncclComm *comm);
+
 /* Steps this rank has received as direct (single-copy) sends on comm (exec/lane.h): for tests. */
 uint64_t weft_exec_single_copy_count(const struct ncclComm *comm);
 

@@ -124,10 +124,51 @@ struct weft_exec_cache_entry {
     struct weft_exec_lane lanes[WEFT_MAX_CHANNELS]; /* as built; their steps are in steps[] */
 };
 
+/*
+ * A group of the communicator's tasks as it last ran (a send/recv pair of every pipeline step):
+ * its tasks' keys and counts in order, and its lanes as built, with their step lists, in one
+ * block. A repeat of the group with no fusion plan runs these lanes in place, as a lone task
+ * runs its entry's (weft_exec_group_find), instead of finding, copying and ordering every task's.
+ * Groups of up to WEFT_EXEC_GROUP_TASKS tasks and WEFT_EXEC_GROUP_STEPS steps are kept,
+ * WEFT_EXEC_GROUP_ENTRIES of them, replaced in turn.
+ */
+#define WEFT_EXEC_GROUP_TASKS 8
+#define WEFT_EXEC_GROUP_STEPS 256
+#define WEFT_EXEC_GROUP_ENTRIES 2
+
+struct weft_exec_group_entry {
+    int ntasks; /* 0: empty */
+    uint64_t keys[WEFT_EXEC_GROUP_TASKS];
+    uint64_t counts[WEFT_EXEC_GROUP_TASKS];
+    int nlanes;
+    struct weft_exec_lane *lanes; /* [nlanes], then task_of[nlanes] and the steps: one block */
+    int *task_of;                 /* the task (index in the group) of each lane */
+};
+
 struct weft_exec_cache {
     int next; /* the entry the next store replaces */
     struct weft_exec_cache_entry entries[WEFT_EXEC_CACHE_ENTRIES];
+    int group_next;
+    struct weft_exec_group_entry groups[WEFT_EXEC_GROUP_ENTRIES];
 };
+
+void weft_exec_cache_free(struct ncclComm *comm)
+{
+    if (comm->exec_cache == NULL)
+        return;
+    for (int g = 0; g < WEFT_EXEC_GROUP_ENTRIES; g++)
+        free(comm->exec_cache->groups[g].lanes);
+    free(comm->exec_cache);
+    comm->exec_cache = NULL;
+}
+
+/* comm's schedule cache, made on first use (NULL without memory: every call builds). */
+static struct weft_exec_cache *weft_exec_cache_get(struct ncclComm *comm)
+{
+    if (comm->exec_cache == NULL)
+        comm->exec_cache = calloc(1, sizeof(struct weft_exec_cache));
+    return comm->exec_cache;
+}
 
 /* An in-place all-to-all's schedule differs (weft_tune_algo_of). */
 static int weft_exec_a2a_in_place(const struct weft_task *task)
@@ -173,12 +214,9 @@ static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task 
         total += lanes[c].lane.nsteps;
     if (total == 0 || total > WEFT_EXEC_CACHE_STEPS)
         return;
-    if (comm->exec_cache == NULL) {
-        comm->exec_cache = calloc(1, sizeof(struct weft_exec_cache));
-        if (comm->exec_cache == NULL)
-            return; /* no cache: every call builds, as without one */
-    }
-    struct weft_exec_cache *cache = comm->exec_cache;
+    struct weft_exec_cache *cache = weft_exec_cache_get(comm);
+    if (cache == NULL)
+        return;
     struct weft_exec_cache_entry *e = &cache->entries[cache->next];
     cache->next = (cache->next + 1) % WEFT_EXEC_CACHE_ENTRIES;
     e->key = key;
@@ -194,6 +232,22 @@ static void weft_exec_cache_store(struct ncclComm *comm, const struct weft_task 
         e->lanes[c].lane.steps = at;
         at += lanes[c].lane.nsteps;
     }
+}
+
+/* Readies a cached lane for task's call: this call's buffers, operator, signature and numbers,
+ * and the step engine's state afresh. */
+static void weft_exec_lane_ready(struct weft_exec_lane *el, struct weft_task *task, uint32_t sig,
+                                 uint64_t seq, uint64_t rec)
+{
+    weft_lane_init(&el->lane);
+    el->done_ns = 0;
+    el->lane.input = task->sendbuf;
+    el->lane.output = task->recvbuf;
+    el->lane.op = task->has_redop ? &task->redop : NULL;
+    el->lane.sig = sig;
+    el->task = task;
+    el->seq = seq;
+    el->rec = rec;
 }
 
 /*
@@ -213,16 +267,8 @@ static void weft_exec_lane_reuse(struct weft_exec_lane *lanes,
             el->steps = (struct weft_step *)steps + (hit->lanes[c].steps - hit->steps);
             el->lane.steps = el->steps;
         }
-        weft_lane_init(&el->lane);
-        el->done_ns = 0;
         el->prev_same = -1;
-        el->lane.input = task->sendbuf;
-        el->lane.output = task->recvbuf;
-        el->lane.op = task->has_redop ? &task->redop : NULL;
-        el->lane.sig = sig;
-        el->task = task;
-        el->seq = seq;
-        el->rec = rec;
+        weft_exec_lane_ready(el, task, sig, seq, rec);
     }
 }
 
@@ -1178,6 +1224,85 @@ static ncclResult_t weft_exec_one(struct weft_task *task)
     return res;
 }
 
+/* The entry of x's group (tasks of one communicator, no plan) when the cache holds it. */
+static struct weft_exec_group_entry *weft_exec_group_find(const struct weft_exec_plan *x)
+{
+    struct ncclComm *comm = x->tasks[0].comm;
+    if (comm->exec_cache == NULL || x->ntasks > WEFT_EXEC_GROUP_TASKS)
+        return NULL;
+    for (int g = 0; g < WEFT_EXEC_GROUP_ENTRIES; g++) {
+        struct weft_exec_group_entry *e = &comm->exec_cache->groups[g];
+        int same = e->ntasks == x->ntasks;
+        for (int t = 0; t < x->ntasks && same; t++)
+            same = x->tasks[t].comm == comm && e->counts[t] == x->tasks[t].count &&
+                   e->keys[t] == weft_exec_cache_key(&x->tasks[t]);
+        if (same)
+            return e;
+    }
+    return NULL;
+}
+
+/* Readies e's lanes in place for x's tasks (the numbers each task's lanes would get built). */
+static void weft_exec_group_ready(struct weft_exec_group_entry *e, struct weft_exec_plan *x)
+{
+    struct ncclComm *comm = x->tasks[0].comm;
+    uint64_t seq[WEFT_EXEC_GROUP_TASKS];
+    uint32_t sig[WEFT_EXEC_GROUP_TASKS];
+    for (int t = 0; t < x->ntasks; t++) {
+        seq[t] = ++comm->op_seq;
+        sig[t] = weft_exec_sig(comm, x->recs[t]);
+    }
+    for (int l = 0; l < e->nlanes; l++) {
+        int t = e->task_of[l];
+        weft_exec_lane_ready(&e->lanes[l], &x->tasks[t], sig[t], seq[t], x->recs[t]);
+    }
+    x->nlaned = x->ntasks;
+}
+
+/* Keeps x's lanes (just built, not run; no plan) as its group's entry when the group is small and
+ * of one communicator. */
+static void weft_exec_group_store(const struct weft_exec_plan *x,
+                                  const struct weft_exec_lane *lanes, int nlanes)
+{
+    struct ncclComm *comm = x->tasks[0].comm;
+    uint64_t total = 0;
+    for (int l = 0; l < nlanes; l++) {
+        if (lanes[l].task->comm != comm || lanes[l].zc != NULL)
+            return;
+        total += lanes[l].lane.nsteps;
+    }
+    if (x->ntasks > WEFT_EXEC_GROUP_TASKS || total > WEFT_EXEC_GROUP_STEPS)
+        return;
+    struct weft_exec_cache *cache = weft_exec_cache_get(comm);
+    size_t lanes_bytes = (size_t)nlanes * sizeof(*lanes);
+    size_t index_bytes = ((size_t)nlanes * sizeof(int) + 7) & ~(size_t)7; /* steps stay aligned */
+    size_t bytes = lanes_bytes + index_bytes + total * sizeof(struct weft_step);
+    char *block = cache != NULL ? malloc(bytes) : NULL;
+    if (block == NULL)
+        return; /* no entry: the group builds its lanes every time, as without one */
+    struct weft_exec_group_entry *e = &cache->groups[cache->group_next];
+    cache->group_next = (cache->group_next + 1) % WEFT_EXEC_GROUP_ENTRIES;
+    free(e->lanes);
+    e->ntasks = x->ntasks;
+    for (int t = 0; t < x->ntasks; t++) {
+        e->keys[t] = weft_exec_cache_key(&x->tasks[t]);
+        e->counts[t] = x->tasks[t].count;
+    }
+    e->nlanes = nlanes;
+    e->lanes = (struct weft_exec_lane *)block;
+    e->task_of = (int *)(block + lanes_bytes);
+    struct weft_step *at = (struct weft_step *)(block + lanes_bytes + index_bytes);
+    for (int l = 0; l < nlanes; l++) {
+        e->lanes[l] = lanes[l];
+        e->task_of[l] = (int)(lanes[l].task - x->tasks);
+        if (lanes[l].lane.nsteps > 0)
+            memcpy(at, lanes[l].steps, lanes[l].lane.nsteps * sizeof(*at));
+        e->lanes[l].steps = at;
+        e->lanes[l].lane.steps = at;
+        at += lanes[l].lane.nsteps;
+    }
+}
+
 ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
 {
     if (norig == 1)
@@ -1222,7 +1347,17 @@ ncclResult_t weft_exec_tasks(struct weft_task *orig_tasks, int norig)
     }
     for (int p = 0; p < nplans; p++) /* on one rank too: then a copy, and one way for all */
         WEFT_CHECK_GOTO(weft_exec_emit_agree(&x, &plans[p]), res, out);
-    WEFT_CHECK_GOTO(weft_exec_add_lanes(&x, 0, &lanes, &nlanes), res, out);
+    struct weft_exec_group_entry *ready = nplans == 0 ? weft_exec_group_find(&x) : NULL;
+    if (ready != NULL) {
+        /* Nothing stores into the entry while its lanes run (only a later run of another group). */
+        weft_exec_group_ready(ready, &x);
+        lanes = ready->lanes;
+        nlanes = ready->nlanes;
+    } else {
+        WEFT_CHECK_GOTO(weft_exec_add_lanes(&x, 0, &lanes, &nlanes), res, out);
+        if (nplans == 0)
+            weft_exec_group_store(&x, lanes, nlanes);
+    }
     for (int p = 0; p < nplans; p++)
         left += plans[p].wait >= 0;
     for (;;) {

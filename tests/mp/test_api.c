@@ -155,6 +155,49 @@ static void test_ordered_same_peer(ncclComm_t comm)
     }
 }
 
+/* Groups that repeat, as a pipeline step's do: the executor keeps a group's lanes ready and runs
+ * them in place (exec/host.c: two groups of a communicator, replaced in turn). Three shapes in an
+ * order that hits, misses and replaces entries; every time fresh buffers and values, and the
+ * all-reduce alternates max and sum (same shape, another operator), all checked. */
+static void test_group_repeat(ncclComm_t comm)
+{
+    int n = g_nranks, r = g_rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    static const int shapes[] = {0, 1, 2, 0, 2, 1, 0, 0, 1, 1, 2, 2, 0};
+    for (int it = 0; it < (int)(sizeof(shapes) / sizeof(shapes[0])); it++) {
+        int shape = shapes[it];
+        size_t count = shape == 1 ? 5 : 3;
+        int32_t *s = malloc(count * 4), *d = calloc(count, 4), *a = malloc(count * 4);
+        fill_block(s, count, r + it * n, next);
+        for (size_t i = 0; i < count; i++)
+            a[i] = r * 7 + it * 3 + (int32_t)i;
+        ncclRedOp_t op = it % 2 ? ncclSum : ncclMax;
+        NCCLOK(ncclGroupStart());
+        if (shape == 2) { /* shape 0's tasks in another order */
+            NCCLOK(ncclRecv(d, count, ncclInt32, prev, comm, NULL));
+            NCCLOK(ncclAllReduce(a, a, count, ncclInt32, op, comm, NULL));
+            NCCLOK(ncclSend(s, count, ncclInt32, next, comm, NULL));
+        } else {
+            NCCLOK(ncclSend(s, count, ncclInt32, next, comm, NULL));
+            NCCLOK(ncclAllReduce(a, a, count, ncclInt32, op, comm, NULL));
+            NCCLOK(ncclRecv(d, count, ncclInt32, prev, comm, NULL));
+        }
+        NCCLOK(ncclGroupEnd());
+        check_block(d, count, prev + it * n, r, "repeated group: send/recv");
+        int bad = 0;
+        for (size_t i = 0; i < count; i++) {
+            int32_t want = (n - 1) * 7 + it * 3 + (int32_t)i; /* max */
+            if (op == ncclSum)
+                want = 7 * n * (n - 1) / 2 + n * (it * 3 + (int32_t)i);
+            bad += a[i] != want;
+        }
+        CHECK(bad == 0, "repeated group %d (shape %d): all-reduce wrong in %d of %zu", it, shape,
+              bad, count);
+        free(s);
+        free(d);
+        free(a);
+    }
+}
+
 static void test_alltoall(ncclComm_t comm, size_t count, int grouped)
 {
     int n = g_nranks, r = g_rank;
@@ -594,6 +637,7 @@ static int rank_main(ncclUniqueId id)
         test_all_pairs(comm, seed == 2 ? 100000 : 33, seed);
     for (int again = 0; again < 3; again++)
         test_ordered_same_peer(comm);
+    test_group_repeat(comm);
     for (int grouped = 0; grouped < 2; grouped++) {
         test_alltoall(comm, 1, grouped);
         test_alltoall(comm, 1023, grouped);
