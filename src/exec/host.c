@@ -1275,7 +1275,8 @@ static void weft_exec_group_store(const struct weft_exec_plan *x,
         return;
     struct weft_exec_cache *cache = weft_exec_cache_get(comm);
     size_t lanes_bytes = (size_t)nlanes * sizeof(*lanes);
-    size_t index_bytes = ((size_t)nlanes * sizeof(int) + 7) & ~(size_t)7; /* steps stay aligned */
+    size_t step_align = _Alignof(struct weft_step);
+    size_t index_bytes = ((size_t)nlanes * sizeof(int) + step_align - 1) & ~(step_align - 1);
     size_t bytes = lanes_bytes + index_bytes + total * sizeof(struct weft_step);
     char *block = cache != NULL ? malloc(bytes) : NULL;
     if (block == NULL)

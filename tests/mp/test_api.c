@@ -156,16 +156,36 @@ static void test_ordered_same_peer(ncclComm_t comm)
 }
 
 /* Groups that repeat, as a pipeline step's do: the executor keeps a group's lanes ready and runs
- * them in place (exec/host.c: two groups of a communicator, replaced in turn). Three shapes in an
+ * them in place (exec/host.c: two groups of a communicator, replaced in turn). Four shapes in an
  * order that hits, misses and replaces entries; every time fresh buffers and values, and the
- * all-reduce alternates max and sum (same shape, another operator), all checked. */
+ * all-reduce alternates max and sum (same shape, another operator), all checked. Shape 3 sends
+ * two messages of one size to the same peer: they must arrive in order, hit or miss. */
 static void test_group_repeat(ncclComm_t comm)
 {
     int n = g_nranks, r = g_rank, next = (r + 1) % n, prev = (r + n - 1) % n;
-    static const int shapes[] = {0, 1, 2, 0, 2, 1, 0, 0, 1, 1, 2, 2, 0};
+    static const int shapes[] = {0, 1, 2, 0, 2, 1, 0, 0, 1, 1, 2, 2, 0, 3, 3, 0, 3, 2, 3, 3};
     for (int it = 0; it < (int)(sizeof(shapes) / sizeof(shapes[0])); it++) {
         int shape = shapes[it];
         size_t count = shape == 1 ? 5 : 3;
+        if (shape == 3) {
+            int32_t *s2[2], *d2[2];
+            NCCLOK(ncclGroupStart());
+            for (int k = 0; k < 2; k++) {
+                s2[k] = malloc(count * 4);
+                d2[k] = calloc(count, 4);
+                fill_block(s2[k], count, r + (2 * it + k) * n, next);
+                NCCLOK(ncclSend(s2[k], count, ncclInt32, next, comm, NULL));
+            }
+            for (int k = 0; k < 2; k++)
+                NCCLOK(ncclRecv(d2[k], count, ncclInt32, prev, comm, NULL));
+            NCCLOK(ncclGroupEnd());
+            for (int k = 0; k < 2; k++) {
+                check_block(d2[k], count, prev + (2 * it + k) * n, r, "repeated group: in order");
+                free(s2[k]);
+                free(d2[k]);
+            }
+            continue;
+        }
         int32_t *s = malloc(count * 4), *d = calloc(count, 4), *a = malloc(count * 4);
         fill_block(s, count, r + it * n, next);
         for (size_t i = 0; i < count; i++)
