@@ -68,9 +68,9 @@ static ncclResult_t weft_check_size(const struct ncclComm *comm, int coll, size_
     return ncclSuccess;
 }
 
+/* The caller holds comm (weft_comm_enter). */
 static ncclResult_t weft_check_usable(const struct ncclComm *comm, const char *api)
 {
-    WEFT_CHECK(weft_comm_check(comm, api));
     if (comm->finalized) {
         WEFT_WARN("%s: communicator was finalized", api);
         return ncclInvalidUsage;
@@ -87,11 +87,13 @@ static ncclResult_t weft_check_usable(const struct ncclComm *comm, const char *a
  * or a foreign stream (the operation is complete when the call or its group returns), or a Weft
  * host stream (asynchronous, in issue order).
  */
-/* root_name: "root" or "peer" when root is a rank to check, NULL when the operation has none. */
-static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbuff,
-                                   void *recvbuff, size_t count, ncclDataType_t dtype, int reduce,
-                                   ncclRedOp_t op, int root, const char *root_name, ncclComm_t comm,
-                                   cudaStream_t stream, int send_needed, int recv_needed)
+/* root_name: "root" or "peer" when root is a rank to check, NULL when the operation has none.
+ * The caller holds comm. */
+static ncclResult_t weft_coll_task_held(int coll, const char *api, const void *sendbuff,
+                                        void *recvbuff, size_t count, ncclDataType_t dtype,
+                                        int reduce, ncclRedOp_t op, int root,
+                                        const char *root_name, ncclComm_t comm,
+                                        cudaStream_t stream, int send_needed, int recv_needed)
 {
     WEFT_CHECK(weft_check_usable(comm, api));
     WEFT_CHECK(weft_check_dtype(dtype, api));
@@ -120,6 +122,22 @@ static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbu
         WEFT_CHECK(weft_check_buf(recvbuff, "recvbuff", api));
     WEFT_CHECK(weft_cuda_classify(comm, &task, send_needed, recv_needed));
     return weft_group_enqueue(&task);
+}
+
+/* The call holds comm from its first check until the operation ran (host memory, outside a
+ * group), was enqueued (device memory) or was recorded in the group: an abort or destroy on
+ * another thread waits for it, or it sees them and fails. */
+static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbuff,
+                                   void *recvbuff, size_t count, ncclDataType_t dtype, int reduce,
+                                   ncclRedOp_t op, int root, const char *root_name, ncclComm_t comm,
+                                   cudaStream_t stream, int send_needed, int recv_needed)
+{
+    WEFT_CHECK(weft_comm_enter(comm, api));
+    ncclResult_t res = weft_coll_task_held(coll, api, sendbuff, recvbuff, count, dtype, reduce,
+                                           op, root, root_name, comm, stream, send_needed,
+                                           recv_needed);
+    weft_comm_leave(comm);
+    return res;
 }
 
 static ncclResult_t weft_coll(int coll, const char *api, const void *sendbuff, void *recvbuff,

@@ -177,9 +177,8 @@ static void weft_finalize_finish(struct weft_job *job, ncclResult_t res)
     free(job);
 }
 
-WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
+static ncclResult_t weft_finalize(struct ncclComm *comm)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommFinalize"));
     if (comm->revoked) {
         WEFT_WARN("ncclCommFinalize: communicator was revoked (destroy it instead)");
         return ncclInvalidUsage;
@@ -211,11 +210,22 @@ WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
     return res;
 }
 
+WEFT_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
+{
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommFinalize"));
+    ncclResult_t res = weft_finalize(comm);
+    weft_comm_leave(comm);
+    return res;
+}
+
 WEFT_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
 {
     if (comm == NULL)
         return ncclSuccess;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommDestroy"));
+    if (!weft_comm_claim_close(comm, WEFT_COMM_CLOSING_DESTROY))
+        return weft_comm_refuse_closing(comm, "ncclCommDestroy");
+    WEFT_CHECK(weft_comm_drain_calls(comm, "ncclCommDestroy"));
     /* Work still queued on host streams finishes first (an implicit finalize). */
     if (comm->async_stream != NULL)
         weft_stream_synchronize(comm->async_stream);
@@ -226,30 +236,20 @@ WEFT_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
     return res != ncclSuccess ? res : fres;
 }
 
-/*
- * After abort or revoke set their flag: wakes a thread sleeping in an operation on this comm (it
- * sees the flag within one sleep period) and waits up to max_ms for every such thread to leave.
- * Returns 1 when none is left.
- */
-static int weft_comm_wake_and_drain(struct ncclComm *comm, int max_ms)
-{
-    if (comm->bell != NULL) {
-        __atomic_fetch_add(&comm->bell->seq, 1, __ATOMIC_SEQ_CST);
-        weft_futex_wake(&comm->bell->seq);
-    }
-    for (int i = 0; i < max_ms && __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0; i++)
-        usleep(1000);
-    return __atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) == 0;
-}
-
 WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
 {
     if (comm == NULL)
         return ncclSuccess;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommAbort"));
-    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    /* Cuts every wait short, including those of a destroy under way on another thread. */
+    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+    if (!weft_comm_claim_close(comm, WEFT_COMM_CLOSING_ABORT)) {
+        WEFT_INFO(WEFT_LOG_INIT, "ncclCommAbort: comm %p is already being destroyed or aborted "
+                  "by another thread, which frees it", (void *)comm);
+        return ncclSuccess;
+    }
     weft_cuda_comm_abort(comm);
-    if (!weft_comm_wake_and_drain(comm, 1000)) {
+    if (!weft_comm_drain(comm, 0, 1000)) {
         WEFT_WARN("ncclCommAbort: an operation is still running on rank %d; resources leaked",
                   comm->rank);
         return ncclSuccess;
@@ -268,87 +268,107 @@ WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
 
 WEFT_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommRevoke"));
     if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+        WEFT_CHECK(weft_comm_check(comm, "ncclCommRevoke"));
         WEFT_WARN("ncclCommRevoke: revokeFlags %d must be NCCL_REVOKE_DEFAULT", revokeFlags);
         return ncclInvalidArgument;
     }
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommRevoke"));
     /*
      * Operations still running fail fast (the executor checks `revoked` where it checks abort),
      * then the communicator is quiescent: only destroy, split and shrink remain valid.
      */
     __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
-    weft_comm_wake_and_drain(comm, 10000);
+    weft_cuda_comm_abort(comm); /* kernels in flight leave too */
+    weft_comm_drain(comm, 1, 10000); /* 1: this call's own hold */
+    weft_comm_leave(comm);
     return ncclSuccess;
 }
 
 WEFT_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
          ncclConfig_t *config)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
     if (newcomm == NULL) {
+        WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
         WEFT_WARN("ncclCommSplit: newcomm is NULL");
         return ncclInvalidArgument;
     }
-    return weft_comm_split(comm, color, key, config, newcomm);
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommSplit"));
+    ncclResult_t res = weft_comm_split(comm, color, key, config, newcomm);
+    weft_comm_leave(comm);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
          int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommShrink"));
     if (newcomm == NULL) {
+        WEFT_CHECK(weft_comm_check(comm, "ncclCommShrink"));
         WEFT_WARN("ncclCommShrink: newcomm is NULL");
         return ncclInvalidArgument;
     }
-    return weft_comm_shrink(comm, excludeRanksList, excludeRanksCount, config, shrinkFlags,
-                            newcomm);
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommShrink"));
+    ncclResult_t res = weft_comm_shrink(comm, excludeRanksList, excludeRanksCount, config,
+                                        shrinkFlags, newcomm);
+    weft_comm_leave(comm);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommGetAsyncError"));
     if (asyncError == NULL) {
+        WEFT_CHECK(weft_comm_check(comm, "ncclCommGetAsyncError"));
         WEFT_WARN("ncclCommGetAsyncError: asyncError is NULL");
         return ncclInvalidArgument;
     }
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommGetAsyncError"));
     *asyncError = weft_comm_async_state(comm);
+    weft_comm_leave(comm);
     return ncclSuccess;
 }
 
 WEFT_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommCount"));
     if (count == NULL) {
+        WEFT_CHECK(weft_comm_check(comm, "ncclCommCount"));
         WEFT_WARN("ncclCommCount: count is NULL");
         return ncclInvalidArgument;
     }
     /* NCCL: a non-blocking init still in progress is refused, a sticky error returned. */
-    WEFT_CHECK(weft_comm_ensure_ready(comm, "ncclCommCount"));
-    *count = comm->nranks;
-    return ncclSuccess;
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommCount"));
+    ncclResult_t res = weft_comm_ensure_ready(comm, "ncclCommCount");
+    if (res == ncclSuccess)
+        *count = comm->nranks;
+    weft_comm_leave(comm);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommCuDevice"));
     if (device == NULL) {
+        WEFT_CHECK(weft_comm_check(comm, "ncclCommCuDevice"));
         WEFT_WARN("ncclCommCuDevice: device is NULL");
         return ncclInvalidArgument;
     }
-    WEFT_CHECK(weft_comm_ensure_ready(comm, "ncclCommCuDevice"));
-    *device = comm->cuda_dev;
-    return ncclSuccess;
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommCuDevice"));
+    ncclResult_t res = weft_comm_ensure_ready(comm, "ncclCommCuDevice");
+    if (res == ncclSuccess)
+        *device = comm->cuda_dev;
+    weft_comm_leave(comm);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommUserRank"));
     if (rank == NULL) {
+        WEFT_CHECK(weft_comm_check(comm, "ncclCommUserRank"));
         WEFT_WARN("ncclCommUserRank: rank is NULL");
         return ncclInvalidArgument;
     }
-    WEFT_CHECK(weft_comm_ensure_ready(comm, "ncclCommUserRank"));
-    *rank = comm->rank;
-    return ncclSuccess;
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommUserRank"));
+    ncclResult_t res = weft_comm_ensure_ready(comm, "ncclCommUserRank");
+    if (res == ncclSuccess)
+        *rank = comm->rank;
+    weft_comm_leave(comm);
+    return res;
 }

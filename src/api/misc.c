@@ -27,14 +27,18 @@ WEFT_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo)
 WEFT_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,
          ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclRedOpCreatePreMulSum"));
-    return weft_redop_create_premulsum(comm, op, scalar, datatype, residence);
+    WEFT_CHECK(weft_comm_enter(comm, "ncclRedOpCreatePreMulSum"));
+    ncclResult_t res = weft_redop_create_premulsum(comm, op, scalar, datatype, residence);
+    weft_comm_leave(comm);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclRedOpDestroy"));
-    return weft_redop_destroy(comm, op);
+    WEFT_CHECK(weft_comm_enter(comm, "ncclRedOpDestroy"));
+    ncclResult_t res = weft_redop_destroy(comm, op);
+    weft_comm_leave(comm);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
@@ -50,14 +54,18 @@ WEFT_API(ncclResult_t, ncclMemFree, void *ptr)
 WEFT_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size,
          void **handle)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommRegister"));
-    return weft_mem_register(comm, buff, size, handle);
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommRegister"));
+    ncclResult_t res = weft_mem_register(comm, buff, size, handle);
+    weft_comm_leave(comm);
+    return res;
 }
 
 WEFT_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
 {
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommDeregister"));
-    return weft_mem_deregister(comm, handle);
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommDeregister"));
+    ncclResult_t res = weft_mem_deregister(comm, handle);
+    weft_comm_leave(comm);
+    return res;
 }
 
 /*
@@ -69,7 +77,8 @@ WEFT_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
          ncclWindow_t *win, int winFlags)
 {
     (void)buff, (void)size, (void)winFlags;
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommWindowRegister"));
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommWindowRegister"));
+    weft_comm_leave(comm);
     if (win == NULL) {
         WEFT_WARN("ncclCommWindowRegister: win is NULL");
         return ncclInvalidArgument;
@@ -81,6 +90,7 @@ WEFT_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
 WEFT_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win)
 {
     (void)win;
-    WEFT_CHECK(weft_comm_check(comm, "ncclCommWindowDeregister"));
+    WEFT_CHECK(weft_comm_enter(comm, "ncclCommWindowDeregister"));
+    weft_comm_leave(comm);
     return ncclSuccess;
 }

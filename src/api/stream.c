@@ -53,6 +53,8 @@ WEFT_EXPORT ncclResult_t weftStreamQuery(weftStream_t stream)
 
 WEFT_EXPORT ncclResult_t weftCommHangReport(ncclComm_t comm)
 {
-    WEFT_CHECK(weft_comm_check(comm, "weftCommHangReport"));
-    return weft_sig_request_report(comm);
+    WEFT_CHECK(weft_comm_enter(comm, "weftCommHangReport"));
+    ncclResult_t res = weft_sig_request_report(comm);
+    weft_comm_leave(comm);
+    return res;
 }

@@ -131,12 +131,74 @@ ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *api)
         WEFT_WARN("%s: comm is NULL", api);
         return ncclInvalidArgument;
     }
-    if (comm->magic != WEFT_COMM_MAGIC) {
+    if (__atomic_load_n(&comm->magic, __ATOMIC_RELAXED) != WEFT_COMM_MAGIC) {
         WEFT_WARN("%s: comm %p is not a valid communicator (destroyed or corrupted)", api,
                   (const void *)comm);
         return ncclInvalidArgument;
     }
     return ncclSuccess;
+}
+
+ncclResult_t weft_comm_refuse_closing(const struct ncclComm *comm, const char *api)
+{
+    int aborted = __atomic_load_n(&comm->closing, __ATOMIC_ACQUIRE) == WEFT_COMM_CLOSING_ABORT;
+    WEFT_WARN("%s: comm %p is being %s by another thread", api, (const void *)comm,
+              aborted ? "aborted (ncclCommAbort)" : "destroyed (ncclCommDestroy)");
+    return ncclInvalidUsage;
+}
+
+int weft_comm_claim_close(struct ncclComm *comm, uint32_t how)
+{
+    uint32_t open = WEFT_COMM_OPEN;
+    return __atomic_compare_exchange_n(&comm->closing, &open, how, 0, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST);
+}
+
+int weft_comm_drain(struct ncclComm *comm, int own, int max_ms)
+{
+    if (comm->bell != NULL) {
+        __atomic_fetch_add(&comm->bell->seq, 1, __ATOMIC_SEQ_CST);
+        weft_futex_wake(&comm->bell->seq);
+    }
+    for (int i = 0; i < max_ms && __atomic_load_n(&comm->busy, __ATOMIC_SEQ_CST) > own; i++)
+        usleep(1000);
+    return __atomic_load_n(&comm->busy, __ATOMIC_SEQ_CST) <= own;
+}
+
+ncclResult_t weft_comm_drain_calls(struct ncclComm *comm, const char *api)
+{
+    int waited = weft_comm_drain(comm, 0, 1000 * (int)weft_param_Timeout());
+    if (!waited) {
+        __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+        waited = weft_comm_drain(comm, 0, 1000);
+    }
+    if (waited)
+        return ncclSuccess;
+    WEFT_WARN("%s: a call on rank %d still runs on another thread after %lld s; the "
+              "communicator is left allocated",
+              api, comm->rank, (long long)weft_param_Timeout());
+    return ncclInternalError;
+}
+
+/*
+ * Freed communicators' memory, kept: a thread that took the handle before the free (a call just
+ * starting while a watchdog aborts) reads the dead magic in weft_comm_enter instead of freed
+ * memory. The oldest shell is freed when a newer one needs its place: no call takes that long
+ * between reading the handle and its first check. ~10 KB each.
+ */
+enum { WEFT_COMM_SHELLS = 32 };
+static struct ncclComm *weft_comm_shells[WEFT_COMM_SHELLS];
+static unsigned weft_comm_shells_next;
+static pthread_mutex_t weft_comm_shells_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void weft_comm_bury(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&weft_comm_shells_lock);
+    struct ncclComm **slot = &weft_comm_shells[weft_comm_shells_next++ % WEFT_COMM_SHELLS];
+    struct ncclComm *oldest = *slot;
+    *slot = comm;
+    pthread_mutex_unlock(&weft_comm_shells_lock);
+    free(oldest);
 }
 
 void weft_comm_set_error(struct ncclComm *comm, ncclResult_t res)
@@ -273,8 +335,8 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
     pthread_mutex_destroy(&comm->reg_lock);
     pthread_mutex_destroy(&comm->ticket_lock);
     pthread_cond_destroy(&comm->ticket_cond);
-    comm->magic = WEFT_COMM_DEAD;
-    free(comm);
+    __atomic_store_n(&comm->magic, WEFT_COMM_DEAD, __ATOMIC_RELEASE);
+    weft_comm_bury(comm);
     return res;
 }
 

@@ -3,7 +3,10 @@
  * name is NCCL's because the handle type is part of the ABI. Everything else here is Weft's.
  *
  * Lifetime: created by weft_comm_init (collective), used by one thread at a time for operations
- * (NCCL's rule), aborted from any thread through abort_flag, freed by weft_comm_free.
+ * (NCCL's rule), aborted from any thread through abort_flag, freed by weft_comm_free. Every API
+ * call holds it (weft_comm_enter .. weft_comm_leave), so abort and destroy on another thread wait
+ * for the call or the call sees them; a freed communicator's memory is kept a while as a dead
+ * shell (weft_comm_free) so that a call racing with its free reads a dead magic, not freed memory.
  */
 #ifndef WEFT_CORE_COMM_H
 #define WEFT_CORE_COMM_H
@@ -126,6 +129,8 @@ struct ncclComm {
     char net_error_msg[WEFT_NET_ERROR_LEN];
 
     volatile uint32_t abort_flag;     /* set by ncclCommAbort from any thread */
+    uint32_t closing;                 /* WEFT_COMM_CLOSING_*: destroy or abort under way; calls
+                                       * entering now are refused (weft_comm_enter) */
     ncclResult_t async_error;         /* sticky; read by ncclCommGetAsyncError */
     int finalized;
     int revoked;
@@ -133,7 +138,8 @@ struct ncclComm {
     struct weft_sig_comm *sig;        /* signatures and recent operations (exec/sig.h) */
     struct weft_exec_cache *exec_cache; /* the last few operations' schedules (exec/host.c) */
     struct weft_trace *trace;         /* WEFT_TRACE_FILE's records (core/trace.h); NULL: none */
-    int busy;                         /* threads currently executing on this comm */
+    int busy;                         /* API calls inside (weft_comm_enter), and batches queued
+                                       * on host streams: abort and destroy wait for 0 */
     int blocking;                     /* config.blocking after NCCL_COMM_BLOCKING */
     int oversubscribed;               /* more ranks on this host than cores this rank may run on
                                        * (its own affinity: for its waits only) */
@@ -188,6 +194,59 @@ struct ncclComm {
 
 /* Validates a handle passed by the user; NULL or dead: ncclInvalidArgument with a message. */
 ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *api);
+
+enum { WEFT_COMM_OPEN = 0, WEFT_COMM_CLOSING_DESTROY = 1, WEFT_COMM_CLOSING_ABORT = 2 };
+
+/* weft_comm_enter's refusal: the message for a communicator being destroyed or aborted. */
+ncclResult_t weft_comm_refuse_closing(const struct ncclComm *comm, const char *api);
+
+
+/*
+ * A call's hold on the communicator, from its first check to its return (a device operation:
+ * until it is enqueued): while held, ncclCommAbort and ncclCommDestroy on another thread wait
+ * (abort cuts the call's waits short through abort_flag). Fails, holding nothing, on a NULL or
+ * dead handle (ncclInvalidArgument) and once destroy or abort has begun (ncclInvalidUsage), with a
+ * message naming api. The busy count and the flags are read in sequentially consistent order on
+ * both sides: either the closing thread sees the count, or the entering thread sees the flag.
+ * Any thread; never blocks.
+ */
+static inline ncclResult_t weft_comm_enter(struct ncclComm *comm, const char *api)
+{
+    /* Read before writing: a handle that is not a communicator at all is refused untouched. */
+    if (comm == NULL || __atomic_load_n(&comm->magic, __ATOMIC_RELAXED) != WEFT_COMM_MAGIC)
+        return weft_comm_check(comm, api);
+    __atomic_fetch_add(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&comm->closing, __ATOMIC_SEQ_CST) == WEFT_COMM_OPEN)
+        return ncclSuccess;
+    __atomic_fetch_sub(&comm->busy, 1, __ATOMIC_SEQ_CST);
+    return weft_comm_refuse_closing(comm, api);
+}
+
+static inline void weft_comm_leave(struct ncclComm *comm)
+{
+    __atomic_fetch_sub(&comm->busy, 1, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Claims the communicator for destroy or abort (how: WEFT_COMM_CLOSING_*): 1 when this thread
+ * is the one that will free it, 0 when another thread already closes it. New calls are refused
+ * from here on.
+ */
+int weft_comm_claim_close(struct ncclComm *comm, uint32_t how);
+
+/*
+ * After weft_comm_claim_close: wakes threads sleeping in operations on the communicator (they
+ * check abort_flag within one sleep period) and waits up to max_ms for the API calls and queued
+ * batches still holding it to leave, but `own` (the caller's own holds). 1 when they left.
+ */
+int weft_comm_drain(struct ncclComm *comm, int own, int max_ms);
+
+/*
+ * Destroy's wait after weft_comm_claim_close: calls in flight on other threads finish first (their
+ * own deadlines bound them); one still running after WEFT_TIMEOUT has its waits aborted. Fails
+ * (ncclInternalError, the communicator left allocated) if one still runs a second after that.
+ */
+ncclResult_t weft_comm_drain_calls(struct ncclComm *comm, const char *api);
 
 /* Blocking init: alloc + setup. */
 ncclResult_t weft_comm_init(struct ncclComm **comm_p, int nranks, const ncclUniqueId *id, int rank,

@@ -199,6 +199,40 @@ static ncclResult_t weft_group_run_inits(struct weft_group *g)
     return res == ncclSuccess && in_progress ? ncclInProgress : res;
 }
 
+/*
+ * Runs the group's tasks, holding their communicators meanwhile (weft_comm_enter): one destroyed
+ * or aborted since its call was recorded fails the group before anything runs. Runs of tasks of
+ * one communicator hold it once (a group of one communicator: one hold). weft_submit reorders
+ * the tasks, so the held communicators are kept apart.
+ */
+static ncclResult_t weft_group_submit_held(struct weft_group *g)
+{
+    enum { SMALL = 16 };
+    struct ncclComm *held_small[SMALL];
+    struct ncclComm **held = held_small;
+    if (g->ntasks > SMALL && (held = malloc((size_t)g->ntasks * sizeof(*held))) == NULL) {
+        WEFT_WARN("out of memory issuing %d operations", g->ntasks);
+        return ncclSystemError;
+    }
+    ncclResult_t res = ncclSuccess;
+    int nheld = 0;
+    for (int t = 0; t < g->ntasks && res == ncclSuccess; t++) {
+        struct ncclComm *comm = g->tasks[t].comm;
+        if (nheld > 0 && held[nheld - 1] == comm)
+            continue;
+        res = weft_comm_enter(comm, g->tasks[t].api);
+        if (res == ncclSuccess)
+            held[nheld++] = comm;
+    }
+    if (res == ncclSuccess)
+        res = weft_submit(g->tasks, g->ntasks);
+    for (int i = 0; i < nheld; i++)
+        weft_comm_leave(held[i]);
+    if (held != held_small)
+        free(held);
+    return res;
+}
+
 static void weft_group_reset(struct weft_group *g)
 {
     g->ntasks = 0;
@@ -223,7 +257,7 @@ ncclResult_t weft_group_end(void)
         return res;
     }
     if (g->ntasks > 0) {
-        ncclResult_t r = weft_submit(g->tasks, g->ntasks);
+        ncclResult_t r = weft_group_submit_held(g);
         if (r != ncclSuccess)
             res = r;
     }

@@ -24,12 +24,12 @@ struct weft_batch {
 };
 
 /* Waits for every part's turn, then runs all tasks together. Inline: the common case, one
- * communicator run by the calling thread (weft_submit_host), then needs no loops. */
+ * communicator run by the calling thread (weft_submit_host), then needs no loops. The
+ * communicators are held: by the API call for a batch run inline, by the batch itself (taken at
+ * enqueue, weft_batch_job_finish leaves) for one queued on a host stream. */
 static inline ncclResult_t weft_batch_run(struct weft_batch *b)
 {
     ncclResult_t res = ncclSuccess;
-    for (int i = 0; i < b->nparts; i++)
-        __atomic_fetch_add(&b->parts[i].comm->busy, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < b->nparts; i++)
         WEFT_CHECK_IGNORE(weft_comm_ticket_wait(b->parts[i].comm, b->parts[i].ticket), res);
     for (int i = 0; i < b->nparts && res == ncclSuccess; i++) {
@@ -53,7 +53,6 @@ static inline void weft_batch_finish(struct weft_batch *b, ncclResult_t res)
         if (WEFT_IS_ERROR(res))
             weft_comm_set_error(b->parts[i].comm, res);
         weft_comm_ticket_done(b->parts[i].comm);
-        __atomic_fetch_sub(&b->parts[i].comm->busy, 1, __ATOMIC_SEQ_CST);
     }
 }
 
@@ -64,7 +63,11 @@ static ncclResult_t weft_batch_job_run(struct weft_job *job)
 
 static void weft_batch_job_finish(struct weft_job *job, ncclResult_t res)
 {
-    weft_batch_finish((struct weft_batch *)job, res);
+    struct weft_batch *b = (struct weft_batch *)job;
+    weft_batch_finish(b, res);
+    /* The last touch of each communicator: an abort waiting for it may free it now. */
+    for (int i = 0; i < b->nparts; i++)
+        weft_comm_leave(b->parts[i].comm);
     free(job);
 }
 
@@ -181,6 +184,9 @@ static ncclResult_t weft_submit_host(struct weft_task *tasks, int ntasks)
         }
         b->job.run = weft_batch_job_run;
         b->job.finish = weft_batch_job_finish;
+        /* The batch holds its communicators until it finished (the caller holds them now). */
+        for (int q = 0; q < b->nparts; q++)
+            __atomic_fetch_add(&b->parts[q].comm->busy, 1, __ATOMIC_SEQ_CST);
         weft_stream_enqueue(target, &b->job);
     }
     if (has_inline) {

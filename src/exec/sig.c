@@ -710,7 +710,9 @@ ncclResult_t weft_sig_request_report(struct ncclComm *comm)
 {
     if (comm->sig == NULL)
         return ncclSuccess;
-    if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) == 0) {
+    /* 1: the caller's own hold (weft_comm_enter); more: an operation runs, and reports at its
+     * next check. */
+    if (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) <= 1) {
         sig_report_print(comm, NULL, 0, "requested");
         return ncclSuccess;
     }
