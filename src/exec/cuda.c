@@ -1101,6 +1101,14 @@ static int weft_cuda_zc_seen(void *arg, int peer, uint64_t id, void *base, size_
 {
     struct weft_cuda_comm *cc = arg;
     struct weft_zc_import *imp = cc->zpeers[peer].imp;
+    /* A second offer under a mapped id is refused: the direct kernel takes the first match. */
+    for (int i = 0; base != NULL && i < WEFT_ZC_MAX_IMPORTS; i++) {
+        if (__atomic_load_n(&imp[i].id, __ATOMIC_ACQUIRE) == id) {
+            WEFT_INFO(WEFT_LOG_REG, "peer %d offered registered buffer %llu again: refused", peer,
+                      (unsigned long long)id);
+            return 0;
+        }
+    }
     for (int i = 0; i < WEFT_ZC_MAX_IMPORTS; i++) {
         uint64_t have = __atomic_load_n(&imp[i].id, __ATOMIC_ACQUIRE);
         if (base == NULL && have == id) {

@@ -24,6 +24,9 @@
  *          in cudaStreamSynchronize instead, and the kernel's deadline ends the wait (the error
  *          still names the dead rank); -z: registered ncclMemAlloc buffers, so the dying
  *          all-reduce runs in the direct kernel (checked on one that runs first)
+ *   stranger MODE  another process attacks the p2p transport's sockets (garbage, squat, forge,
+ *          offer; see case_stranger): init succeeds, registered and plain operations right,
+ *          nothing written into the attacker's memory
  * WEFT_TEST_SILENT_STRAY=1: every listener this process opens (bootstrap, socket transport,
  * device socket proxy) gets a silent connection the moment it listens, queued ahead of the real
  * peers; init must not wait for it (it took WEFT_SOCK_ADMIT_MS, 5 s, where the device proxy
@@ -31,17 +34,23 @@
  * Exit 0 pass, 1 fail, 77 no device (each rank for itself; weftrun reports the first failure).
  */
 #include <arpa/inet.h>
+#include <poll.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../common/coll_ref.h"
+#include "bootstrap/bootstrap.h"
 #include "coll_cases.h"
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
@@ -570,6 +579,333 @@ static int case_split(void)
     return 0;
 }
 
+/*
+ * stranger MODE: another process on the host (a child of each rank, as user nobody when the
+ * test runs as root) attacks the p2p transport's datagram sockets (transports/p2p/p2p.c). Every
+ * bind() of the library passes through the override below, which tells the attacker each name
+ * the moment it is bound (so the attack lands before any peer's message) and, in squat mode,
+ * lets the attacker bind it first. The attacker keeps hitting the names it knows every 10 ms
+ * while the ranks run. MODE:
+ *   garbage  datagrams of 1, 24, 112 and 200 random bytes, some with a descriptor attached
+ *   squat    the attacker binds the first 3 names the library asks for before it does
+ *   forge    well-formed FIFO descriptor messages (magic, communicator hash, every sender
+ *            rank and region; the layout before authentication, and the one after with a
+ *            random MAC) with the attacker's memfd, and withdrawals of registration ids 1-4
+ *   offer    registration offers of ids 1-4 carrying the attacker's memfd (pattern-filled)
+ * Each rank then runs registered and plain all-reduces, all-gathers and reduce-scatters, checked
+ * element by element (init must succeed); at the end the attacker's memfd must hold its
+ * pattern still (nothing of this rank's data written into it).
+ */
+#define ATT_MEM_BYTES (4u << 20)
+#define ATT_PATTERN 0x5a
+struct att_fifo_msg { /* transports/p2p/p2p.c before authentication */
+    uint64_t magic;
+    uint64_t comm_hash;
+    int32_t from;
+    int32_t region;
+};
+struct att_reg_msg {
+    uint64_t magic;
+    uint64_t comm_hash;
+    int32_t from;
+    int32_t kind;
+    int32_t how;
+    int32_t dev;
+    uint64_t id;
+    uint64_t bytes;
+    struct weft_cuda_ipc_handle handle;
+};
+/* The same with authentication (version 2): the stranger cannot make the MAC (random here). */
+struct att_fifo_msg2 {
+    struct att_fifo_msg m;
+    unsigned char mac[32];
+};
+struct att_reg_msg2 {
+    uint64_t magic;
+    uint64_t comm_hash;
+    int32_t from;
+    int32_t kind;
+    int32_t how;
+    int32_t dev;
+    uint64_t id;
+    uint64_t bytes;
+    uint64_t seq;
+    struct weft_cuda_ipc_handle handle;
+    unsigned char mac[32];
+};
+static const char *g_att_mode;
+static int g_att_sock = -1, g_att_squats, g_att_memfd = -1;
+static pid_t g_att_pid = -1;
+static uint64_t g_att_hash, g_att_offer_bytes;
+
+static void att_send(int s, const char *name, const void *buf, size_t len, int fd)
+{
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof(a));
+    a.sun_family = AF_UNIX;
+    size_t nl = strlen(name);
+    memcpy(a.sun_path + 1, name, nl);
+    struct iovec iov = {(void *)buf, len};
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } u;
+    memset(&u, 0, sizeof(u));
+    struct msghdr m;
+    memset(&m, 0, sizeof(m));
+    m.msg_name = &a;
+    m.msg_namelen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nl);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    if (fd >= 0) {
+        m.msg_control = u.b;
+        m.msg_controllen = sizeof(u.b);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    (void)sendmsg(s, &m, MSG_DONTWAIT | MSG_NOSIGNAL); /* a full queue: next round */
+}
+
+/* One round against one of the library's socket names. */
+static void att_hit(int s, const char *name)
+{
+    int reg = strncmp(name, "weft-reg-", 9) == 0;
+    const char *dash = strrchr(name, '-');
+    int from = reg && dash != NULL ? atoi(dash + 1) : 0;
+    unsigned char junk[256];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (unsigned char)rand();
+    if (strcmp(g_att_mode, "garbage") == 0) {
+        att_send(s, name, junk, 1, -1);
+        att_send(s, name, junk, sizeof(struct att_fifo_msg), g_att_memfd);
+        att_send(s, name, junk, sizeof(struct att_reg_msg), g_att_memfd);
+        att_send(s, name, junk, 200, -1);
+    } else if (strcmp(g_att_mode, "forge") == 0 && !reg) {
+        for (int p = 0; p < g_n; p++)
+            for (int r = 0; r < 2; r++) {
+                struct att_fifo_msg m = {0x3170327074666577ull, g_att_hash, p, r};
+                att_send(s, name, &m, sizeof(m), g_att_memfd);
+                struct att_fifo_msg2 m2 = {{0x3270327074666577ull, g_att_hash, p, r}, {0}};
+                memcpy(m2.mac, junk, sizeof(m2.mac));
+                att_send(s, name, &m2, sizeof(m2), g_att_memfd);
+            }
+    } else if (strcmp(g_att_mode, "forge") == 0 || strcmp(g_att_mode, "offer") == 0) {
+        int offer = strcmp(g_att_mode, "offer") == 0;
+        if (!reg)
+            return;
+        for (uint64_t id = 1; id <= 4; id++) {
+            struct att_reg_msg m;
+            memset(&m, 0, sizeof(m));
+            m.magic = 0x3267657274666577ull;
+            m.comm_hash = g_att_hash;
+            m.from = from;
+            m.kind = offer ? 1 : 2;
+            m.how = 1; /* WEFT_DEV_HOW_FD */
+            m.dev = 0;
+            m.id = id;
+            m.bytes = g_att_offer_bytes;
+            att_send(s, name, &m, sizeof(m), offer ? g_att_memfd : -1);
+            struct att_reg_msg2 m2;
+            memset(&m2, 0, sizeof(m2));
+            m2.magic = 0x3367657274666577ull;
+            m2.comm_hash = g_att_hash;
+            m2.from = from;
+            m2.kind = m.kind;
+            m2.how = m.how;
+            m2.id = id;
+            m2.bytes = m.bytes;
+            m2.seq = id;
+            memcpy(m2.mac, junk + id, sizeof(m2.mac));
+            att_send(s, name, &m2, sizeof(m2), offer ? g_att_memfd : -1);
+        }
+    }
+}
+
+/* The attacker: takes commands ('b' name: attack it now; 's' name: bind it first) and
+ * answers each with one byte; between them, attacks every name it was told every 10 ms. */
+static void att_main(int cmd)
+{
+    if (getuid() == 0 && (setresgid(65534, 65534, 65534) != 0 ||
+                          setresuid(65534, 65534, 65534) != 0)) {
+        perror("attacker: setresuid(nobody)");
+        _exit(2);
+    }
+    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    static char names[64][128];
+    int nnames = 0;
+    srand((unsigned)getpid());
+    for (;;) {
+        struct pollfd pf = {cmd, POLLIN, 0};
+        int got = poll(&pf, 1, 10);
+        if (got > 0) {
+            char buf[128];
+            ssize_t n = recv(cmd, buf, sizeof(buf) - 1, 0);
+            if (n <= 0)
+                _exit(0);
+            buf[n] = 0;
+            if (buf[0] == 's') {
+                struct sockaddr_un a;
+                memset(&a, 0, sizeof(a));
+                a.sun_family = AF_UNIX;
+                size_t nl = strlen(buf + 1);
+                memcpy(a.sun_path + 1, buf + 1, nl);
+                int q = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                if (bind(q, (struct sockaddr *)&a,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nl)) != 0)
+                    perror("attacker: squatting");
+            } else if (buf[0] == 'b') {
+                if (nnames < 64)
+                    snprintf(names[nnames++], sizeof(names[0]), "%s", buf + 1);
+                att_hit(s, buf + 1);
+            }
+            if (write(cmd, "k", 1) != 1)
+                _exit(0);
+        } else {
+            for (int i = 0; i < nnames; i++)
+                att_hit(s, names[i]);
+        }
+    }
+}
+
+/* Before init: the memfd, then the attacker (before any name is bound). */
+static void att_start(const char *mode, const ncclUniqueId *id)
+{
+    g_att_mode = mode;
+    g_att_hash = weft_bootstrap_magic(id);
+    g_att_offer_bytes = ((size_t)g_n * 4099 + 1) * 8; /* as stranger_run registers */
+    g_att_memfd = memfd_create("stranger", MFD_CLOEXEC);
+    if (g_att_memfd < 0 || ftruncate(g_att_memfd, ATT_MEM_BYTES) != 0) {
+        perror("memfd");
+        exit(1);
+    }
+    unsigned char *p = mmap(NULL, ATT_MEM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
+                            g_att_memfd, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    memset(p, ATT_PATTERN, ATT_MEM_BYTES);
+    munmap(p, ATT_MEM_BYTES);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        perror("socketpair");
+        exit(1);
+    }
+    g_att_pid = fork();
+    if (g_att_pid == 0) {
+        close(sv[0]);
+        att_main(sv[1]);
+    }
+    close(sv[1]);
+    g_att_sock = sv[0];
+}
+
+/* Tells the attacker (kind 'b' or 's') about name and waits for its answer (2 s at most). */
+static void att_tell(char kind, const char *name, size_t nl)
+{
+    char buf[128];
+    if (nl > sizeof(buf) - 2)
+        return;
+    buf[0] = kind;
+    memcpy(buf + 1, name, nl);
+    if (send(g_att_sock, buf, nl + 1, MSG_NOSIGNAL) != (ssize_t)(nl + 1))
+        return;
+    struct pollfd pf = {g_att_sock, POLLIN, 0};
+    if (poll(&pf, 1, 2000) > 0)
+        (void)!read(g_att_sock, buf, 1);
+}
+
+/* Every bind() of the library passes here (the stranger case's view of its socket names). */
+int bind(int fd, const struct sockaddr *sa, socklen_t len)
+{
+    const struct sockaddr_un *a = (const struct sockaddr_un *)sa;
+    size_t off = offsetof(struct sockaddr_un, sun_path) + 1;
+    int ours = g_att_sock >= 0 && sa->sa_family == AF_UNIX && len > off &&
+               a->sun_path[0] == 0 && len - off >= 9 &&
+               (memcmp(a->sun_path + 1, "weft-p2p-", 9) == 0 ||
+                memcmp(a->sun_path + 1, "weft-reg-", 9) == 0);
+    if (ours && strcmp(g_att_mode, "squat") == 0 && g_att_squats < 3) {
+        g_att_squats++;
+        att_tell('s', a->sun_path + 1, len - off);
+    }
+    int rc = (int)syscall(SYS_bind, fd, sa, len);
+    if (ours && rc == 0 && strcmp(g_att_mode, "squat") != 0)
+        att_tell('b', a->sun_path + 1, len - off);
+    return rc;
+}
+
+static int case_stranger(void)
+{
+    const size_t count = 4099;
+    size_t bytes = ((size_t)g_n * count + 1) * 8;
+    /* the plain path (the FIFOs the attack aimed at during init) */
+    run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1023, 0, 0);
+    run_one(C_ALLGATHER, ncclInt32, -1, 65536 + 3, 0, 0);
+    /* registered buffers: the peers' offers against the attacker's */
+    char *plain_send = g_dsend, *plain_recv = g_drecv, *hs = NULL, *hr = NULL;
+    size_t plain_bytes = g_bytes;
+    void *rs = NULL, *rr = NULL;
+    free(g_hsend);
+    free(g_hrecv);
+    g_hsend = malloc(bytes);
+    g_hrecv = malloc(bytes);
+    if (g_hsend == NULL || g_hrecv == NULL ||
+        !check(ncclMemAlloc((void **)&hs, bytes), "ncclMemAlloc") ||
+        !check(ncclMemAlloc((void **)&hr, bytes), "ncclMemAlloc") ||
+        !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister") ||
+        !check(ncclCommRegister(g_comm, hr, bytes, &rr), "ncclCommRegister"))
+        return 1;
+    g_dsend = hs;
+    g_drecv = hr;
+    g_bytes = bytes;
+    uint64_t before = weft_zcopy_count(g_comm);
+    run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0); /* a barrier: every offer sent */
+    for (int round = 0; round < 3; round++) {
+        run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, count, round == 1, 0);
+        run_one(C_ALLGATHER, ncclInt32, -1, count, round == 2, 0);
+        run_one(C_REDUCESCATTER, ncclFloat32, OP_MAX, count, 0, 0);
+        usleep(20000); /* the attacker's next round lands in between */
+    }
+    fprintf(stderr, "rank %d: stranger %s: %llu of 9 registered operations went direct\n", g_me,
+            g_att_mode, (unsigned long long)(weft_zcopy_count(g_comm) - before));
+    if (!check(ncclCommDeregister(g_comm, rs), "ncclCommDeregister") ||
+        !check(ncclCommDeregister(g_comm, rr), "ncclCommDeregister"))
+        return 1;
+    run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, count, 0, 0);
+    g_dsend = plain_send;
+    g_drecv = plain_recv;
+    g_bytes = plain_bytes < bytes ? plain_bytes : bytes;
+    if (!check(ncclMemFree(hs), "ncclMemFree") || !check(ncclMemFree(hr), "ncclMemFree"))
+        return 1;
+    return 0;
+}
+
+/* After destroy: the attacker gone, its memory as it left it. */
+static int att_finish(void)
+{
+    close(g_att_sock);
+    g_att_sock = -1;
+    int status = 0;
+    waitpid(g_att_pid, &status, 0);
+    unsigned char *p = mmap(NULL, ATT_MEM_BYTES, PROT_READ, MAP_SHARED, g_att_memfd, 0);
+    if (p == MAP_FAILED)
+        return 1;
+    size_t changed = 0;
+    for (size_t i = 0; i < ATT_MEM_BYTES; i++)
+        changed += p[i] != ATT_PATTERN;
+    munmap(p, ATT_MEM_BYTES);
+    close(g_att_memfd);
+    if (changed != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "rank %d: FAIL stranger %s: %zu bytes of the attacker's memory written "
+                "(attacker status 0x%x)\n", g_me, g_att_mode, changed, status);
+        return 1;
+    }
+    return 0;
+}
+
 /* Every listen() of the library passes here: with WEFT_TEST_SILENT_STRAY set, a connection that
  * never says anything is queued at the listener first (left open until the process exits). */
 int listen(int fd, int backlog)
@@ -591,7 +927,7 @@ int listen(int fd, int backlog)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | kill [-s|-z]\n", argv[0]);
+        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | kill [-s|-z] | stranger MODE\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
@@ -609,6 +945,8 @@ int main(int argc, char **argv)
         return 1;
     CU(cu->set_device(local % ndev));
     CU(cu->stream_create((weft_cuda_stream_t *)&g_stream));
+    if (strcmp(argv[1], "stranger") == 0)
+        att_start(argc > 2 ? argv[2] : "garbage", &id);
     double t_init = now_s();
     if (!check(ncclCommInitRank(&g_comm, g_n, id, g_me), "ncclCommInitRank"))
         return 1;
@@ -623,8 +961,11 @@ int main(int argc, char **argv)
              : strcmp(argv[1], "split") == 0 ? case_split()
              : strcmp(argv[1], "zcopy") == 0 ? case_zcopy()
              : strcmp(argv[1], "straddle") == 0 ? case_straddle()
+             : strcmp(argv[1], "stranger") == 0 ? case_stranger()
                                              : case_sweep();
     if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
+        rc = 1;
+    if (g_att_sock >= 0 && att_finish() != 0)
         rc = 1;
     CU(cu->stream_destroy(g_stream));
     if (g_dsend != NULL) {

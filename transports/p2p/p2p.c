@@ -16,9 +16,21 @@
  * A rank whose backend has no cuMem (mem_create returns 801) uses legacy IPC under the automatic
  * setting; each rank says in the all-gather which way its region went, so peers may differ.
  *
- * Wire (version 1, the bootstrap all-gather, struct weft_p2p_info): magic, version, how each
- * region is shared, its device, the legacy handle. Datagrams on the socket: struct weft_p2p_msg
- * (magic, communicator hash, sender rank, region) with exactly one descriptor attached.
+ * Wire (version 2, the bootstrap all-gather, struct weft_p2p_info): magic, version, how each
+ * region is shared, its device, the legacy handle, a random nonce and the random names of its
+ * sockets. Datagrams on the socket: struct weft_p2p_msg (magic, communicator hash, sender rank,
+ * region, MAC) with exactly one descriptor attached.
+ *
+ * Strangers: abstract sockets have no permissions, and /proc/net/unix lists their names, so any
+ * process of the host may send to them or bind a name first. Hence: every name is random
+ * (WEFT_P2P_TOKEN_BYTES from getrandom) and travels only in the all-gather; a name already taken
+ * means another random one, never a failure. Every datagram is authenticated twice: the kernel's
+ * SCM_CREDENTIALS (SO_PASSCRED on every receiving socket) must name the pid the sender gave in
+ * the bootstrap (where both share a PID namespace), and it carries HMAC-SHA256 under the
+ * communicator's secret (weft_bootstrap_key) over both ranks' nonces and the message
+ * (core/auth.h). Registration messages also carry a sequence number that must grow. Whatever
+ * fails a check (malformed, unauthenticated, replayed) is dropped, its descriptor closed, with
+ * an INFO line at most once a second; it never fails init or an operation.
  *
  * Registered buffers (reg_share): a socket per rank and peer (the peer's own queue of Linux's
  * 10 datagrams), bound at setup and kept until close, takes struct weft_p2p_reg_msg datagrams
@@ -37,10 +49,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/auth.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
@@ -53,8 +67,12 @@ WEFT_PARAM(CumemEnable, "NCCL_CUMEM_ENABLE", -2,
            "where the driver has it");
 WEFT_PARAM_DECL(BootstrapTimeout);
 
-#define WEFT_P2P_MAGIC 0x3170327074666577ull /* "weftp2p1" */
-#define WEFT_P2P_VERSION 1
+#define WEFT_P2P_MAGIC 0x3270327074666577ull /* "weftp2p2" */
+#define WEFT_P2P_VERSION 2
+#define WEFT_P2P_TOKEN_BYTES 16 /* of a socket name's random part */
+#define WEFT_P2P_BIND_TRIES 64  /* random names tried before giving up */
+#define WEFT_P2P_MAX_FDS 4      /* descriptors one recvmsg takes (any beyond one: dropped) */
+#define WEFT_P2P_RECV_BATCH 64  /* datagrams read between two abort and deadline checks */
 
 struct weft_p2p_info {
     uint64_t magic;
@@ -62,6 +80,9 @@ struct weft_p2p_info {
     int32_t dev;
     int32_t how[WEFT_DEV_NREGIONS]; /* enum weft_dev_how per region */
     struct weft_cuda_ipc_handle handle; /* legacy handle of the device region */
+    uint8_t nonce[WEFT_AUTH_NONCE_BYTES]; /* random: in the MAC of every datagram to or from it */
+    uint8_t fifo_name[WEFT_P2P_TOKEN_BYTES]; /* random: its FIFO descriptor socket's name */
+    uint8_t reg_name[WEFT_P2P_TOKEN_BYTES];  /* random: its registration sockets' names */
 };
 
 struct weft_p2p_msg {
@@ -69,9 +90,10 @@ struct weft_p2p_msg {
     uint64_t comm_hash;
     int32_t from;
     int32_t region;
+    uint8_t mac[WEFT_AUTH_MAC_BYTES]; /* over everything before it */
 };
 
-#define WEFT_P2P_REG_MAGIC 0x3267657274666577ull /* "weftreg2" */
+#define WEFT_P2P_REG_MAGIC 0x3367657274666577ull /* "weftreg3" */
 enum { WEFT_P2P_REG_OFFER = 1, WEFT_P2P_REG_WITHDRAW = 2 };
 
 struct weft_p2p_reg_msg {
@@ -83,7 +105,9 @@ struct weft_p2p_reg_msg {
     int32_t dev;  /* offer: the allocating device */
     uint64_t id;
     uint64_t bytes;
+    uint64_t seq; /* per sender and receiver, from 1: a receiver takes only a larger one */
     struct weft_cuda_ipc_handle handle; /* offer, WEFT_DEV_HOW_LEGACY */
+    uint8_t mac[WEFT_AUTH_MAC_BYTES];   /* over everything before it */
 };
 
 /* A datagram still to send (fd: its descriptor, or -1), or a peer's allocation mapped here. */
@@ -101,6 +125,11 @@ struct weft_p2p_state {
     int nranks;
     void **imports; /* [nranks * WEFT_DEV_NREGIONS]: what this rank mapped */
     int *import_how;
+    struct weft_p2p_info *info; /* [nranks]: every rank's (socket names, nonces) */
+    uint8_t key[WEFT_AUTH_KEY_BYTES]; /* the communicator's secret (weft_bootstrap_key) */
+    uint64_t *seq_out, *seq_in; /* [nranks]: registration messages sent to, taken from */
+    uint64_t drops;             /* datagrams dropped since the last INFO line about them */
+    double drop_logged;         /* when that line was written */
     /* Registered buffers: under lock (ncclCommRegister's thread and the launching one). */
     pthread_mutex_t lock;
     int reg_sock;          /* sends (unbound); -1: no peer */
@@ -163,14 +192,79 @@ static ncclResult_t p2p_mem_free(void *p, int how)
     return ncclSuccess;
 }
 
-static void p2p_sock_name(struct sockaddr_un *a, socklen_t *len, uint64_t comm_hash, int rank)
+static double p2p_now(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The name "weft-<kind>-<token in hex>[-<from>]" in the abstract namespace (leading NUL: nothing
+ * in the file system, gone with the socket). */
+static void p2p_sock_name(struct sockaddr_un *a, socklen_t *len, const char *kind,
+                          const uint8_t token[WEFT_P2P_TOKEN_BYTES], int from)
+{
+    char hex[2 * WEFT_P2P_TOKEN_BYTES + 1];
+    for (int i = 0; i < WEFT_P2P_TOKEN_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", token[i]);
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
-    /* Abstract namespace (leading NUL): nothing in the file system, gone with the socket. */
-    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "weft-p2p-%016llx-%d",
-                     (unsigned long long)comm_hash, rank);
+    int n = from < 0 ? snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "weft-%s-%s", kind, hex)
+                     : snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "weft-%s-%s-%d", kind,
+                                hex, from);
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static void p2p_close_all(int *socks, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (socks[i] >= 0) {
+            close(socks[i]);
+            socks[i] = -1;
+        }
+}
+
+/*
+ * Binds socks[i] for every i < n with use[i] set (socks[0] alone when use is NULL; from -1 in
+ * its name) under one random token, each with SO_PASSCRED. A name taken (by another process of
+ * this host: they can all bind abstract names) means a fresh token for all, not a failure.
+ */
+static ncclResult_t p2p_bind(struct ncclComm *comm, const char *kind, int *socks,
+                             const uint8_t *use, int n, uint8_t token[WEFT_P2P_TOKEN_BYTES])
+{
+    for (int attempt = 0; attempt < WEFT_P2P_BIND_TRIES; attempt++) {
+        WEFT_CHECK(weft_auth_random(token, WEFT_P2P_TOKEN_BYTES));
+        int taken = 0;
+        for (int i = 0; i < n && !taken; i++) {
+            if (use != NULL && !use[i])
+                continue;
+            struct sockaddr_un a;
+            socklen_t alen;
+            int one = 1;
+            p2p_sock_name(&a, &alen, kind, token, use != NULL ? i : -1);
+            socks[i] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            if (socks[i] >= 0 &&
+                setsockopt(socks[i], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0 &&
+                bind(socks[i], (struct sockaddr *)&a, alen) == 0)
+                continue;
+            int err = errno;
+            if (err != EADDRINUSE) {
+                WEFT_WARN("rank %d: the p2p socket @%s: %s", comm->rank, a.sun_path + 1,
+                          strerror(err));
+                p2p_close_all(socks, n);
+                return ncclSystemError;
+            }
+            WEFT_INFO(WEFT_LOG_INIT, "rank %d: the p2p socket name @%s is taken (another "
+                      "process of this host?); trying another", comm->rank, a.sun_path + 1);
+            taken = 1;
+        }
+        if (!taken)
+            return ncclSuccess;
+        p2p_close_all(socks, n);
+    }
+    WEFT_WARN("rank %d: %d random names for the p2p %s sockets were all taken", comm->rank,
+              WEFT_P2P_BIND_TRIES, kind);
+    return ncclSystemError;
 }
 
 /* One datagram of len bytes, descriptor fd attached (-1: none), without blocking: 1 sent, 0 the
@@ -204,14 +298,18 @@ static int p2p_dgram_send(int sock, const struct sockaddr_un *to, socklen_t tole
     return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS ? 0 : -1;
 }
 
-/* One waiting datagram into buf: its length, or -1 (errno; EAGAIN: none waiting); *fd_p the
- * descriptor it carried, or -1. */
-static ssize_t p2p_dgram_recv(int sock, void *buf, size_t len, int *fd_p)
+/*
+ * One waiting datagram into buf: its length, or -1 (errno; EAGAIN: none waiting); *fd_p the
+ * descriptor it carried, or -1; *pid_p the sender's pid from the kernel (SCM_CREDENTIALS), or 0.
+ * A datagram longer than len, or with more than one descriptor, reads as length 0 with every
+ * descriptor closed (whoever sent it, it is none of ours).
+ */
+static ssize_t p2p_dgram_recv(int sock, void *buf, size_t len, int *fd_p, pid_t *pid_p)
 {
     struct iovec iov = {buf, len};
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(WEFT_P2P_MAX_FDS * sizeof(int))];
     } u;
     struct msghdr m;
     memset(&m, 0, sizeof(m));
@@ -220,59 +318,75 @@ static ssize_t p2p_dgram_recv(int sock, void *buf, size_t len, int *fd_p)
     m.msg_control = u.buf;
     m.msg_controllen = sizeof(u.buf);
     *fd_p = -1;
+    *pid_p = 0;
     ssize_t n = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0)
         return -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_p, CMSG_DATA(c), sizeof(int));
+    int nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET)
+            continue;
+        if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(c), sizeof(cred));
+            *pid_p = cred.pid;
+        } else if (c->cmsg_type == SCM_RIGHTS) {
+            size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                if (nfds++ == 0)
+                    *fd_p = fd;
+                else
+                    close(fd);
+            }
+        }
+    }
+    if (nfds > 1 || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+        if (*fd_p >= 0)
+            close(*fd_p);
+        *fd_p = -1;
+        return 0;
+    }
     return n;
 }
 
-/* The socket on which rank `to` receives registration messages from rank `from`: one queue per
- * sender, so that a peer's burst of offers does not fill the queue the others need. */
-static void p2p_reg_sock_name(struct sockaddr_un *a, socklen_t *len, uint64_t comm_hash, int to,
-                              int from)
+/* HMAC-SHA256 of a datagram (len bytes before its MAC) from rank `from` to rank `to`. */
+static void p2p_mac(const struct weft_p2p_state *st, const char *label, int from, int to,
+                    const void *msg, size_t len, uint8_t mac[WEFT_AUTH_MAC_BYTES])
 {
-    memset(a, 0, sizeof(*a));
-    a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "weft-reg-%016llx-%d-%d",
-                     (unsigned long long)comm_hash, to, from);
-    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    weft_auth_mac(st->key, label, st->info[to].nonce, st->info[from].nonce, msg, len, mac);
 }
 
-static ncclResult_t p2p_send_fd(int sock, const struct sockaddr_un *to, socklen_t tolen,
-                                const struct weft_p2p_msg *msg, int fd, int *sent_p)
+/* 1 when rank `from` (a peer of this communicator in another process) sent the datagram: the
+ * kernel's pid where it means the same here as there, and the MAC. */
+static int p2p_authentic(const struct ncclComm *comm, const struct weft_p2p_state *st,
+                         const char *label, int from, pid_t pid, const void *msg, size_t len,
+                         const uint8_t *mac)
 {
-    int got = p2p_dgram_send(sock, to, tolen, msg, sizeof(*msg), fd);
-    *sent_p = got == 1;
-    return got < 0 ? ncclRemoteError : ncclSuccess; /* the caller names the peer, with errno */
+    if (from < 0 || from >= st->nranks || from == comm->rank)
+        return 0;
+    const struct weft_peer_info *peer = &comm->peer_info[from], *me = &comm->peer_info[comm->rank];
+    if (peer->pid_ns != 0 && peer->pid_ns == me->pid_ns && pid != peer->pid)
+        return 0;
+    uint8_t want[WEFT_AUTH_MAC_BYTES];
+    p2p_mac(st, label, from, comm->rank, msg, len, want);
+    return weft_auth_equal(want, mac, sizeof(want));
 }
 
-/* One datagram if one is waiting: *fd_p = -1 when none. */
-static ncclResult_t p2p_recv_fd(int sock, struct weft_p2p_msg *msg, int *fd_p)
+/* A datagram no peer sent (or not as it came): dropped; an INFO line at most once a second. */
+static void p2p_drop(const struct ncclComm *comm, struct weft_p2p_state *st, const char *what,
+                     ssize_t len, pid_t pid)
 {
-    int fd = -1;
-    ssize_t n = p2p_dgram_recv(sock, msg, sizeof(*msg), &fd);
-    *fd_p = -1;
-    if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? ncclSuccess
-                                                                          : ncclSystemError;
-    if (n != (ssize_t)sizeof(*msg) || fd < 0 || msg->magic != WEFT_P2P_MAGIC) {
-        if (fd >= 0)
-            close(fd);
-        WEFT_WARN("a malformed FIFO descriptor message (%zd bytes) on the p2p socket", n);
-        return ncclRemoteError;
-    }
-    *fd_p = fd;
-    return ncclSuccess;
-}
-
-static double p2p_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    st->drops++;
+    double now = p2p_now();
+    if (st->drop_logged != 0 && now - st->drop_logged < 1.0)
+        return;
+    WEFT_INFO(WEFT_LOG_INIT, "rank %d: dropped %llu datagram(s) on the p2p %s sockets that no "
+              "peer of this communicator sent (the latest %zd bytes from pid %d): another process "
+              "of this host?", comm->rank, (unsigned long long)st->drops, what, len, (int)pid);
+    st->drops = 0;
+    st->drop_logged = now;
 }
 
 /*
@@ -280,10 +394,10 @@ static double p2p_now(void)
  * without deadlock: sends never block, and a rank whose peer's queue is full reads its own queue
  * before trying again. Bounded by the bootstrap deadline and the abort flag.
  */
-static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, int sock, const int *my_fds,
-                                     const uint8_t *want, const struct weft_p2p_info *info,
-                                     int *fds)
+static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, struct weft_p2p_state *st, int sock,
+                                     const int *my_fds, const uint8_t *want, int *fds)
 {
+    const struct weft_p2p_info *info = st->info;
     int n = comm->nranks, me = comm->rank, R = WEFT_DEV_NREGIONS;
     int to_send = 0, to_recv = 0;
     uint8_t *sent = calloc((size_t)n * R, 1);
@@ -307,31 +421,51 @@ static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, int sock, const int 
                     continue;
                 struct sockaddr_un to;
                 socklen_t tolen;
-                p2p_sock_name(&to, &tolen, comm->comm_hash, p);
-                struct weft_p2p_msg msg = {WEFT_P2P_MAGIC, comm->comm_hash, me, r};
-                int ok = 0;
-                res = p2p_send_fd(sock, &to, tolen, &msg, my_fds[r], &ok);
-                if (res != ncclSuccess) {
+                p2p_sock_name(&to, &tolen, "p2p", info[p].fifo_name, -1);
+                struct weft_p2p_msg msg;
+                memset(&msg, 0, sizeof(msg));
+                msg.magic = WEFT_P2P_MAGIC;
+                msg.comm_hash = comm->comm_hash;
+                msg.from = me;
+                msg.region = r;
+                p2p_mac(st, "p2p-fifo", me, p, &msg, offsetof(struct weft_p2p_msg, mac), msg.mac);
+                int got = p2p_dgram_send(sock, &to, tolen, &msg, sizeof(msg), my_fds[r]);
+                if (got < 0) {
                     WEFT_WARN("rank %d: passing FIFO memory to rank %d (host %s): sendmsg failed: "
                               "%s", me, p, comm->peer_info[p].hostname, strerror(errno));
+                    res = ncclRemoteError;
                     break;
                 }
-                if (ok) {
+                if (got == 1) {
                     sent[p * R + r] = 1;
                     to_send--;
                     progress = 1;
                 }
             }
         }
-        for (;;) {
+        for (int k = 0; k < WEFT_P2P_RECV_BATCH && res == ncclSuccess; k++) {
             struct weft_p2p_msg msg;
             int fd = -1;
-            if (res == ncclSuccess)
-                res = p2p_recv_fd(sock, &msg, &fd);
-            if (res != ncclSuccess || fd < 0)
+            pid_t pid = 0;
+            ssize_t got = p2p_dgram_recv(sock, &msg, sizeof(msg), &fd, &pid);
+            if (got < 0) {
+                if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    WEFT_WARN("rank %d: reading the p2p socket: %s", me, strerror(errno));
+                    res = ncclSystemError;
+                }
                 break;
-            if (msg.comm_hash != comm->comm_hash || msg.from < 0 || msg.from >= n ||
-                msg.region < 0 || msg.region >= R || !want[msg.from * R + msg.region] ||
+            }
+            if (got != (ssize_t)sizeof(msg) || fd < 0 || msg.magic != WEFT_P2P_MAGIC ||
+                msg.comm_hash != comm->comm_hash ||
+                !p2p_authentic(comm, st, "p2p-fifo", msg.from, pid, &msg,
+                               offsetof(struct weft_p2p_msg, mac), msg.mac)) {
+                if (fd >= 0)
+                    close(fd);
+                p2p_drop(comm, st, "FIFO", got, pid);
+                continue;
+            }
+            /* From the peer itself: anything unexpected is a bug of ours, not a stranger. */
+            if (msg.region < 0 || msg.region >= R || !want[msg.from * R + msg.region] ||
                 info[msg.from].how[msg.region] != WEFT_DEV_HOW_FD ||
                 fds[msg.from * R + msg.region] >= 0) {
                 WEFT_WARN("rank %d: unexpected FIFO descriptor from rank %d region %d", me,
@@ -408,6 +542,9 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
         if (st->reg_in[p] >= 0)
             close(st->reg_in[p]);
     free(st->reg_in);
+    free(st->seq_out);
+    free(st->seq_in);
+    free(st->info);
     pthread_mutex_destroy(&st->lock);
     free(st->reg_peer);
     free(st->imports);
@@ -424,11 +561,15 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
     ncclResult_t res = ncclSuccess;
     int sock = -1;
     int my_fds[WEFT_DEV_NREGIONS];
-    struct weft_p2p_info *info = calloc((size_t)n, sizeof(*info));
+    struct weft_p2p_info *info = NULL;
     int *fds = malloc((size_t)n * R * sizeof(int));
     struct weft_p2p_state *st = calloc(1, sizeof(*st));
     if (st != NULL) {
         st->nranks = n;
+        st->info = info = calloc((size_t)n, sizeof(*info));
+        st->seq_out = calloc((size_t)n, sizeof(uint64_t));
+        st->seq_in = calloc((size_t)n, sizeof(uint64_t));
+        memcpy(st->key, weft_bootstrap_key(comm->bootstrap), sizeof(st->key));
         st->imports = calloc((size_t)n * R, sizeof(void *));
         st->import_how = calloc((size_t)n * R, sizeof(int));
         st->reg_peer = calloc((size_t)n, 1);
@@ -441,7 +582,8 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
     for (int r = 0; r < R; r++)
         my_fds[r] = -1;
     if (info == NULL || fds == NULL || st == NULL || st->imports == NULL ||
-        st->import_how == NULL || st->reg_peer == NULL || st->reg_in == NULL) {
+        st->import_how == NULL || st->reg_peer == NULL || st->reg_in == NULL ||
+        st->seq_out == NULL || st->seq_in == NULL) {
         WEFT_WARN("rank %d: out of memory for the p2p transport", me);
         res = ncclSystemError;
         goto out;
@@ -451,6 +593,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
     info[me].magic = WEFT_P2P_MAGIC;
     info[me].version = WEFT_P2P_VERSION;
     info[me].dev = comm->cuda_dev;
+    WEFT_CHECK_GOTO(weft_auth_random(info[me].nonce, sizeof(info[me].nonce)), res, out);
     int any_peer = 0, any_fd = 0;
     for (int i = 0; i < n * R; i++)
         any_peer |= want[i] != 0;
@@ -474,36 +617,20 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
             }
         }
     }
-    /* The socket is bound before the all-gather, so every peer's is there once it returns. */
+    /* The sockets are bound before the all-gather, so every peer's is there once it returns;
+     * their random names travel in it. */
     if (any_peer) {
-        struct sockaddr_un a;
-        socklen_t alen;
-        p2p_sock_name(&a, &alen, comm->comm_hash, me);
-        sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (sock < 0 || bind(sock, (struct sockaddr *)&a, alen) != 0) {
-            WEFT_WARN("rank %d: the p2p socket @%s: %s", me, a.sun_path + 1, strerror(errno));
-            res = ncclSystemError;
-            goto out;
-        }
+        WEFT_CHECK_GOTO(p2p_bind(comm, "p2p", &sock, NULL, 1, info[me].fifo_name), res, out);
         st->reg_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (st->reg_sock < 0) {
             WEFT_WARN("rank %d: a p2p registration socket: %s", me, strerror(errno));
             res = ncclSystemError;
             goto out;
         }
-        for (int p = 0; p < n; p++) {
+        for (int p = 0; p < n; p++)
             st->reg_peer[p] = want[p * R] || want[p * R + 1];
-            if (!st->reg_peer[p])
-                continue;
-            p2p_reg_sock_name(&a, &alen, comm->comm_hash, me, p);
-            st->reg_in[p] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-            if (st->reg_in[p] < 0 || bind(st->reg_in[p], (struct sockaddr *)&a, alen) != 0) {
-                WEFT_WARN("rank %d: the p2p registration socket @%s: %s", me, a.sun_path + 1,
-                          strerror(errno));
-                res = ncclSystemError;
-                goto out;
-            }
-        }
+        WEFT_CHECK_GOTO(p2p_bind(comm, "reg", st->reg_in, st->reg_peer, n, info[me].reg_name),
+                        res, out);
     }
     /* Every rank takes part, connected or not: the all-gather is collective. */
     WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, info, sizeof(*info)), res, out);
@@ -520,7 +647,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
             any_fd |= want[p * R + r] && (info[p].how[r] == WEFT_DEV_HOW_FD || my_fds[r] >= 0);
     }
     if (any_fd)
-        WEFT_CHECK_GOTO(p2p_exchange_fds(comm, sock, my_fds, want, info, fds), res, out);
+        WEFT_CHECK_GOTO(p2p_exchange_fds(comm, st, sock, my_fds, want, fds), res, out);
     for (int p = 0; p < n; p++) {
         for (int r = 0; r < R; r++) {
             if (!want[p * R + r])
@@ -566,7 +693,6 @@ out:
             if (fds[i] >= 0)
                 close(fds[i]);
     free(fds);
-    free(info);
     if (st != NULL)
         p2p_close(comm, st);
     return res;
@@ -577,7 +703,7 @@ static int p2p_reg_send(struct ncclComm *comm, struct weft_p2p_state *st, struct
 {
     struct sockaddr_un to;
     socklen_t tolen;
-    p2p_reg_sock_name(&to, &tolen, comm->comm_hash, r->peer, comm->rank);
+    p2p_sock_name(&to, &tolen, "reg", st->info[r->peer].reg_name, comm->rank);
     int got = p2p_dgram_send(st->reg_sock, &to, tolen, &r->msg, sizeof(r->msg), r->fd);
     if (got >= 0)
         return got;
@@ -620,6 +746,9 @@ static int p2p_reg_post(struct ncclComm *comm, struct weft_p2p_state *st,
         }
         r->peer = p;
         r->msg = *msg;
+        r->msg.seq = ++st->seq_out[p];
+        p2p_mac(st, "p2p-reg", comm->rank, p, &r->msg, offsetof(struct weft_p2p_reg_msg, mac),
+                r->msg.mac);
         r->fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
         if (fd >= 0 && r->fd < 0) {
             WEFT_WARN("rank %d: dup of a registered buffer's descriptor: %s", comm->rank,
@@ -685,6 +814,15 @@ static void p2p_reg_unshare(struct ncclComm *comm, void *state, uint64_t id)
     pthread_mutex_unlock(&st->lock);
 }
 
+/* Under st->lock: 1 when peer's allocation id is mapped here. */
+static int p2p_reg_mapped(const struct weft_p2p_state *st, int peer, uint64_t id)
+{
+    for (const struct weft_p2p_reg *r = st->mapped; r != NULL; r = r->next)
+        if (r->peer == peer && r->id == id)
+            return 1;
+    return 0;
+}
+
 static void p2p_reg_poll(struct ncclComm *comm, void *state,
                          int (*seen)(void *arg, int peer, uint64_t id, void *base, size_t bytes),
                          void *arg)
@@ -695,19 +833,29 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
         return;
     pthread_mutex_lock(&st->lock);
     p2p_reg_flush(comm, st);
-    for (int p = 0; p < st->nranks;) {
+    for (int p = 0, k = 0; p < st->nranks;) {
         struct weft_p2p_reg_msg msg;
         int fd = -1;
-        ssize_t got = st->reg_in[p] >= 0 ? p2p_dgram_recv(st->reg_in[p], &msg, sizeof(msg), &fd)
-                                         : -1;
+        pid_t pid = 0;
+        /* a bounded batch per peer: a stranger's flood does not hold this thread */
+        ssize_t got = st->reg_in[p] >= 0 && k < WEFT_P2P_RECV_BATCH
+                          ? p2p_dgram_recv(st->reg_in[p], &msg, sizeof(msg), &fd, &pid)
+                          : -1;
         if (got < 0) {
             p++; /* this peer's queue is empty */
+            k = 0;
             continue;
         }
-        if (got != (ssize_t)sizeof(msg) || msg.magic != WEFT_P2P_REG_MAGIC ||
-            msg.comm_hash != comm->comm_hash || msg.from != p) {
-            WEFT_WARN("rank %d: a malformed registration message (%zd bytes) ignored",
-                      comm->rank, got);
+        k++;
+        int ok = got == (ssize_t)sizeof(msg) && msg.magic == WEFT_P2P_REG_MAGIC &&
+                 msg.comm_hash == comm->comm_hash && msg.from == p &&
+                 p2p_authentic(comm, st, "p2p-reg", msg.from, pid, &msg,
+                               offsetof(struct weft_p2p_reg_msg, mac), msg.mac) &&
+                 msg.seq > st->seq_in[p]; /* a replay of one of p's is no news */
+        if (ok)
+            st->seq_in[p] = msg.seq;
+        if (!ok) {
+            p2p_drop(comm, st, "registration", got, pid);
         } else if (msg.kind == WEFT_P2P_REG_WITHDRAW) {
             for (struct weft_p2p_reg **it = &st->mapped; *it != NULL; it = &(*it)->next) {
                 struct weft_p2p_reg *r = *it;
@@ -722,6 +870,10 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
                 free(r);
                 break;
             }
+        } else if (p2p_reg_mapped(st, msg.from, msg.id)) {
+            WEFT_INFO(WEFT_LOG_REG, "rank %d: rank %d offered its registered buffer %llu again "
+                      "without withdrawing it: refused", comm->rank, msg.from,
+                      (unsigned long long)msg.id);
         } else {
             void *mem = NULL;
             int err = msg.how == WEFT_DEV_HOW_FD && fd >= 0
