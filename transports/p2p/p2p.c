@@ -33,12 +33,14 @@
  * an INFO line at most once a second; it never fails init or an operation.
  *
  * Registered buffers (reg_share): a socket per rank and peer (the peer's own queue of Linux's
- * 10 datagrams), bound at setup and kept until close, takes struct weft_p2p_reg_msg datagrams
- * from that peer: an offer (a cuMem allocation's descriptor attached,
- * or a legacy handle inside) or a withdrawal, of a share id. A datagram a full peer queue
- * refuses waits in this rank's list until a later reg_poll; one to a peer already gone is
- * dropped. Offers are mapped on receipt, withdrawals unmapped: the receiver reads its socket
- * in reg_poll (the executor calls it before each direct launch and at each registration).
+ * 10 datagrams), bound at setup and kept until close, connected to the peer's socket for this
+ * rank once the all-gather has named it (the kernel then refuses every other sender), takes
+ * struct weft_p2p_reg_msg datagrams from that peer and sends this rank's to it: an offer (a
+ * cuMem allocation's descriptor attached, or a legacy handle inside) or a withdrawal, of a
+ * share id. A datagram a full peer queue refuses waits in this rank's list until a later
+ * reg_poll; one to a peer already gone is dropped. Offers are mapped on receipt (a second offer
+ * of a mapped id is refused), withdrawals unmapped: the receiver reads its socket in reg_poll
+ * (the executor calls it before each direct launch and at each registration).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -132,8 +134,10 @@ struct weft_p2p_state {
     double drop_logged;         /* when that line was written */
     /* Registered buffers: under lock (ncclCommRegister's thread and the launching one). */
     pthread_mutex_t lock;
-    int reg_sock;          /* sends (unbound); -1: no peer */
-    int *reg_in;           /* [nranks]: receives from that peer (its own queue), or -1 */
+    int reg_on;            /* 1: some peer is connected (registration messages go out) */
+    int *reg_in;           /* [nranks]: the socket for that peer, or -1: takes its messages (its
+                            * own queue) and sends to it; connected to the peer's for this rank,
+                            * so the kernel refuses any other sender */
     uint8_t *reg_peer;     /* [nranks]: offers go there */
     struct weft_p2p_reg *outbox, *mapped;
 };
@@ -267,8 +271,9 @@ static ncclResult_t p2p_bind(struct ncclComm *comm, const char *kind, int *socks
     return ncclSystemError;
 }
 
-/* One datagram of len bytes, descriptor fd attached (-1: none), without blocking: 1 sent, 0 the
- * peer's queue is full (try again after reading ours), -1 failed (errno says why). */
+/* One datagram of len bytes to `to` (NULL: the socket's connected peer), descriptor fd attached
+ * (-1: none), without blocking: 1 sent, 0 the peer's queue is full (try again after reading
+ * ours), -1 failed (errno says why). */
 static int p2p_dgram_send(int sock, const struct sockaddr_un *to, socklen_t tolen,
                           const void *buf, size_t len, int fd)
 {
@@ -536,8 +541,6 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
             ops->mem_release(r->mem);
         free(r);
     }
-    if (st->reg_sock >= 0)
-        close(st->reg_sock);
     for (int p = 0; st->reg_in != NULL && p < st->nranks; p++)
         if (st->reg_in[p] >= 0)
             close(st->reg_in[p]);
@@ -573,7 +576,6 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         st->imports = calloc((size_t)n * R, sizeof(void *));
         st->import_how = calloc((size_t)n * R, sizeof(int));
         st->reg_peer = calloc((size_t)n, 1);
-        st->reg_sock = -1;
         st->reg_in = malloc((size_t)n * sizeof(int));
         for (int p = 0; st->reg_in != NULL && p < n; p++)
             st->reg_in[p] = -1;
@@ -621,12 +623,6 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
      * their random names travel in it. */
     if (any_peer) {
         WEFT_CHECK_GOTO(p2p_bind(comm, "p2p", &sock, NULL, 1, info[me].fifo_name), res, out);
-        st->reg_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (st->reg_sock < 0) {
-            WEFT_WARN("rank %d: a p2p registration socket: %s", me, strerror(errno));
-            res = ncclSystemError;
-            goto out;
-        }
         for (int p = 0; p < n; p++)
             st->reg_peer[p] = want[p * R] || want[p * R + 1];
         WEFT_CHECK_GOTO(p2p_bind(comm, "reg", st->reg_in, st->reg_peer, n, info[me].reg_name),
@@ -645,6 +641,23 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         }
         for (int r = 0; r < R; r++)
             any_fd |= want[p * R + r] && (info[p].how[r] == WEFT_DEV_HOW_FD || my_fds[r] >= 0);
+    }
+    /* Each registration socket pairs with the peer's for this rank: the kernel then takes
+     * datagrams from that socket alone (others get EPERM), and sends go to it, not to a name. */
+    for (int p = 0; p < n; p++) {
+        if (!st->reg_peer[p])
+            continue;
+        struct sockaddr_un a;
+        socklen_t alen;
+        p2p_sock_name(&a, &alen, "reg", info[p].reg_name, me);
+        if (connect(st->reg_in[p], (struct sockaddr *)&a, alen) != 0) {
+            WEFT_WARN("rank %d: connecting the p2p registration socket to rank %d's @%s (host "
+                      "%s): %s", me, p, a.sun_path + 1, comm->peer_info[p].hostname,
+                      strerror(errno));
+            res = ncclRemoteError;
+            goto out;
+        }
+        st->reg_on = 1;
     }
     if (any_fd)
         WEFT_CHECK_GOTO(p2p_exchange_fds(comm, st, sock, my_fds, want, fds), res, out);
@@ -701,10 +714,9 @@ out:
 /* Sends r's datagram: 1 sent (or dropped: the peer is gone), 0 its queue is full. */
 static int p2p_reg_send(struct ncclComm *comm, struct weft_p2p_state *st, struct weft_p2p_reg *r)
 {
-    struct sockaddr_un to;
-    socklen_t tolen;
-    p2p_sock_name(&to, &tolen, "reg", st->info[r->peer].reg_name, comm->rank);
-    int got = p2p_dgram_send(st->reg_sock, &to, tolen, &r->msg, sizeof(r->msg), r->fd);
+    /* To the peer's socket itself (connected), never by name: once the peer is gone, anyone may
+     * bind its name, and an offer carries a descriptor of this rank's memory. */
+    int got = p2p_dgram_send(st->reg_in[r->peer], NULL, 0, &r->msg, sizeof(r->msg), r->fd);
     if (got >= 0)
         return got;
     /* Gone (its communicator destroyed): it will run no collective that needs this. */
@@ -779,7 +791,7 @@ static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     struct weft_p2p_state *st = state;
-    if (st == NULL || st->reg_sock < 0)
+    if (st == NULL || !st->reg_on)
         return 0;
     struct weft_p2p_reg_msg msg;
     p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_OFFER, id);
@@ -804,7 +816,7 @@ static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *
 static void p2p_reg_unshare(struct ncclComm *comm, void *state, uint64_t id)
 {
     struct weft_p2p_state *st = state;
-    if (st == NULL || st->reg_sock < 0)
+    if (st == NULL || !st->reg_on)
         return;
     struct weft_p2p_reg_msg msg;
     p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_WITHDRAW, id);
@@ -829,7 +841,7 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     struct weft_p2p_state *st = state;
-    if (st == NULL || st->reg_sock < 0)
+    if (st == NULL || !st->reg_on)
         return;
     pthread_mutex_lock(&st->lock);
     p2p_reg_flush(comm, st);
