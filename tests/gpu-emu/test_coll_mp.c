@@ -34,6 +34,7 @@
  * Exit 0 pass, 1 fail, 77 no device (each rank for itself; weftrun reports the first failure).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <poll.h>
 #include <stddef.h>
 #include <signal.h>
@@ -592,6 +593,9 @@ static int case_split(void)
  *            rank and region; the layout before authentication, and the one after with a
  *            random MAC) with the attacker's memfd, and withdrawals of registration ids 1-4
  *   offer    registration offers of ids 1-4 carrying the attacker's memfd (pattern-filled)
+ *   impostor forge's FIFO messages and offer's offers, each sent once claiming every rank's pid
+ *            in SCM_CREDENTIALS (the attacker stays root for that; without root, plain): the
+ *            MAC alone tells them from the peers'
  * Each rank then runs registered and plain all-reduces, all-gathers and reduce-scatters, checked
  * element by element (init must succeed), the registered ones all direct (the peers' offers
  * mapped, whatever the attacker sent); at the end the attacker's memfd must hold its pattern
@@ -639,7 +643,47 @@ static int g_att_sock = -1, g_att_squats, g_att_memfd = -1;
 static pid_t g_att_pid = -1;
 static uint64_t g_att_hash, g_att_offer_bytes;
 
-static void att_send(int s, const char *name, const void *buf, size_t len, int fd)
+static pid_t g_att_pids[16]; /* impostor: the ranks (weftrun's children) */
+static int g_att_npids;
+
+/* impostor: every rank's pid (the children of this rank's parent, weftrun). */
+static void att_find_ranks(void)
+{
+    char path[300], line[512];
+    long launcher = -1;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)getppid());
+    FILE *f = fopen(path, "r");
+    if (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        const char *e = strrchr(line, ')'); /* after the command name: state, then ppid */
+        if (e != NULL)
+            sscanf(e + 2, "%*c %ld", &launcher);
+    }
+    if (f != NULL)
+        fclose(f);
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    g_att_npids = 0;
+    while (d != NULL && (de = readdir(d)) != NULL && g_att_npids < 16) {
+        long ppid = -1;
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(line, sizeof(line), f) != NULL) {
+            const char *e = strrchr(line, ')');
+            if (e != NULL)
+                sscanf(e + 2, "%*c %ld", &ppid);
+        }
+        fclose(f);
+        if (ppid == launcher)
+            g_att_pids[g_att_npids++] = (pid_t)atoi(de->d_name);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+static void att_send1(int s, const char *name, const void *buf, size_t len, int fd, pid_t pid)
 {
     struct sockaddr_un a;
     memset(&a, 0, sizeof(a));
@@ -649,7 +693,7 @@ static void att_send(int s, const char *name, const void *buf, size_t len, int f
     struct iovec iov = {(void *)buf, len};
     union {
         struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int))];
+        char b[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
     } u;
     memset(&u, 0, sizeof(u));
     struct msghdr m;
@@ -658,16 +702,40 @@ static void att_send(int s, const char *name, const void *buf, size_t len, int f
     m.msg_namelen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nl);
     m.msg_iov = &iov;
     m.msg_iovlen = 1;
+    m.msg_control = u.b;
+    struct cmsghdr *c = &u.h; /* the first header; the second right after it */
     if (fd >= 0) {
-        m.msg_control = u.b;
-        m.msg_controllen = sizeof(u.b);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
         c->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        m.msg_controllen += CMSG_SPACE(sizeof(int));
+        c = (struct cmsghdr *)(u.b + CMSG_SPACE(sizeof(int)));
     }
+    if (pid > 0) { /* root may claim any pid (CAP_SYS_ADMIN) */
+        struct ucred cred = {pid, 0, 0};
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_CREDENTIALS;
+        c->cmsg_len = CMSG_LEN(sizeof(cred));
+        memcpy(CMSG_DATA(c), &cred, sizeof(cred));
+        m.msg_controllen += CMSG_SPACE(sizeof(cred));
+    }
+    if (m.msg_controllen == 0)
+        m.msg_control = NULL;
     (void)sendmsg(s, &m, MSG_DONTWAIT | MSG_NOSIGNAL); /* a full queue: next round */
+}
+
+/* One datagram; as an impostor, one per rank's pid claimed. */
+static void att_send(int s, const char *name, const void *buf, size_t len, int fd)
+{
+    if (strcmp(g_att_mode, "impostor") != 0) {
+        att_send1(s, name, buf, len, fd, 0);
+        return;
+    }
+    if (g_att_npids < g_n)
+        att_find_ranks();
+    for (int i = 0; i < g_att_npids; i++)
+        att_send1(s, name, buf, len, fd, g_att_pids[i]);
 }
 
 /* One round against one of the library's socket names. */
@@ -684,7 +752,8 @@ static void att_hit(int s, const char *name)
         att_send(s, name, junk, sizeof(struct att_fifo_msg), g_att_memfd);
         att_send(s, name, junk, sizeof(struct att_reg_msg), g_att_memfd);
         att_send(s, name, junk, 200, -1);
-    } else if (strcmp(g_att_mode, "forge") == 0 && !reg) {
+    } else if ((strcmp(g_att_mode, "forge") == 0 || strcmp(g_att_mode, "impostor") == 0) &&
+               !reg) {
         for (int p = 0; p < g_n; p++)
             for (int r = 0; r < 2; r++) {
                 struct att_fifo_msg m = {0x3170327074666577ull, g_att_hash, p, r};
@@ -693,8 +762,8 @@ static void att_hit(int s, const char *name)
                 memcpy(m2.mac, junk, sizeof(m2.mac));
                 att_send(s, name, &m2, sizeof(m2), g_att_memfd);
             }
-    } else if (strcmp(g_att_mode, "forge") == 0 || strcmp(g_att_mode, "offer") == 0) {
-        int offer = strcmp(g_att_mode, "offer") == 0;
+    } else {
+        int offer = strcmp(g_att_mode, "forge") != 0;
         if (!reg)
             return;
         for (uint64_t id = 1; id <= 4; id++) {
@@ -729,7 +798,7 @@ static void att_hit(int s, const char *name)
  * answers each with one byte; between them, attacks every name it was told every 10 ms. */
 static void att_main(int cmd)
 {
-    if (getuid() == 0 && (setresgid(65534, 65534, 65534) != 0 ||
+    if (getuid() == 0 && strcmp(g_att_mode, "impostor") != 0 && (setresgid(65534, 65534, 65534) != 0 ||
                           setresuid(65534, 65534, 65534) != 0)) {
         perror("attacker: setresuid(nobody)");
         _exit(2);
