@@ -1017,10 +1017,10 @@ int main(int argc, char **argv)
     ncclUniqueId id;
     if (!check(weftLaunchInfo(&g_me, &g_n, &local, &id), "weftLaunchInfo"))
         return 1;
+    if (strcmp(argv[1], "stranger") == 0) /* forked before any thread of the library starts */
+        att_start(argc > 2 ? argv[2] : "garbage", &id);
     CU(cu->set_device(local % ndev));
     CU(cu->stream_create((weft_cuda_stream_t *)&g_stream));
-    if (strcmp(argv[1], "stranger") == 0)
-        att_start(argc > 2 ? argv[2] : "garbage", &id);
     double t_init = now_s();
     if (!check(ncclCommInitRank(&g_comm, g_n, id, g_me), "ncclCommInitRank"))
         return 1;
