@@ -798,11 +798,10 @@ static void att_hit(int s, const char *name)
  * answers each with one byte; between them, attacks every name it was told every 10 ms. */
 static void att_main(int cmd)
 {
-    if (getuid() == 0 && strcmp(g_att_mode, "impostor") != 0 && (setresgid(65534, 65534, 65534) != 0 ||
-                          setresuid(65534, 65534, 65534) != 0)) {
-        perror("attacker: setresuid(nobody)");
-        _exit(2);
-    }
+    /* another user where it can (root without CAP_SETUID, e.g. in a user namespace: the same) */
+    if (getuid() == 0 && strcmp(g_att_mode, "impostor") != 0 &&
+        (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0))
+        perror("attacker: setresuid(nobody); attacking as root");
     int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     static char names[64][128];
     int nnames = 0;
@@ -1001,7 +1000,8 @@ int listen(int fd, int backlog)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | kill [-s|-z] | stranger MODE\n", argv[0]);
+        fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | "
+                "kill [-s|-z] | stranger MODE\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
