@@ -588,7 +588,9 @@ static int case_split(void)
  * lets the attacker bind it first. The attacker keeps hitting the names it knows every 10 ms
  * while the ranks run (without pause with WEFT_TEST_STRANGER_FLOOD set). MODE:
  *   garbage  datagrams of 1, 24, 112 and 200 random bytes, some with a descriptor attached
- *   squat    the attacker binds the first 3 names the library asks for before it does
+ *   squat    the attacker binds names before the library does: its 1st and 2nd FIFO socket
+ *            name, and its 1st and 3rd registration socket name (with 3 ranks the 3rd is the
+ *            second of a set: the first, bound, must make way too)
  *   forge    well-formed FIFO descriptor messages (magic, communicator hash, every sender
  *            rank and region; the layout before authentication, and the one after with a
  *            random MAC) with the attacker's memfd, and withdrawals of registration ids 1-4
@@ -639,7 +641,7 @@ struct att_reg_msg2 {
     unsigned char mac[32];
 };
 static const char *g_att_mode;
-static int g_att_sock = -1, g_att_squats, g_att_memfd = -1;
+static int g_att_sock = -1, g_att_binds[2], g_att_memfd = -1;
 static pid_t g_att_pid = -1;
 static uint64_t g_att_hash, g_att_offer_bytes;
 
@@ -896,8 +898,8 @@ int bind(int fd, const struct sockaddr *sa, socklen_t len)
                a->sun_path[0] == 0 && len - off >= 9 &&
                (memcmp(a->sun_path + 1, "weft-p2p-", 9) == 0 ||
                 memcmp(a->sun_path + 1, "weft-reg-", 9) == 0);
-    if (ours && strcmp(g_att_mode, "squat") == 0 && g_att_squats < 3) {
-        g_att_squats++;
+    int reg = ours && a->sun_path[6] == 'r', nth = ours ? ++g_att_binds[reg] : 0;
+    if (ours && strcmp(g_att_mode, "squat") == 0 && (nth == 1 || nth == 2 + reg)) {
         att_tell('s', a->sun_path + 1, len - off);
     }
     int rc = (int)syscall(SYS_bind, fd, sa, len);
