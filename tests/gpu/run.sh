@@ -1,186 +1,269 @@
 #!/usr/bin/env bash
-# The GPU check: one command for a machine with one NVIDIA GPU (an H200 here), inside 9 minutes.
+# The GPU check: one command on a machine with one NVIDIA GPU (the device tool's H100 or H200),
+# planned to fit twice, with a rerun, in the 15 minutes of device time a session gets.
 #
-#   tests/gpu/run.sh [--dry-run] [--build DIR] [--only STAGE,...]
+#   tests/gpu/run.sh --make-carry BUILD     make the carried build (on the CPU machine)
+#   tests/gpu/run.sh --dry-run              print and check the plan (on the CPU machine)
+#   tests/gpu/run.sh --emu                  its cases' command lines on the emulated GPU (CPU)
+#   tests/gpu/run.sh [--only STAGE,...]     the check itself (on the GPU machine)
+#   options: --build DIR (the carried build, default build-gpu), --sanitizer, --baseline,
+#            --more, --build-here (opt-in stages), --keep-going, -h/--help
 #
-# Stages run in order, each with its own budget; a stage that would start with less time left
-# than its budget prints `SKIPPED: <stage> (budget)` instead of running into the device tool's
-# kill. Every stage ends with an `N passed, N failed, N skipped` line; the last line of the run
-# adds them up. A case is one command with its own timeout (the rest of its stage's budget at
-# most); a case that exits 77 is skipped, not failed, and its summary line gives the reason (the
-# last `SKIP...` line it printed): torch without CUDA, no wheel NCCL, perf tools without -R.
+# How to run it on a lent GPU:
+#   1. Here, once (nvcc takes minutes; -Dgpu_checks=true adds the 8-bit-flag kernel of kunit's
+#      wrap case, which is opt-in):
+#          meson setup build -Dcuda=enabled && meson compile -C build
+#   2. tests/gpu/run.sh --make-carry build
+#      copies what the cases run, and nothing else, into build-gpu/ (ignored by git): the
+#      library (libnccl.so.2) and the binaries the case table names ($B/...: the launcher
+#      tests/gpu/weftrun, the perf tool, tests/gpu's checks, test_coll, test_coll_mp,
+#      test_kern_unit), at the paths they have in the build (their RUNPATH finds the library),
+#      with debug information stripped (strip --strip-debug), and a manifest CARRY (source
+#      commit, nvcc). About 53 MiB: the library and the three statically linked tests of
+#      tests/gpu-emu hold the kernels' fat binary (sm_80, sm_90, sm_100: 10 MB each); the rest
+#      link libnccl.so.2.
+#   3. tests/gpu/run.sh --dry-run
+#      ends with `plan: N s of device time, carry M MiB` (M: du of build-gpu/) and exits non-zero
+#      if N > 420, M > 60, a case's timeout is over its stage's budget, or a binary is missing.
+#   4. The device tool: run with carry ["build-gpu"], command
+#          tests/gpu/run.sh
+#      and timeout_s at least the plan's stage sum + 30 (the stage sum is the script's own
+#      deadline). The results come back from $OUT. A rerun of one stage: --only multirank.
 #
-# Stages: preflight, build, unit (1 process), kunit (kernel unit tests), multirank (threads and
-# processes on the one GPU), perf (nccl-tests tables, Weft and the wheel's NCCL), mplat (8 B
-# all-reduce latency of 2 and 4 processes over cuMem and legacy IPC beside 2 and 4 threads, -S
-# time-targeted; summary line: the ratio procs/threads), reg (busbw at 1 MiB and 64 MiB with and
-# without -R 1, nccl-tests' --local_register: ncclMemAlloc + ncclCommRegister), torch (PyTorch's
-# nccl backend on Weft: tests/gpu/torch_check.py through LD_PRELOAD, which LD_LIBRARY_PATH loads,
-# 2 processes on the GPU, and the wheel's NCCL as the baseline), sanitizer.
+# The build on the GPU machine is the carried one: preflight checks that it runs there and holds
+# the CUDA kernels, and the run stops after preflight if it does not (no stage would pass). The
+# kernels are never built on the GPU machine unless --build-here asks for it, and then only when
+# the carried build does not load (minutes of nvcc: over the plan, by its budget below).
 #
-# --only runs just the stages named (a rerun of one stage; or, with WEFT_CUDA=emu:1 on a machine
-# without a GPU, the stages whose cases can run on the emulated GPU: mplat, reg, torch).
+# Stages run in the order of the budget table below: what is most likely to fail, and says the
+# most when it does, first. Each stage has a budget; every case of a stage has its own timeout,
+# and the timeouts of a stage add up to no more than its budget, so no case is ever cut short by
+# its stage (a cut case would count as a failure). A stage that would start with less time left
+# than its budget says `SKIPPED: <stage> (budget)`. Every stage ends with an
+# `N passed, N failed, N skipped` line; the last line adds them up. A case exits 0 (pass), 77
+# (skipped; the reason is the last `SKIP` line it printed: no torch, no wheel NCCL) or anything
+# else (fail). Every case runs with WEFT_TIMEOUT=10 (unless it sets its own) and NCCL_DEBUG=WARN,
+# so a hang ends in the library's stuck record (who waits for whom) well inside the case timeout.
 #
-# Build: a build carried from the CPU machine (--build DIR, default build-gpu, made with
-# `meson setup build-gpu -Dcuda=enabled -Dgpu_checks=true -Dbuildtype=release`) is used as it is when its library
-# loads here and holds the CUDA kernels; otherwise the script builds one with the toolkit it finds
-# (meson, ninja -j16), in a fresh folder build-gpu-local where the carried one is unusable.
+# Results (at most 8 files) under $OUT (the device tool's folder; ./gpu-out otherwise):
+# summary.txt (every stage line), env.txt (preflight: driver, runtime, compute mode, MIG, the
+# devices, the library's init lines), multirank.log (stages multirank and reg), torch.log,
+# perf.log (perf and baseline), perf.csv (the perf tables' rows at 8 B, 16 B, 1 MiB, 64 MiB and
+# 1 GiB), unit.log (kunit, sanitizer, more), build.log (--build-here only).
 #
-# Results (at most 8 files) go under $OUT (the device tool's folder; ./gpu-out otherwise):
-# summary.txt, env.txt, build.log, unit.log (stages unit, kunit and sanitizer), multirank.log,
-# perf.log (stages perf, mplat and reg), perf.csv (their rows at 8 B, 1 MiB, 64 MiB, 1 GiB),
-# torch.log.
-#
-# --dry-run (on the CPU machine, no GPU): checks this script's own tools and its stage list: every
-# binary a case names exists in the build (and the case runs on the emulated GPU, where it can),
-# each torch case's script compiles (as python3 -m py_compile) and its command runs here to 0 or 77
-# (skipped: no CUDA torch here), the perf tools say whether they have -R, the budgets add up to
-# the deadline, and the result files stay within 8. It costs no device minutes, so a script bug
-# is found before a lease is spent on it.
+# --dry-run costs no device time: it prints the budget table and every case with its timeout,
+# checks the bounds above and that each binary a case names is in the carried build, that
+# torch_check.py compiles and its command skips here (no CUDA torch), and that the carried build
+# plus the tracked tree fit the 64 MiB the device tool carries. --emu runs each case marked emu=
+# on the emulated GPU (WEFT_CUDA=emu:1) with its very command line (slow: minutes).
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
+
+# ---- the budget table -------------------------------------------------------------------------
+# Device time, in seconds. ALLOWANCE is the part of a lease outside this script: the machine's
+# start (a minute or more), the working tree and the carried build going there (up to 64 MiB),
+# the results coming back and the machine's close. The plan is ALLOWANCE plus the budgets of the
+# stages a run selects; the default selection must stay within PLAN_MAX, and the carried build
+# within CARRY_MAX MiB, so that a second run fits in the 15 minutes too.
+ALLOWANCE=90
+PLAN_MAX=420
+CARRY_MAX=60
+#   stage      budget  run      result file    what
+TABLE=(
+    "preflight  20      default  env.txt        driver, runtime, compute mode, MIG; build; probe"
+    "multirank  120     default  multirank.log  threads and processes; a capture + watchdog"
+    "reg        45      default  multirank.log  registered buffers: zero-copy, perf -R 1"
+    "torch      55      default  torch.log      PyTorch's nccl backend on Weft, 2 processes"
+    "perf       50      default  perf.log       copy rate; all_reduce_perf, 1 and 2 ranks"
+    "kunit      30      default  unit.log       device reductions bit-equal to the host's"
+    "sanitizer  60      opt-in   unit.log       --sanitizer: compute-sanitizer (10-100x slower)"
+    "baseline   60      opt-in   perf.log       --baseline: NVIDIA's NCCL (the wheel) beside Weft"
+    "more       120     opt-in   unit.log       --more: the other kernel and fault cases"
+    "build-here 300     opt-in   build.log      --build-here: nvcc there if the carry fails"
+)
+
+# ---- the cases --------------------------------------------------------------------------------
+# "name|timeout|command": $B is the carried build, $G this folder, $WANT the backend the probe
+# wants (cuda; emu in --emu). A case passes when its command exits 0 (every binary checks its
+# results element by element). Marks before the name: emu= the case also runs on the emulated GPU
+# in --emu; py= a torch case (in --dry-run it must exit 0 or 77 here). Names are unique within a
+# stage. A stage's timeouts add up to its budget at most.
+T=\$B/tests/gpu-emu/test_coll
+M=\$B/tests/gpu-emu/test_coll_mp
+K=\$B/tests/gpu-emu/test_kern_unit
+C=\$B/tests/gpu/gpu_check
+R="\$B/tests/gpu/weftrun -n 2 --timeout \${WR_TIMEOUT:-14}"
+P=\$B/perf/all_reduce_perf
+preflight_cases=(
+    "facts|6|preflight_facts"
+    "build|4|build_loads"
+    "emu=probe|10|env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV $C probe --want \$WANT"
+)
+# Issue 29's findings first: the capture with a watchdog polling (item 1), first launches of
+# kernels while another rank's kernel spins, lazily and eagerly loaded (item 2), four ranks' own
+# streams on one hardware queue (item 3), legacy IPC teardown between processes (item 5).
+multirank_cases=(
+    "emu=graph-watchdog|15|$C graph-watchdog -n 2"
+    "emu=initrank-4|15|$T initrank -n 4 -d 1"
+    "emu=initrank-4-eager|15|env CUDA_MODULE_LOADING=EAGER $T initrank -n 4 -d 1"
+    "emu=threads-4|15|$T sweep -n 4 -d 1 -q"
+    "emu=threads-4-1queue|15|env CUDA_DEVICE_MAX_CONNECTIONS=1 $T sweep -n 4 -d 1 -q"
+    "emu=one-stream-4|15|$T sweep -n 4 -d 1 -s -q"
+    "emu=procs-2-cumem|15|$R $M sweep -q"
+    "emu=procs-2-legacy|15|env NCCL_CUMEM_ENABLE=0 $R $M sweep -q"
+)
+reg_cases=(
+    "emu=zcopy-threads-2|15|env WEFT_ZCOPY_MIN_BYTES=1024 $T zcopy -n 2 -d 1"
+    "emu=zcopy-procs-2|15|env WEFT_ZCOPY_MIN_BYTES=1024 $R $M zcopy"
+    "ar-reg-2|15|$P -g 2 -b 1M -e 64M -f 64 -n 20 -w 3 -c 1 -R 1"
+)
+# PyTorch on Weft (tests/gpu/torch_check.py: exit 77 where torch or its CUDA is absent): two
+# processes on the one GPU through LD_PRELOAD; its library check fails if torch ends up on
+# NVIDIA's NCCL. (One process, and NVIDIA's NCCL as the baseline: --baseline.)
+TC="python3 \$G/torch_check.py --lib \$B/libnccl.so.2"
+PRE="env LD_PRELOAD=\$B/libnccl.so.2"
+torch_cases=(
+    "py=weft-2proc|55|$PRE $TC --nproc 2 --timeout 50 --expect weft --timing"
+)
+perf_cases=(
+    "copy-rate|5|\$B/tests/gpu/copy_rate"
+    "weft-1rank|15|$P -b 16 -e 1G -f 4 -g 1 -c 0"
+    "weft-2ranks|15|$P -b 16 -e 1G -f 4 -g 2 -c 0"
+    "emu=weft-2procs|15|$R $P -b 16 -e 64M -f 4 -c 1"
+)
+kunit_cases=(
+    "emu=redop-ll|15|env NCCL_PROTO=LL $K redop"
+    "emu=redop-simple|15|env NCCL_PROTO=Simple $K redop"
+)
+CS="compute-sanitizer --error-exitcode 1 --tool"
+sanitizer_cases=(
+    "memcheck|30|$CS memcheck $T sweep -n 1 -d 1 -q"
+    "racecheck-ll|15|env NCCL_PROTO=LL $CS racecheck $K loopback -s"
+    "synccheck-simple|15|env NCCL_PROTO=Simple $CS synccheck $K loopback -s"
+)
+baseline_cases=(
+    "nvidia-1rank|15|nccl_wheel $P -b 16 -e 1G -f 4 -g 1 -c 0"
+    "py=nvidia-1proc|30|$TC --expect nvidia --timing"
+    "py=weft-ldpath|15|env LD_LIBRARY_PATH=\$B\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} $TC --probe"
+)
+more_cases=(
+    "emu=loopback-ll|15|env NCCL_PROTO=LL $K loopback -f"
+    "emu=loopback-simple|15|env NCCL_PROTO=Simple $K loopback -f"
+    "emu=ll-wrap|15|env NCCL_PROTO=LL $K wrap"
+    "emu=abort|15|$T abort -n 2 -d 1"
+    "emu=deadline|15|env WEFT_TIMEOUT=2 $T timeout -n 2 -d 1"
+    "emu=mismatch|15|$T mismatch -n 2 -d 1"
+    "emu=graph-replay|15|$T graph -n 2 -d 1"
+    "emu=multicomm|15|$T multicomm -n 3 -d 1"
+)
+build_here_cases=()
+
+# ---- options ----------------------------------------------------------------------------------
 dry=0
+emu=0
 build=""
 only=""
+make_carry=""
+keep_going=0
+optin=","
 while [ $# -gt 0 ]; do
     case "$1" in
     --dry-run) dry=1 ;;
+    --emu) emu=1 ;;
     --build) build=$2; shift ;;
     --only) only=,$2,; shift ;;
-    -h | --help) awk 'NR > 1 && /^set -u/ { exit } NR > 1' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument $1"; exit 2 ;;
+    --make-carry) make_carry=$2; shift ;;
+    --keep-going) keep_going=1 ;;
+    --sanitizer | --baseline | --more | --build-here) optin="$optin${1#--},"; ;;
+    -h | --help) awk 'NR > 1 && /^set -u/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+                 exit 0 ;;
+    *) echo "run.sh: unknown argument $1 (--help)"; exit 2 ;;
     esac
     shift
 done
-[ -n "$build" ] || build=$top/build-gpu
+[ -n "$build" ] || build=build-gpu
 case "$build" in /*) ;; *) build=$top/$build ;; esac
-out=${OUT:-$top/gpu-out}
-mkdir -p "$out"
 
-DEADLINE=540 # seconds: the device tool kills a command at 600
-start=$(date +%s)
-# stage name, budget (s), result file
-# (Stages share files so that there are at most 8: kunit and sanitizer write into unit.log, mplat
-# and reg into perf.log.) The budgets add up to DEADLINE, so every stage runs even if each one
-# takes all of its budget; a carried build leaves build's 80 s unused.
-stages=(preflight:10:env.txt build:80:build.log unit:35:unit.log kunit:45:unit.log
-        multirank:100:multirank.log perf:55:perf.log mplat:40:perf.log reg:45:perf.log
-        torch:100:torch.log sanitizer:30:unit.log)
-total_pass=0
-total_fail=0
-total_skip=0
-summary=$out/summary.txt
-: >"$summary"
+# stage_field STAGE N: field N (1 name, 2 budget, 3 run, 4 file) of a stage's table row.
+stage_field() {
+    local row
+    for row in "${TABLE[@]}"; do
+        set -- $row
+        [ "$1" = "$STAGE_Q" ] || continue
+        echo "${!FIELD_Q}"
+        return
+    done
+}
+field() { STAGE_Q=$1 FIELD_Q=$2 stage_field; }
+# The stages a run selects, in table order: the default ones and the opt-in ones asked for,
+# narrowed by --only (preflight always runs: the later stages need its verdict on the build).
+selected() {
+    local row name run
+    for row in "${TABLE[@]}"; do
+        set -- $row
+        name=$1 run=$3
+        [ "$run" = default ] || case "$optin" in *,$name,*) ;; *) continue ;; esac
+        case "$only" in "" | *,$name,*) ;; *) [ "$name" = preflight ] || continue ;; esac
+        echo "$name"
+    done
+}
+# cases_of STAGE: the array name holding a stage's cases (build-here -> build_here_cases).
+cases_of() { echo "${1//-/_}_cases[@]"; }
 
-say() { echo "$*" | tee -a "$summary"; }
-elapsed() { echo $(($(date +%s) - start)); }
-
-# The cases of each stage: "name|timeout|command". $B is the build folder. A case passes when its
-# command exits 0 (each binary checks its results element by element and exits non-zero on a
-# wrong one). Cases marked emu= also run on the emulated GPU in --dry-run (WEFT_CUDA=emu:1: the
-# one GPU of the real machine), so the very command lines a lease will run are tried here first.
-unit_cases=(
-    "emu=copy-rate-check|20|\$B/tests/gpu/copy_rate 67108864 3"
-    "emu=loopback-1rank|60|\$B/tests/gpu-emu/test_coll sweep -n 1 -d 1 -q"
-    "emu=abort|20|\$B/tests/gpu-emu/test_coll abort -n 2 -d 1"
-    "emu=deadline|20|env WEFT_TIMEOUT=2 \$B/tests/gpu-emu/test_coll timeout -n 2 -d 1"
-    "emu=mismatch|20|\$B/tests/gpu-emu/test_coll mismatch -n 2 -d 1"
-    "emu=bad-buffers|20|\$B/tests/gpu-emu/test_coll badbuf -n 2 -d 1"
-)
-# Kernel unit tests (tests/gpu-emu/test_kern_unit.c): device reductions bit-equal to the host's
-# for every type x op, Simple and LL loopback at 0 B .. 64 MiB, the LL flag wrap of the 8-bit-flag
-# kernel build, abort and deadline, on each protocol.
-K=\$B/tests/gpu-emu/test_kern_unit
-kunit_cases=(
-    "emu=rules|10|$K rules"
-    "emu=redop-ll|20|env NCCL_PROTO=LL $K redop"
-    "emu=redop-simple|20|env NCCL_PROTO=Simple $K redop"
-    "emu=loopback-ll|30|env NCCL_PROTO=LL $K loopback -f"
-    "emu=loopback-simple|30|env NCCL_PROTO=Simple $K loopback -f"
-    "emu=ll-wrap|20|env NCCL_PROTO=LL $K wrap"
-    "emu=abort-ll|10|env NCCL_PROTO=LL $K abort"
-    "emu=abort-simple|10|env NCCL_PROTO=Simple $K abort"
-    "emu=deadline-ll|15|env NCCL_PROTO=LL WEFT_TIMEOUT=2 $K deadline"
-    "emu=deadline-simple|15|env NCCL_PROTO=Simple WEFT_TIMEOUT=2 $K deadline"
-)
-multirank_cases=(
-    "emu=threads-2|50|\$B/tests/gpu-emu/test_coll sweep -n 2 -d 1 -q"
-    "emu=threads-4|60|\$B/tests/gpu-emu/test_coll sweep -n 4 -d 1 -q"
-    "emu=one-stream-4|40|\$B/tests/gpu-emu/test_coll sweep -n 4 -d 1 -s -q"
-    "emu=graph-replay|20|\$B/tests/gpu-emu/test_coll graph -n 2 -d 1"
-    "emu=multicomm|20|\$B/tests/gpu-emu/test_coll multicomm -n 3 -d 1"
-    "emu=initrank-threads|20|\$B/tests/gpu-emu/test_coll initrank -n 4 -d 1"
-    "emu=procs-2-cumem|30|\$B/tools/weftrun -n 2 --timeout 28 \$B/tests/gpu-emu/test_coll_mp sweep -q"
-    "emu=procs-2-legacy|30|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 2 --timeout 28 \$B/tests/gpu-emu/test_coll_mp sweep -q"
-)
-perf_cases=(
-    "copy-rate|15|\$B/tests/gpu/copy_rate"
-    "weft-1rank|25|\$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 1 -c 0"
-    "weft-2ranks|30|\$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 2 -c 0"
-    "nvidia-1rank|25|nccl_wheel \$B/perf/all_reduce_perf -b 8 -e 1G -f 4 -g 1 -c 0"
-)
-# Multi-process latency (issue 13 items 2 and 6): without MPS the GPU time-slices between
-# processes, so ranks as processes on one GPU wait for each other's time slice; threads of one
-# process share a context and run concurrently. 8 B all-reduce, iterations from a 0.2 s time
-# target (-S), 2 and 4 ranks each way, both handle paths for processes.
-P=\$B/perf/all_reduce_perf
-L="-b 8 -e 8 -S 0.2 -w 5 -c 1"
-mplat_cases=(
-    "emu=threads-2|15|$P -t 2 $L"
-    "emu=threads-4|15|$P -t 4 $L"
-    "emu=procs-2-cumem|15|\$B/tools/weftrun -n 2 --timeout 13 $P $L"
-    "emu=procs-2-legacy|15|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 2 --timeout 13 $P $L"
-    "emu=procs-4-cumem|15|\$B/tools/weftrun -n 4 --timeout 13 $P $L"
-    "emu=procs-4-legacy|15|env NCCL_CUMEM_ENABLE=0 \$B/tools/weftrun -n 4 --timeout 13 $P $L"
-)
-# Registered against unregistered buffers (nccl-tests' -R 1: ncclMemAlloc + ncclCommRegister),
-# rows at 1 MiB and 64 MiB: device buffers (ncclMemAlloc is device memory on a GPU), 2 ranks on
-# the GPU in one process; and host buffers (-H 1, WEFT_CUDA=0: ncclMemAlloc is host memory only
-# without a CUDA device), 2 processes. with_reg adds -R 1, or skips the case with the reason (no
-# -R in this tree; an older tree whose -R 1 refuses device buffers).
-G="-b 1M -e 64M -f 64 -n 20 -w 3 -c 1"
-W2="env WEFT_CUDA=0 \$B/tools/weftrun -n 2 --timeout 8"
-reg_cases=(
-    "ar-unreg|10|\$B/perf/all_reduce_perf -g 2 $G"
-    "ar-reg|10|with_reg \$B/perf/all_reduce_perf -g 2 $G"
-    "ag-unreg|10|\$B/perf/all_gather_perf -g 2 $G"
-    "ag-reg|10|with_reg \$B/perf/all_gather_perf -g 2 $G"
-    "rs-unreg|10|\$B/perf/reduce_scatter_perf -g 2 $G"
-    "rs-reg|10|with_reg \$B/perf/reduce_scatter_perf -g 2 $G"
-    "ar-host-unreg|10|$W2 \$B/perf/all_reduce_perf -H 1 $G"
-    "ar-host-reg|10|with_reg $W2 \$B/perf/all_reduce_perf -H 1 $G"
-    "ag-host-unreg|10|$W2 \$B/perf/all_gather_perf -H 1 $G"
-    "ag-host-reg|10|with_reg $W2 \$B/perf/all_gather_perf -H 1 $G"
-    "rs-host-unreg|10|$W2 \$B/perf/reduce_scatter_perf -H 1 $G"
-    "rs-host-reg|10|with_reg $W2 \$B/perf/reduce_scatter_perf -H 1 $G"
-)
-# PyTorch on Weft (tests/gpu/torch_check.py; it exits 77 where torch or its CUDA is absent). Every
-# check prints `TORCH ok|FAIL|skip ...` into torch.log. LD_PRELOAD puts Weft first whatever torch's
-# own library path says; the ldpath case only reports which libnccl.so.2 LD_LIBRARY_PATH gives
-# torch (the torch stage's summary line says it). The wheel's NCCL refuses two ranks on one GPU, so
-# 2 processes are Weft only; nvidia-1proc is the timing baseline (and checks the checks).
-TC="python3 $here/torch_check.py --lib \$B/libnccl.so.2"
-PRE="env LD_PRELOAD=\$B/libnccl.so.2"
-torch_cases=(
-    "py=weft-1proc-preload|40|$PRE $TC --expect weft --timing"
-    "py=weft-1proc-ldpath|20|env LD_LIBRARY_PATH=\$B\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} $TC --probe"
-    "py=nvidia-1proc|35|$TC --expect nvidia --timing"
-    "py=weft-2proc-1gpu|70|$PRE $TC --nproc 2 --timeout 65 --expect weft --timing"
-)
-sanitizer_cases=(
-    "memcheck|25|compute-sanitizer --tool memcheck --error-exitcode 1 \$B/tests/gpu-emu/test_coll sweep -n 1 -d 1 -q"
-    "racecheck-ll|15|env NCCL_PROTO=LL compute-sanitizer --tool racecheck --error-exitcode 1 $K loopback -s"
-    "synccheck-simple|15|env NCCL_PROTO=Simple compute-sanitizer --tool synccheck --error-exitcode 1 $K loopback -s"
-)
-
-# Helpers a case's command may name: each case runs as `bash -c CMD` under timeout, so they are
-# exported functions.
-# NVIDIA's libnccl.so.2 from the image's nvidia-nccl-cu13 wheel: runs a command with it first on
-# the library path (exit 77, skipped, without the wheel). The perf tools then dlopen a CUDA runtime
-# (perf/devmem.c): the cu13 wheels keep libcudart.so.13 in nvidia/cu13/lib, so that folder and the
-# toolkit's come after the NCCL one.
+# ---- helpers a case may name (exported: each case runs as bash -c CMD under timeout) ----------
+# The facts of issue 29 item 7, from nvidia-smi: devices, driver, the CUDA version the driver
+# supports, compute mode, MIG. Fails without a GPU or with a driver older than the static CUDA
+# runtime the build carries needs (its major version: 580 for CUDA 13); says what an exclusive
+# compute mode or MIG will break.
+preflight_facts() {
+    local q n drv mode mig
+    echo "date: $(date -u)"; echo "kernel: $(uname -r)"; ldd --version 2>&1 | head -1
+    echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}" \
+         "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS-unset}" \
+         "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING-unset}"
+    [ -r "$B/CARRY" ] && sed 's/^/carried build: /' "$B/CARRY"
+    command -v nvidia-smi >/dev/null ||
+        { echo "FACTS no nvidia-smi: no NVIDIA driver here"; return 1; }
+    local fields=index,name,pci.bus_id,uuid,driver_version,compute_mode,mig.mode.current
+    fields=$fields,memory.total,memory.used
+    q=$(nvidia-smi --query-gpu=$fields --format=csv,noheader 2>&1)
+    echo "$fields"
+    echo "$q"
+    n=$(echo "$q" | grep -c 'GPU-')
+    drv=$(echo "$q" | head -1 | awk -F', ' '{ print $5 }')
+    mode=$(echo "$q" | head -1 | awk -F', ' '{ print $6 }')
+    mig=$(echo "$q" | head -1 | awk -F', ' '{ print $7 }')
+    echo "FACTS $n device(s): $(echo "$q" | head -1 | awk -F', ' '{ print $2 }'), driver $drv" \
+         "($(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1)), compute mode" \
+         "$mode, MIG $mig"
+    command -v compute-sanitizer >/dev/null && compute-sanitizer --version 2>&1 | tail -1
+    echo "nvidia nccl wheel: $(nccl_wheel_dir)"
+    [ "$n" -ge 1 ] || { echo "FACTS no GPU listed"; return 1; }
+    case "$mode" in Default) ;; *)
+        echo "FACTS WARN compute mode $mode: ranks as processes cannot share the GPU" ;;
+    esac
+    case "$mig" in Enabled) echo "FACTS WARN MIG enabled: each process sees one MIG slice" ;; esac
+    if [ "${drv%%.*}" -lt 580 ] 2>/dev/null; then
+        echo "FACTS driver $drv is older than 580, which the static CUDA 13 runtime needs"
+        return 1
+    fi
+}
+# The carried build runs here and holds the CUDA kernels.
+build_loads() {
+    "$B/tests/gpu/gpu_check" version || { echo "FACTS $B does not run here (libc? see above)"
+                                          return 1; }
+    has_kernels "$B" || { echo "FACTS $B/libnccl.so.2 has no CUDA kernels (built without nvcc)"
+                          return 1; }
+    echo "FACTS build $B runs here and holds the CUDA kernels"
+}
+# has_kernels BUILD: whether the build's library holds nvcc's kernels (a -Dcuda=enabled build).
+has_kernels() {
+    LC_ALL=C grep -qa nv_fatbin "$1/libnccl.so.2"
+}
+# NVIDIA's libnccl.so.2 from the image's nvidia-nccl-cu13 wheel first on the library path, and
+# the wheel's CUDA runtime (the perf tools dlopen one) after it; exit 77 without the wheel.
 nccl_wheel_dir() {
     python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' \
         2>/dev/null
@@ -199,34 +282,13 @@ nccl_wheel() {
     done
     LD_LIBRARY_PATH=$p${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
 }
-# has_reg TOOL: whether the perf tool takes -R (its --help lists -R,--local_register).
-has_reg() {
-    case "$("$1" -h 2>&1)" in *"-R,--local_register"*) return 0 ;; *) return 1 ;; esac
-}
-# with_reg CMD...: runs CMD with -R 1 (registered buffers) after its perf tool (the first word
-# ending in _perf; CMD may start with env or weftrun). Exit 77 where the tool has no -R, or where
-# its -R 1 refuses device buffers (trees before ncclMemAlloc gave device memory).
-with_reg() {
-    local a tool="" args=() out rc
-    for a in "$@"; do
-        args+=("$a")
-        if [ -z "$tool" ] && [[ "$a" == *_perf ]]; then tool=$a; args+=(-R 1); fi
-    done
-    [ -n "$tool" ] || { echo "with_reg: no perf tool in: $*"; return 2; }
-    has_reg "$tool" || { echo "SKIP: no -R in $tool"; return 77; }
-    out=$("${args[@]}" 2>&1)
-    rc=$?
-    printf '%s\n' "$out"
-    case "$rc:$out" in
-    2:*"needs Weft on host buffers"*) echo "SKIP: -R 1 takes host buffers only (-H 1)"; return 77 ;;
-    esac
-    return $rc
-}
-export -f nccl_wheel_dir cudart_wheel_dir nccl_wheel has_reg with_reg
+export -f preflight_facts build_loads has_kernels nccl_wheel_dir cudart_wheel_dir nccl_wheel
 
-# run_case TIMEOUT CMD: runs one case's command line (B = the build folder) under timeout.
+# run_case TIMEOUT CMD: one case's command line under timeout (B: the build, G: this folder),
+# killed by TIMEOUT at the latest: SIGTERM a second before (its exit status is then 124),
+# SIGKILL at TIMEOUT (137) if it is still there. (A hang meets WEFT_TIMEOUT=10 first: 15 s cases.)
 run_case() {
-    B=$build timeout -k 5 "$1" bash -c "$2"
+    B=$build G=$here WANT=${WANT_BACKEND:-cuda} timeout -k 1 "$(($1 - 1))" bash -c "$2"
 }
 
 # skip_reason FILE: the last SKIP line a case printed (its reason for exit 77).
@@ -234,11 +296,14 @@ skip_reason() {
     grep -ao 'SKIP[^[:cntrl:]]*' "$1" | tail -1 | sed 's/^SKIP[A-Z]*:* *//' | cut -c1-160
 }
 
-# run_cases STAGE LOG BUDGET_END CASE... : runs each case with min(its timeout, time left).
+say() { echo "$*" | tee -a "$summary"; }
+
+# run_cases STAGE LOG BUDGET_END CASE...: each case with its timeout (less if the stage's time is
+# short, which the table's check in --dry-run rules out). Sets stage_failed to the failures.
 run_cases() {
     local stage=$1 log=$2 end=$3
     shift 3
-    local pass=0 fail=0 skip=0 c name tmo cmd left out=$log.case
+    local pass=0 fail=0 skip=0 c name tmo cmd left out=$log.case t0 rc
     for c in "$@"; do
         name=${c%%|*}; c=${c#*|}; tmo=${c%%|*}; cmd=${c#*|}
         name=${name#*=}
@@ -250,283 +315,340 @@ run_cases() {
         fi
         [ "$tmo" -le "$left" ] || tmo=$left
         echo "=== $stage/$name: $cmd" >>"$log"
-        local t0=$(date +%s)
+        t0=$(date +%s)
         run_case "$tmo" "$cmd" >"$out" 2>&1
-        local rc=$?
+        rc=$?
         cat "$out" >>"$log"
+        grep -a '^FACTS\|^probe:\|graph-watchdog:' "$out" | sed "s|^|$stage/$name: |" >>"$summary"
         if [ $rc = 0 ]; then
             pass=$((pass + 1)); echo "    ok   $stage/$name ($(($(date +%s) - t0)) s)"
         elif [ $rc = 77 ]; then
             skip=$((skip + 1)); say "SKIPPED: $stage/$name ($(skip_reason "$out"))"
         else
-            fail=$((fail + 1)); say "    FAIL $stage/$name (exit $rc, $(($(date +%s) - t0)) s)"
+            fail=$((fail + 1))
+            [ $rc = 124 ] || [ $rc = 137 ] && rc="$rc, its timeout of $tmo s"
+            say "    FAIL $stage/$name (exit $rc, $(($(date +%s) - t0)) s)"
             echo "--- exit $rc" >>"$log"
         fi
     done
     rm -f "$out"
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
     total_skip=$((total_skip + skip))
+    stage_failed=$fail
     say "$stage: $pass passed, $fail failed, $skip skipped"
 }
 
-stage_preflight() {
-    local log=$1 pass=0 fail=0
-    {
-        echo "date: $(date -u)"; uname -a; ldd --version 2>&1 | head -1
-        nvidia-smi -L 2>&1; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
-        nvcc --version 2>&1 | tail -2; cc --version 2>&1 | head -1
-        meson --version 2>&1 || python3 -m mesonbuild.mesonmain --version 2>&1
-        compute-sanitizer --version 2>&1 | head -2
-        command -v nvidia-cuda-mps-control || echo "no nvidia-cuda-mps-control"
-        echo "nvidia nccl wheel: $(nccl_wheel_dir); cu13 runtime wheel: $(cudart_wheel_dir)"
-    } >"$log" 2>&1
-    if nvidia-smi -L >/dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
-    total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
-    say "preflight: $pass passed, $fail failed, 0 skipped ($(nvidia-smi -L 2>/dev/null | head -1))"
-}
-
-# has_kernels BUILD: whether the build's library holds nvcc's kernels (a -Dcuda=enabled build;
-# one made without the toolkit has only the emulated GPU).
-has_kernels() {
-    LC_ALL=C grep -qa nv_fatbin "$1/libnccl.so.2"
-}
-
-stage_build() {
-    local log=$1 end=$2 b local=$top/build-gpu-local
-    : >"$log"
-    # the carried build, or one this script made here before (a rerun on the same machine)
-    for b in "$build" "$local"; do
-        [ -e "$b/libnccl.so.2" ] || continue
-        if ! "$b/tools/weft-info" >/dev/null 2>&1; then
-            echo "$b does not run here" >>"$log"
-        elif ! has_kernels "$b"; then
-            echo "$b has no CUDA kernels (made without nvcc)" >>"$log"
-        else
-            echo "using the build $b" >>"$log"
-            build=$b
-            say "build: 1 passed, 0 failed, 0 skipped (using $build)"
-            total_pass=$((total_pass + 1))
-            return
-        fi
-    done
-    # a fresh folder where the carried one is unusable (configured elsewhere, or without CUDA)
-    [ ! -e "$build" ] || { build=$local; rm -rf "$build"; }
-    echo "building $build" >>"$log"
-    local left=$((end - $(date +%s)))
-    if (cd "$top" && timeout "$left" meson setup "$build" -Dcuda=enabled -Dgpu_checks=true -Dbuildtype=release \
-            >>"$log" 2>&1 && timeout "$((end - $(date +%s)))" ninja -C "$build" -j16 \
-            >>"$log" 2>&1); then
-        say "build: 1 passed, 0 failed, 0 skipped (built here)"
-        total_pass=$((total_pass + 1))
-    else
-        tail -40 "$log" >"$log.tail"; mv "$log.tail" "$log"
-        say "build: 0 passed, 1 failed, 0 skipped (see build.log)"
-        total_fail=$((total_fail + 1))
-    fi
-}
-
-# perf.csv: the rows of the perf tools' tables (stages perf, mplat and reg, all in perf.log) at
-# 8 B, 1 MiB, 64 MiB and 1 GiB, one per case and size: the out-of-place columns. Rows that weftrun
-# prefixed with "[rank] " count too.
+# ---- perf.csv and the summaries of the perf numbers -------------------------------------------
+# perf.csv: the rows of the perf tables in perf.log and multirank.log (reg's ar-reg-2) at 8 B,
+# 16 B, 1 MiB, 64 MiB and 1 GiB, one per case and size (rank 0's where weftrun prefixed rows
+# with "[rank] "): the out-of-place columns.
 perf_csv() {
-    local log=$1 csv=$out/perf.csv
+    local csv=$out/perf.csv log
     echo "case,bytes,time_us,algbw_GBs,busbw_GBs" >"$csv"
-    awk '/^=== [a-z]+\// { split($2, a, "/"); name = substr(a[2], 1, length(a[2]) - 1); next }
+    for log in "$out/perf.log" "$out/multirank.log"; do
+        [ -e "$log" ] || continue
+    awk '/^=== [a-z-]+\// { split($2, a, "/"); name = substr(a[2], 1, length(a[2]) - 1); next }
          { sub(/^\[[0-9]+\] +/, "") }
-         $1 ~ /^[0-9]+$/ && ($1 == 8 || $1 == 1048576 || $1 == 67108864 || $1 == 1073741824) {
+         $1 ~ /^[0-9]+$/ && ($1 == 8 || $1 == 16 || $1 == 1048576 || $1 == 67108864 ||
+                             $1 == 1073741824) && !seen[name "," $1]++ {
              printf "%s,%s,%s,%s,%s\n", name, $1, $6, $7, $8 }' "$log" >>"$csv"
+    done
 }
-
 # csv_get CASE BYTES COLUMN: one value of perf.csv (empty when the case has no such row).
 csv_get() {
     awk -F, -v c="$1" -v b="$2" -v k="$3" '$1 == c && $2 == b { print $k; exit }' "$out/perf.csv"
 }
-
-# ratio A B: A / B to one decimal, or "?" when either is missing or B is 0.
+# ratio A B: A / B to two decimals, or "?" when either is missing or B is 0.
 ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "?";
-                                     else printf "%.1f", a / b }'
+                                     else printf "%.2f", a / b }'
 }
-
-# The mplat summary: 8 B all-reduce time of processes against threads, and whether it is over
-# the 10x at which the issue wants a copy-engine path.
-mplat_summary() {
-    local n t p v r line="" worst=0
-    for n in 2 4; do
-        t=$(csv_get threads-$n 8 3)
-        for p in cumem legacy; do
-            v=$(csv_get procs-$n-$p 8 3)
-            r=$(ratio "$v" "$t")
-            line="$line; $n procs $p ${v:-?} us / $n threads ${t:-?} us = ${r}x"
-            [ "$r" = "?" ] || worst=$(awk -v a="$r" -v w="$worst" 'BEGIN { print (a > w) ? a : w }')
-        done
+perf_summary() {
+    local c
+    say "perf: copy $(grep -ao 'copy_rate: [^[:cntrl:]]*' "$out/perf.log" | tail -1 | cut -c12-)"
+    for c in weft-1rank weft-2ranks weft-2procs nvidia-1rank; do
+        [ -n "$(csv_get $c 16 3)" ] || continue
+        say "perf: $c 16 B $(csv_get $c 16 3) us, 1 MiB $(csv_get $c 1048576 5) GB/s," \
+            "64 MiB $(csv_get $c 67108864 5) GB/s, 1 GiB $(csv_get $c 1073741824 5) GB/s busbw"
     done
-    say "mplat: 8 B all-reduce, processes/threads on one GPU${line}"
-    if awk -v w="$worst" 'BEGIN { exit !(w > 10) }'; then
-        say "mplat: processes are over 10x threads (${worst}x): the copy-engine path is wanted"
-    fi
+    say "perf: 2 processes / 2 threads at 16 B: $(ratio "$(csv_get weft-2procs 16 3)" \
+        "$(csv_get weft-2ranks 16 3)")x the time; registered / unregistered busbw (2 ranks):" \
+        "1 MiB $(ratio "$(csv_get ar-reg-2 1048576 5)" "$(csv_get weft-2ranks 1048576 5)")x," \
+        "64 MiB $(ratio "$(csv_get ar-reg-2 67108864 5)" "$(csv_get weft-2ranks 67108864 5)")x"
 }
-
-# The reg summary: busbw registered against unregistered, per tool and size.
-reg_summary() {
-    local t b u g line=""
-    for t in ar ag rs ar-host ag-host rs-host; do
-        for b in 1048576 67108864; do
-            u=$(csv_get $t-unreg $b 5); g=$(csv_get $t-reg $b 5)
-            line="$line; $t $((b >> 20)) MiB ${u:-?} -> ${g:-?} GB/s ($(ratio "$g" "$u")x)"
-        done
-    done
-    say "reg: busbw unregistered -> registered (-R 1)${line}"
-}
-
-# The torch summary: which library LD_PRELOAD and LD_LIBRARY_PATH gave torch (the library
-# line of the weft-1proc-preload and weft-1proc-ldpath cases), and Weft against the wheel's NCCL
-# (the TORCH time lines of torch_check.py).
-torch_lib() {
-    local w
-    w=$(awk -v c="=== torch/$2:" 'index($0, c) == 1 { on = 1; next } /^=== / { on = 0 }
-            on && /TORCH (ok|FAIL) library/ && match($0, /weft=(yes|no)/) {
-                print substr($0, RSTART + 5, RLENGTH - 5) }' "$1" | tail -1)
-    case "$w" in yes) echo "Weft" ;; no) echo "NVIDIA's" ;; *) echo "? (no library line)" ;; esac
-}
+# The torch summary: its timing lines and its first failed checks (torch.log has them all).
 torch_summary() {
-    local log=$1 tw tn t2
-    say "torch: LD_PRELOAD=build/libnccl.so.2 gives torch $(torch_lib "$log" weft-1proc-preload);" \
-        "LD_LIBRARY_PATH=build gives torch $(torch_lib "$log" weft-1proc-ldpath)"
-    tw=$(grep -ao 'lib=weft ranks=1 [^[:cntrl:]]*' "$log" | tail -1)
-    tn=$(grep -ao 'lib=nvidia ranks=1 [^[:cntrl:]]*' "$log" | tail -1)
-    t2=$(grep -ao 'lib=weft ranks=2 [^[:cntrl:]]*' "$log" | tail -1)
-    say "torch: ${tw:-lib=weft ranks=1: no timing}; ${tn:-lib=nvidia ranks=1: no timing}"
-    say "torch: ${t2:-lib=weft ranks=2: no timing}"
-    # the first failed checks, named by case (torch.log has them all)
-    awk '/^=== torch\// { split($2, a, "/"); c = substr(a[2], 1, length(a[2]) - 1); next }
-         /TORCH FAIL/ && n++ < 6 { print "torch: " c ": " substr($0, index($0, "TORCH FAIL"), 200) }' \
-        "$log" | while IFS= read -r line; do say "$line"; done
+    local log=$1
+    grep -ao 'TORCH time [^[:cntrl:]]*' "$log" | head -3 |
+        while IFS= read -r l; do say "torch: $l"; done
+    awk '/^=== [a-z]+\// { split($2, a, "/"); c = substr(a[2], 1, length(a[2]) - 1); next }
+         /TORCH FAIL/ && n++ < 6 {
+             print "torch: " c ": " substr($0, index($0, "TORCH FAIL"), 200) }' "$log" |
+        while IFS= read -r line; do say "$line"; done
 }
 
-dry_run() {
-    local pass=0 fail=0 sum=0 s name budget file nfiles
-    for s in "${stages[@]}"; do
-        budget=${s#*:}; budget=${budget%%:*}
-        sum=$((sum + budget))
-    done
-    # summary.txt, perf.csv and each stage's file once
-    nfiles=$(( $(for s in "${stages[@]}"; do echo "${s##*:}"; done | sort -u | wc -l) + 2 ))
-    if [ "$sum" -le "$DEADLINE" ]; then pass=$((pass + 1)); else
-        echo "FAIL: stage budgets add up to $sum s, over the $DEADLINE s deadline"; fail=$((fail + 1)); fi
-    if [ "$nfiles" -le 8 ]; then pass=$((pass + 1)); else
-        echo "FAIL: $nfiles result files, over 8"; fail=$((fail + 1)); fi
-    for t in timeout awk python3 date tee bash; do
-        if command -v "$t" >/dev/null; then pass=$((pass + 1)); else
-            echo "FAIL: no $t"; fail=$((fail + 1)); fi
-    done
-    [ -e "$build/libnccl.so.2" ] || { echo "FAIL: no build at $build (meson setup $build)"; fail=$((fail + 1)); }
-    if [ -e "$build/libnccl.so.2" ] && ! has_kernels "$build"; then
-        echo "    note: $build has no CUDA kernels (no nvcc): carried to the GPU, it would be" \
-             "rebuilt there (build stage); carry a -Dcuda=enabled build"
-    fi
-    local c cmd bin tmo rc tmp=/tmp/weft-gpu-dry.$$
-    : >"$tmp.perf"
-    # (python3 -m py_compile's check, without writing __pycache__ into the source tree)
-    if python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' \
-            "$here/torch_check.py" 2>"$tmp"; then
-        pass=$((pass + 1)); echo "    ok   torch_check.py compiles"
-    else
-        fail=$((fail + 1)); echo "FAIL: torch_check.py does not compile:"; cat "$tmp"
-    fi
-    for c in "${unit_cases[@]}" "${kunit_cases[@]}" "${multirank_cases[@]}" "${perf_cases[@]}" \
-             "${mplat_cases[@]}" "${reg_cases[@]}" "${torch_cases[@]}" "${sanitizer_cases[@]}"; do
-        name=${c%%|*}; cmd=${c#*|}; tmo=${cmd%%|*}; cmd=${cmd#*|}
-        # the binary a case runs: the first word that names a file of the build (the library
-        # for the torch cases)
-        bin=$(B=$build eval "echo $cmd" | tr ' =' '\n\n' | grep "^$build/" | head -1)
-        if [ -z "$bin" ] || [ ! -e "$bin" ]; then
-            echo "FAIL: ${name#*=}: $bin not built"; fail=$((fail + 1)); continue
+# ---- --make-carry -----------------------------------------------------------------------------
+# carry_files: the build-relative paths the cases of every stage name ($B/...), and the library.
+carry_files() {
+    local c cmd s
+    {
+        echo libnccl.so.2; echo tests/gpu/gpu_check
+        for s in $(for row in "${TABLE[@]}"; do set -- $row; echo "$1"; done); do
+            local ref
+            ref=$(cases_of "$s")
+            for c in "${!ref}"; do
+                cmd=${c#*|}; cmd=${cmd#*|}
+                echo "$cmd" | grep -o '\$B/[A-Za-z0-9_./-]*' | sed 's|^\$B/||'
+            done
+        done
+    } | sort -u
+}
+
+do_make_carry() {
+    local src=$1 f n=0 missing=0
+    case "$src" in /*) ;; *) src=$PWD/$src ;; esac
+    [ -e "$src/libnccl.so.2" ] ||
+        { echo "run.sh: no build at $src (meson setup $src -Dcuda=enabled)"; exit 1; }
+    [ "$(cd "$src" && pwd)" != "$(mkdir -p "$build" && cd "$build" && pwd)" ] ||
+        { echo "run.sh: --make-carry needs a build other than $build"; exit 2; }
+    rm -rf "$build"
+    mkdir -p "$build"
+    for f in $(carry_files); do
+        if [ ! -e "$src/$f" ]; then
+            echo "    missing: $f (its cases will fail; -Dtests=true?)"; missing=$((missing + 1))
+            continue
         fi
-        case "$name" in
-        emu=*)
-            if WEFT_CUDA=emu:1 run_case "$tmo" "$cmd" >"$tmp" 2>&1; then
-                pass=$((pass + 1)); echo "    ok   ${name#emu=} on the emulated GPU"
-            else
-                fail=$((fail + 1)); echo "FAIL: ${name#emu=} on the emulated GPU:"; tail -5 "$tmp"
+        mkdir -p "$build/$(dirname "$f")"
+        cp -L "$src/$f" "$build/$f"
+        chmod u+w "$build/$f"
+        strip --strip-debug "$build/$f" 2>/dev/null || true
+        n=$((n + 1))
+    done
+    {
+        echo "from $src, source $(git -C "$top" rev-parse --short HEAD 2>/dev/null)$(
+            git -C "$top" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')," \
+             "made $(date -u +%Y-%m-%dT%H:%MZ)"
+        "${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}" --version 2>/dev/null |
+            tail -2 | head -1
+    } >"$build/CARRY"
+    has_kernels "$build" ||
+        echo "    warning: $build/libnccl.so.2 has no CUDA kernels: set up $src with -Dcuda=enabled"
+    echo "carry: $n files, $(carry_mib "$build") MiB in $build ($missing missing)"
+    du -sk "$build"/* "$build"/*/* 2>/dev/null | sort -rn | head -12 |
+        awk '{ printf "    %6.1f MiB  %s\n", $1 / 1024, $2 }'
+    [ "$missing" = 0 ]
+}
+
+# carry_mib DIR: du of the folder, in MiB, rounded up.
+carry_mib() {
+    du -sk "$1" | awk '{ print int(($1 + 1023) / 1024) }'
+}
+
+# ---- --dry-run --------------------------------------------------------------------------------
+dry_run() {
+    local fail=0 plan=$ALLOWANCE s budget file what ref c name tmo cmd sum bin rc nfiles mib tree
+    local tmp=/tmp/weft-gpu-dry.$$
+    printf '%-11s %6s  %-8s %-14s %s\n' stage budget run file what
+    for row in "${TABLE[@]}"; do
+        set -- $row
+        s=$1 budget=$2
+        shift 4
+        printf '%-11s %5s s  %-8s %-14s %s\n' "$s" "$budget" "$(field "$s" 3)" "$(field "$s" 4)" \
+            "$*"
+    done
+    echo
+    for s in $(selected); do
+        budget=$(field "$s" 2)
+        plan=$((plan + budget))
+        ref=$(cases_of "$s")
+        sum=0
+        echo "--- $s: budget $budget s"
+        for c in "${!ref}"; do
+            name=${c%%|*}; cmd=${c#*|}; tmo=${cmd%%|*}; cmd=${cmd#*|}
+            sum=$((sum + tmo))
+            printf '    %-20s %3s s  %s\n' "${name#*=}" "$tmo" "$cmd"
+            if [ "$tmo" -gt "$budget" ]; then
+                echo "FAIL: $s/${name#*=}: timeout $tmo s over the stage's budget of $budget s"
+                fail=$((fail + 1))
             fi
-            # the perf tables, for the perf.csv check below
-            case "$cmd" in
-            *_perf*) { echo "=== dry/${name#emu=}: $cmd"; cat "$tmp"; } >>"$tmp.perf" ;;
+            # the binaries of the carried build it names
+            for bin in $(echo "$cmd" | grep -o '\$B/[A-Za-z0-9_./-]*' | sort -u |
+                         sed "s|^\\\$B|$build|"); do
+                [ -e "$bin" ] || { echo "FAIL: $s/${name#*=}: $bin not in the carried build"
+                                   fail=$((fail + 1)); }
+            done
+            case "$name" in
+            py=*)
+                run_case "$tmo" "$cmd" >"$tmp" 2>&1
+                rc=$?
+                case $rc in
+                0 | 77) ;;
+                *) echo "FAIL: $s/${name#py=} exits $rc here:"; tail -5 "$tmp"
+                   fail=$((fail + 1)) ;;
+                esac ;;
             esac
-            ;;
-        py=*)
-            # here (no GPU) the case must skip, or pass where torch has a GPU
-            run_case "$tmo" "$cmd" >"$tmp" 2>&1
-            rc=$?
-            case $rc in
-            0) pass=$((pass + 1)); echo "    ok   ${name#py=} ran" ;;
-            77) pass=$((pass + 1))
-                echo "    ok   ${name#py=} skips here ($(skip_reason "$tmp"))" ;;
-            *) fail=$((fail + 1)); echo "FAIL: ${name#py=} exits $rc:"; tail -5 "$tmp" ;;
-            esac ;;
-        *)
-            pass=$((pass + 1)); echo "    ok   $name: $bin exists"
-            case "$cmd" in
-            with_reg*)
-                bin=$(B=$build eval "echo $cmd" | tr ' ' '\n' | grep '_perf$' | head -1)
-                if has_reg "$bin"; then echo "         (it has -R)"; else
-                    echo "         (no -R in this tree: the case will say SKIPPED)"; fi ;;
-            esac ;;
-        esac
+        done
+        if [ "$sum" -gt "$budget" ]; then
+            echo "FAIL: $s: its cases' timeouts add up to $sum s, over its budget of $budget s"
+            fail=$((fail + 1))
+        fi
     done
-    # perf.csv from those tables: a row at 8 B for every mplat case, so its summary has numbers
-    local keep=$out n
-    out=$tmp.d
-    mkdir -p "$out"
-    perf_csv "$tmp.perf"
-    for c in "${mplat_cases[@]}"; do
-        n=${c%%|*}; n=${n#emu=}
-        if [ -n "$(csv_get "$n" 8 3)" ]; then pass=$((pass + 1)); else
-            fail=$((fail + 1)); echo "FAIL: perf.csv has no 8 B row for mplat/$n"; fi
+    rm -f "$tmp"
+    if ! python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' \
+            "$here/torch_check.py"; then
+        echo "FAIL: torch_check.py does not compile"; fail=$((fail + 1))
+    fi
+    for t in timeout awk python3 tee bash; do
+        command -v "$t" >/dev/null || { echo "FAIL: no $t"; fail=$((fail + 1)); }
     done
-    echo "    ok   perf.csv rows: $(($(wc -l <"$out/perf.csv") - 1)) from the emulated perf cases"
-    out=$keep
-    rm -rf "$tmp" "$tmp.perf" "$tmp.d"
-    echo "dry-run: $pass passed, $fail failed"
+    nfiles=$(( $(for row in "${TABLE[@]}"; do set -- $row; echo "$4"; done | sort -u | wc -l) + 2 ))
+    [ "$nfiles" -le 8 ] || { echo "FAIL: $nfiles result files, over 8"; fail=$((fail + 1)); }
+    mib=0
+    if [ ! -e "$build/libnccl.so.2" ]; then
+        echo "FAIL: no carried build at $build (tests/gpu/run.sh --make-carry BUILD)"
+        fail=$((fail + 1))
+    else
+        mib=$(carry_mib "$build")
+        has_kernels "$build" || { echo "FAIL: $build/libnccl.so.2 has no CUDA kernels" \
+                                       "(make it from a -Dcuda=enabled build)"
+                                  fail=$((fail + 1)); }
+        [ -r "$build/CARRY" ] && sed 's/^/carried build: /' "$build/CARRY"
+        # what the device tool sends with it: the tracked tree (untracked files too, if any)
+        tree=$(git -C "$top" ls-files -z 2>/dev/null | (cd "$top" && xargs -0 du -cb 2>/dev/null) |
+               awk 'END { print int(($1 + 1048575) / 1048576) }')
+        echo "carried build: $build, $mib MiB (du); with the tracked tree (${tree:-?} MiB)" \
+             "$((mib + ${tree:-0})) MiB of the device tool's 64"
+        [ $((mib + ${tree:-0})) -le 64 ] ||
+            { echo "FAIL: the carried build and the tree are over 64 MiB"; fail=$((fail + 1)); }
+    fi
+    echo "allowance: $ALLOWANCE s (machine start, transfers, close); the script's own deadline:" \
+         "$((plan - ALLOWANCE)) s (the device tool's timeout_s: at least" \
+         "$((plan - ALLOWANCE + 30)))"
+    [ "$plan" -le "$PLAN_MAX" ] ||
+        { echo "FAIL: the plan is $plan s, over $PLAN_MAX s"; fail=$((fail + 1)); }
+    [ "$mib" -le "$CARRY_MAX" ] || { echo "FAIL: the carried build is $mib MiB, over $CARRY_MAX MiB"
+                                    fail=$((fail + 1)); }
+    echo "dry-run: $fail failed"
+    echo "plan: $plan s of device time, carry $mib MiB"
     [ "$fail" = 0 ]
 }
 
+# ---- --emu ------------------------------------------------------------------------------------
+# The cases marked emu= of every stage, opt-in ones too, with their command lines, on one emulated
+# GPU (WEFT_CUDA=emu:1; the probe wants the backend "emu"), one at a time, each with EMU_SLOW
+# times its timeout: the emulated GPU runs kernels on this machine's cores.
+EMU_SLOW=4
+emu_run() {
+    local fail=0 pass=0 row s ref c name tmo cmd t0 tmp=/tmp/weft-gpu-emu.$$
+    for row in "${TABLE[@]}"; do
+        set -- $row
+        s=$1
+        ref=$(cases_of "$s")
+        for c in "${!ref}"; do
+            name=${c%%|*}; cmd=${c#*|}; tmo=${cmd%%|*}; cmd=${cmd#*|}
+            case "$name" in emu=*) ;; *) continue ;; esac
+            t0=$(date +%s)
+            if WEFT_CUDA=emu:1 WANT_BACKEND=emu WR_TIMEOUT=$((14 * EMU_SLOW)) \
+                    run_case $((tmo * EMU_SLOW)) "$cmd" >"$tmp" 2>&1; then
+                pass=$((pass + 1))
+                echo "    ok   $s/${name#emu=} on the emulated GPU ($(($(date +%s) - t0)) s)"
+            else
+                fail=$((fail + 1))
+                echo "FAIL: $s/${name#emu=} on the emulated GPU ($(($(date +%s) - t0)) s): $cmd"
+                tail -8 "$tmp"
+            fi
+        done
+    done
+    rm -f "$tmp"
+    echo "emu: $pass passed, $fail failed"
+    [ "$fail" = 0 ] && [ "$pass" -gt 0 ]
+}
+
+if [ -n "$make_carry" ]; then
+    do_make_carry "$make_carry"
+    exit $?
+fi
 if [ "$dry" = 1 ]; then
     dry_run
     exit $?
 fi
+if [ "$emu" = 1 ]; then
+    emu_run
+    exit $?
+fi
 
-started="" # result files begun by this run (two stages may share one)
-for s in "${stages[@]}"; do
-    name=${s%%:*}; rest=${s#*:}; budget=${rest%%:*}; file=${rest#*:}
-    case "$only" in "" | *,$name,*) ;; *) continue ;; esac
-    now=$(elapsed)
-    if [ $((now + budget)) -gt "$DEADLINE" ]; then
-        say "SKIPPED: $name (budget)"
+# ---- the run ----------------------------------------------------------------------------------
+out=${OUT:-$top/gpu-out}
+mkdir -p "$out"
+summary=$out/summary.txt
+: >"$summary"
+export WEFT_TIMEOUT=${WEFT_TIMEOUT:-10} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+deadline=0
+for s in $(selected); do deadline=$((deadline + $(field "$s" 2))); done
+start=$(date +%s)
+total_pass=0 total_fail=0 total_skip=0 stage_failed=0
+started="" # result files begun by this run (stages may share one)
+say "GPU check: stages $(selected | tr '\n' ' ')($deadline s), build $build," \
+    "WEFT_TIMEOUT=$WEFT_TIMEOUT"
+for s in $(selected); do
+    budget=$(field "$s" 2)
+    file=$(field "$s" 4)
+    now=$(($(date +%s) - start))
+    if [ $((now + budget)) -gt "$deadline" ]; then
+        say "SKIPPED: $s (budget)"
         continue
     fi
-    end=$(($(date +%s) + budget))
     log=$out/$file
     case " $started " in *" $file "*) ;; *) : >"$log"; started="$started $file" ;; esac
-    echo "--- stage $name (budget $budget s, at $now s)"
-    case "$name" in
-    preflight) stage_preflight "$log" ;;
-    build) stage_build "$log" "$end" ;;
-    unit) run_cases unit "$log" "$end" "${unit_cases[@]}" ;;
-    kunit) run_cases kunit "$log" "$end" "${kunit_cases[@]}" ;;
-    multirank) run_cases multirank "$log" "$end" "${multirank_cases[@]}" ;;
-    perf) run_cases perf "$log" "$end" "${perf_cases[@]}"; perf_csv "$log" ;;
-    mplat) run_cases mplat "$log" "$end" "${mplat_cases[@]}"; perf_csv "$log"; mplat_summary ;;
-    reg) run_cases reg "$log" "$end" "${reg_cases[@]}"; perf_csv "$log"; reg_summary ;;
-    torch) run_cases torch "$log" "$end" "${torch_cases[@]}"; torch_summary "$log" ;;
+    echo "--- stage $s (budget $budget s, at $now s)"
+    end=$(($(date +%s) + budget))
+    case "$s" in
+    preflight)
+        run_cases preflight "$log" "$end" "${preflight_cases[@]}"
+        if [ "$stage_failed" != 0 ] && [ "$keep_going" = 0 ]; then
+            if grep -q '^FACTS .*\(does not run here\|no CUDA kernels\)' "$log" &&
+                    case "$optin" in *,build-here,*) true ;; *) false ;; esac; then
+                say "preflight: the carried build is unusable here: --build-here builds one"
+            else
+                say "preflight failed: the later stages would only fail; stopping (--keep-going" \
+                    "runs them anyway; --build-here builds here when the carried build does not" \
+                    "load)"
+                break
+            fi
+        fi ;;
+    build-here)
+        if B=$build build_loads >/dev/null 2>&1; then
+            say "build-here: 0 passed, 0 failed, 1 skipped (the carried build loads: not rebuilt)"
+            total_skip=$((total_skip + 1))
+            continue
+        fi
+        local_build=$top/build-gpu-local
+        if (cd "$top" && timeout "$((end - $(date +%s)))" meson setup --wipe "$local_build" \
+                -Dcuda=enabled -Dgpu_checks=true -Dbuildtype=release >"$log" 2>&1 &&
+                timeout "$((end - $(date +%s)))" ninja -C "$local_build" -j16 >>"$log" 2>&1); then
+            build=$local_build
+            say "build-here: 1 passed, 0 failed, 0 skipped (built $build)"
+            total_pass=$((total_pass + 1))
+        else
+            tail -40 "$log" >"$log.tail"; mv "$log.tail" "$log"
+            say "build-here: 0 passed, 1 failed, 0 skipped (see build.log)"
+            total_fail=$((total_fail + 1))
+        fi ;;
     sanitizer)
         if command -v compute-sanitizer >/dev/null; then
             run_cases sanitizer "$log" "$end" "${sanitizer_cases[@]}"
         else
             say "SKIPPED: sanitizer (no compute-sanitizer)"
         fi ;;
+    *)
+        ref=$(cases_of "$s")
+        run_cases "$s" "$log" "$end" "${!ref}" ;;
+    esac
+    case "$s" in
+    perf | baseline) perf_csv; perf_summary ;;
+    torch) torch_summary "$log" ;;
     esac
 done
-say "total: $total_pass passed, $total_fail failed, $total_skip skipped in $(elapsed) s"
+say "total: $total_pass passed, $total_fail failed, $total_skip skipped in" \
+    "$(($(date +%s) - start)) s"
 [ "$total_fail" = 0 ]
