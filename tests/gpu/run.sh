@@ -28,7 +28,9 @@
 #   4. The device tool: run with carry ["build-gpu"], command
 #          tests/gpu/run.sh
 #      and timeout_s at least the plan's stage sum + 30 (the stage sum is the script's own
-#      deadline). The results come back from $OUT. A rerun of one stage: --only multirank.
+#      deadline). The results come back from $OUT. A rerun of one stage: --only multirank. The
+#      opt-in stages make a second run of their own, e.g. --sanitizer --baseline --only
+#      sanitizer,baseline (230 s with the allowance: --dry-run with the same flags says).
 #
 # The build on the GPU machine is the carried one: preflight checks that it runs there and holds
 # the CUDA kernels, and the run stops after preflight if it does not (no stage would pass). The
@@ -51,11 +53,12 @@
 # perf.log (perf and baseline), perf.csv (the perf tables' rows at 8 B, 16 B, 1 MiB, 64 MiB and
 # 1 GiB), unit.log (kunit, sanitizer, more), build.log (--build-here only).
 #
-# --dry-run costs no device time: it prints the budget table and every case with its timeout,
-# checks the bounds above and that each binary a case names is in the carried build, that
-# torch_check.py compiles and its command skips here (no CUDA torch), and that the carried build
-# plus the tracked tree fit the 64 MiB the device tool carries. --emu runs each case marked emu=
-# on the emulated GPU (WEFT_CUDA=emu:1) with its very command line (slow: minutes).
+# --dry-run costs no device time (and a few seconds here): it prints the budget table and every
+# case with its timeout, checks the bounds above, that each binary a case names is in the carried
+# build, that torch_check.py compiles, and that the carried build plus the tracked tree fit the
+# 64 MiB the device tool carries. --emu runs each case marked emu= on the emulated GPU
+# (WEFT_CUDA=emu:1) with its very command line, and the torch cases, which must skip here (about
+# a minute).
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -186,31 +189,34 @@ done
 [ -n "$build" ] || build=build-gpu
 case "$build" in /*) ;; *) build=$top/$build ;; esac
 
-# stage_field STAGE N: field N (1 name, 2 budget, 3 run, 4 file) of a stage's table row.
-stage_field() {
-    local row
-    for row in "${TABLE[@]}"; do
-        set -- $row
-        [ "$1" = "$STAGE_Q" ] || continue
-        echo "${!FIELD_Q}"
-        return
-    done
-}
-field() { STAGE_Q=$1 FIELD_Q=$2 stage_field; }
-# The stages a run selects, in table order: the default ones and the opt-in ones asked for,
+# The table, parsed once: STAGES in order; BUDGET, RUN, FILE and WHAT by stage name.
+declare -A BUDGET RUN FILE WHAT
+STAGES=()
+for row in "${TABLE[@]}"; do
+    read -r name budget run file what <<<"$row"
+    STAGES+=("$name")
+    BUDGET[$name]=$budget RUN[$name]=$run FILE[$name]=$file WHAT[$name]=$what
+done
+# SEL: the stages a run selects, in table order: the default ones and the opt-in ones asked for,
 # narrowed by --only (preflight always runs: the later stages need its verdict on the build).
-selected() {
-    local row name run
-    for row in "${TABLE[@]}"; do
-        set -- $row
-        name=$1 run=$3
-        [ "$run" = default ] || case "$optin" in *,$name,*) ;; *) continue ;; esac
-        case "$only" in "" | *,$name,*) ;; *) [ "$name" = preflight ] || continue ;; esac
-        echo "$name"
+SEL=()
+for name in "${STAGES[@]}"; do
+    [ "${RUN[$name]}" = default ] || case "$optin" in *,$name,*) ;; *) continue ;; esac
+    case "$only" in "" | *,$name,*) ;; *) [ "$name" = preflight ] || continue ;; esac
+    SEL+=("$name")
+done
+# case_bins CMD: BINS, the build-relative paths of the build files ($B/...) a case's command
+# names, also as the value of an assignment (LD_PRELOAD=$B/libnccl.so.2).
+case_bins() {
+    local w
+    BINS=()
+    set -f
+    for w in $1; do
+        w=${w#*=}
+        [[ "$w" == '$B/'* ]] && BINS+=("${w#\$B/}")
     done
+    set +f
 }
-# cases_of STAGE: the array name holding a stage's cases (build-here -> build_here_cases).
-cases_of() { echo "${1//-/_}_cases[@]"; }
 
 # ---- helpers a case may name (exported: each case runs as bash -c CMD under timeout) ----------
 # The facts of issue 29 item 7, from nvidia-smi: devices, driver, the CUDA version the driver
@@ -390,18 +396,16 @@ torch_summary() {
 # ---- --make-carry -----------------------------------------------------------------------------
 # carry_files: the build-relative paths the cases of every stage name ($B/...), and the library.
 carry_files() {
-    local c cmd s
-    {
-        echo libnccl.so.2; echo tests/gpu/gpu_check
-        for s in $(for row in "${TABLE[@]}"; do set -- $row; echo "$1"; done); do
-            local ref
-            ref=$(cases_of "$s")
-            for c in "${!ref}"; do
-                cmd=${c#*|}; cmd=${cmd#*|}
-                echo "$cmd" | grep -o '\$B/[A-Za-z0-9_./-]*' | sed 's|^\$B/||'
-            done
+    local c s ref
+    declare -A seen=([libnccl.so.2]=1 [tests/gpu/gpu_check]=1)
+    for s in "${STAGES[@]}"; do
+        ref=${s//-/_}_cases[@]
+        for c in "${!ref}"; do
+            case_bins "${c#*|*|}"
+            for c in "${BINS[@]}"; do seen[$c]=1; done
         done
-    } | sort -u
+    done
+    printf '%s\n' "${!seen[@]}" | sort
 }
 
 do_make_carry() {
@@ -411,18 +415,25 @@ do_make_carry() {
         { echo "run.sh: no build at $src (meson setup $src -Dcuda=enabled)"; exit 1; }
     [ "$(cd "$src" && pwd)" != "$(mkdir -p "$build" && cd "$build" && pwd)" ] ||
         { echo "run.sh: --make-carry needs a build other than $build"; exit 2; }
-    rm -rf "$build"
+    # files of an earlier carry that no case names any more go; a file is copied again only when
+    # the build's is newer (a second --make-carry after a rebuild of one test is quick)
+    local keep
+    keep=$(carry_files)
     mkdir -p "$build"
-    for f in $(carry_files); do
+    (cd "$build" && find . -type f ! -name CARRY | sed 's|^\./||') | while read -r f; do
+        echo "$keep" | grep -qxF "$f" || rm -f "$build/$f"
+    done
+    for f in $keep; do
         if [ ! -e "$src/$f" ]; then
             echo "    missing: $f (its cases will fail; -Dtests=true?)"; missing=$((missing + 1))
             continue
         fi
+        n=$((n + 1))
+        [ "$src/$f" -nt "$build/$f" ] || continue
         mkdir -p "$build/$(dirname "$f")"
         cp -L "$src/$f" "$build/$f"
         chmod u+w "$build/$f"
         strip --strip-debug "$build/$f" 2>/dev/null || true
-        n=$((n + 1))
     done
     {
         echo "from $src, source $(git -C "$top" rev-parse --short HEAD 2>/dev/null)$(
@@ -449,18 +460,15 @@ dry_run() {
     local fail=0 plan=$ALLOWANCE s budget file what ref c name tmo cmd sum bin rc nfiles mib tree
     local tmp=/tmp/weft-gpu-dry.$$
     printf '%-11s %6s  %-8s %-14s %s\n' stage budget run file what
-    for row in "${TABLE[@]}"; do
-        set -- $row
-        s=$1 budget=$2
-        shift 4
-        printf '%-11s %5s s  %-8s %-14s %s\n' "$s" "$budget" "$(field "$s" 3)" "$(field "$s" 4)" \
-            "$*"
+    for s in "${STAGES[@]}"; do
+        printf '%-11s %5s s  %-8s %-14s %s\n' "$s" "${BUDGET[$s]}" "${RUN[$s]}" "${FILE[$s]}" \
+            "${WHAT[$s]}"
     done
     echo
-    for s in $(selected); do
-        budget=$(field "$s" 2)
+    for s in "${SEL[@]}"; do
+        budget=${BUDGET[$s]}
         plan=$((plan + budget))
-        ref=$(cases_of "$s")
+        ref=${s//-/_}_cases[@]
         sum=0
         echo "--- $s: budget $budget s"
         for c in "${!ref}"; do
@@ -472,21 +480,11 @@ dry_run() {
                 fail=$((fail + 1))
             fi
             # the binaries of the carried build it names
-            for bin in $(echo "$cmd" | grep -o '\$B/[A-Za-z0-9_./-]*' | sort -u |
-                         sed "s|^\\\$B|$build|"); do
-                [ -e "$bin" ] || { echo "FAIL: $s/${name#*=}: $bin not in the carried build"
-                                   fail=$((fail + 1)); }
+            case_bins "$cmd"
+            for bin in "${BINS[@]}"; do
+                [ -e "$build/$bin" ] || { echo "FAIL: $s/${name#*=}: $build/$bin not in the" \
+                                               "carried build"; fail=$((fail + 1)); }
             done
-            case "$name" in
-            py=*)
-                run_case "$tmo" "$cmd" >"$tmp" 2>&1
-                rc=$?
-                case $rc in
-                0 | 77) ;;
-                *) echo "FAIL: $s/${name#py=} exits $rc here:"; tail -5 "$tmp"
-                   fail=$((fail + 1)) ;;
-                esac ;;
-            esac
         done
         if [ "$sum" -gt "$budget" ]; then
             echo "FAIL: $s: its cases' timeouts add up to $sum s, over its budget of $budget s"
@@ -501,7 +499,7 @@ dry_run() {
     for t in timeout awk python3 tee bash; do
         command -v "$t" >/dev/null || { echo "FAIL: no $t"; fail=$((fail + 1)); }
     done
-    nfiles=$(( $(for row in "${TABLE[@]}"; do set -- $row; echo "$4"; done | sort -u | wc -l) + 2 ))
+    nfiles=$(( $(printf '%s\n' "${FILE[@]}" | sort -u | wc -l) + 2 ))
     [ "$nfiles" -le 8 ] || { echo "FAIL: $nfiles result files, over 8"; fail=$((fail + 1)); }
     mib=0
     if [ ! -e "$build/libnccl.so.2" ]; then
@@ -536,18 +534,30 @@ dry_run() {
 # ---- --emu ------------------------------------------------------------------------------------
 # The cases marked emu= of every stage, opt-in ones too, with their command lines, on one emulated
 # GPU (WEFT_CUDA=emu:1; the probe wants the backend "emu"), one at a time, each with EMU_SLOW
-# times its timeout: the emulated GPU runs kernels on this machine's cores.
+# times its timeout: the emulated GPU runs kernels on this machine's cores. And the torch cases
+# (py=): here, without a CUDA torch, each must exit 77 (skipped) or 0.
 EMU_SLOW=4
 emu_run() {
-    local fail=0 pass=0 row s ref c name tmo cmd t0 tmp=/tmp/weft-gpu-emu.$$
-    for row in "${TABLE[@]}"; do
-        set -- $row
-        s=$1
-        ref=$(cases_of "$s")
+    local fail=0 pass=0 row s ref c name tmo cmd t0 rc tmp=/tmp/weft-gpu-emu.$$
+    for s in "${STAGES[@]}"; do
+        ref=${s//-/_}_cases[@]
         for c in "${!ref}"; do
             name=${c%%|*}; cmd=${c#*|}; tmo=${cmd%%|*}; cmd=${cmd#*|}
-            case "$name" in emu=*) ;; *) continue ;; esac
             t0=$(date +%s)
+            case "$name" in
+            emu=*) ;;
+            py=*)
+                # no CUDA torch here: the case must skip (77), or pass
+                run_case "$tmo" "$cmd" >"$tmp" 2>&1
+                rc=$?
+                case $rc in
+                0 | 77) pass=$((pass + 1)); echo "    ok   $s/${name#py=} exits $rc here" ;;
+                *) echo "FAIL: $s/${name#py=} exits $rc here:"; tail -5 "$tmp"
+                   fail=$((fail + 1)) ;;
+                esac
+                continue ;;
+            *) continue ;;
+            esac
             if WEFT_CUDA=emu:1 WANT_BACKEND=emu WR_TIMEOUT=$((14 * EMU_SLOW)) \
                     run_case $((tmo * EMU_SLOW)) "$cmd" >"$tmp" 2>&1; then
                 pass=$((pass + 1))
@@ -584,15 +594,15 @@ summary=$out/summary.txt
 : >"$summary"
 export WEFT_TIMEOUT=${WEFT_TIMEOUT:-10} NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 deadline=0
-for s in $(selected); do deadline=$((deadline + $(field "$s" 2))); done
+for s in "${SEL[@]}"; do deadline=$((deadline + ${BUDGET[$s]})); done
 start=$(date +%s)
 total_pass=0 total_fail=0 total_skip=0 stage_failed=0
 started="" # result files begun by this run (stages may share one)
-say "GPU check: stages $(selected | tr '\n' ' ')($deadline s), build $build," \
+say "GPU check: stages ${SEL[*]} ($deadline s), build $build," \
     "WEFT_TIMEOUT=$WEFT_TIMEOUT"
-for s in $(selected); do
-    budget=$(field "$s" 2)
-    file=$(field "$s" 4)
+for s in "${SEL[@]}"; do
+    budget=${BUDGET[$s]}
+    file=${FILE[$s]}
     now=$(($(date +%s) - start))
     if [ $((now + budget)) -gt "$deadline" ]; then
         say "SKIPPED: $s (budget)"
@@ -641,7 +651,7 @@ for s in $(selected); do
             say "SKIPPED: sanitizer (no compute-sanitizer)"
         fi ;;
     *)
-        ref=$(cases_of "$s")
+        ref=${s//-/_}_cases[@]
         run_cases "$s" "$log" "$end" "${!ref}" ;;
     esac
     case "$s" in
