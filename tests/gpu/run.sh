@@ -19,9 +19,9 @@
 #      tests/gpu/weftrun, the perf tool, tests/gpu's checks, test_coll, test_coll_mp,
 #      test_kern_unit), at the paths they have in the build (their RUNPATH finds the library),
 #      with debug information stripped (strip --strip-debug), and a manifest CARRY (source
-#      commit, nvcc). About 53 MiB: the library and the three statically linked tests of
-#      tests/gpu-emu hold the kernels' fat binary (sm_80, sm_90, sm_100: 10 MB each); the rest
-#      link libnccl.so.2.
+#      commit, nvcc). 51 MiB from a -Dcuda=enabled build (2026-12): the library and the three
+#      statically linked tests of tests/gpu-emu hold the kernels' fat binary (sm_80, sm_90,
+#      sm_100: 10 MB each); the rest link libnccl.so.2.
 #   3. tests/gpu/run.sh --dry-run
 #      ends with `plan: N s of device time, carry M MiB` (M: du of build-gpu/) and exits non-zero
 #      if N > 420, M > 60, a case's timeout is over its stage's budget, or a binary is missing.
@@ -91,7 +91,7 @@ TABLE=(
 # "name|timeout|command": $B is the carried build, $G this folder, $WANT the backend the probe
 # wants (cuda; emu in --emu). A case passes when its command exits 0 (every binary checks its
 # results element by element). Marks before the name: emu= the case also runs on the emulated GPU
-# in --emu; py= a torch case (in --dry-run it must exit 0 or 77 here). Names are unique within a
+# in --emu; py= a torch case (in --emu it must exit 0 or 77 here). Names are unique within a
 # stage. A stage's timeouts add up to its budget at most.
 T=\$B/tests/gpu-emu/test_coll
 M=\$B/tests/gpu-emu/test_coll_mp
@@ -100,9 +100,9 @@ C=\$B/tests/gpu/gpu_check
 R="\$B/tests/gpu/weftrun -n 2 --timeout \${WR_TIMEOUT:-14}"
 P=\$B/perf/all_reduce_perf
 preflight_cases=(
-    "facts|6|preflight_facts"
+    "facts|8|preflight_facts"
     "build|4|build_loads"
-    "emu=probe|10|env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV $C probe --want \$WANT"
+    "emu=probe|8|env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV $C probe --want \$WANT"
 )
 # Issue 29's findings first: the capture with a watchdog polling (item 1), first launches of
 # kernels while another rank's kernel spins, lazily and eagerly loaded (item 2), four ranks' own
@@ -220,11 +220,11 @@ case_bins() {
 
 # ---- helpers a case may name (exported: each case runs as bash -c CMD under timeout) ----------
 # The facts of issue 29 item 7, from nvidia-smi: devices, driver, the CUDA version the driver
-# supports, compute mode, MIG. Fails without a GPU or with a driver older than the static CUDA
-# runtime the build carries needs (its major version: 580 for CUDA 13); says what an exclusive
-# compute mode or MIG will break.
+# supports, compute mode, MIG; and the CUDA runtime the carried build links statically (its
+# manifest). Fails without a GPU or with a driver older than that runtime needs (580 for CUDA 13,
+# 525 for 12); says what an exclusive compute mode or MIG will break.
 preflight_facts() {
-    local q n drv mode mig
+    local q n drv mode mig rt need=525
     echo "date: $(date -u)"; echo "kernel: $(uname -r)"; ldd --version 2>&1 | head -1
     echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}" \
          "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS-unset}" \
@@ -241,18 +241,19 @@ preflight_facts() {
     drv=$(echo "$q" | head -1 | awk -F', ' '{ print $5 }')
     mode=$(echo "$q" | head -1 | awk -F', ' '{ print $6 }')
     mig=$(echo "$q" | head -1 | awk -F', ' '{ print $7 }')
+    rt=$(sed -n 's/.*release \([0-9.]*\),.*/\1/p' "$B/CARRY" 2>/dev/null)
+    [ "${rt%%.*}" -lt 13 ] 2>/dev/null || need=580
     echo "FACTS $n device(s): $(echo "$q" | head -1 | awk -F', ' '{ print $2 }'), driver $drv" \
          "($(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1)), compute mode" \
-         "$mode, MIG $mig"
-    command -v compute-sanitizer >/dev/null && compute-sanitizer --version 2>&1 | tail -1
-    echo "nvidia nccl wheel: $(nccl_wheel_dir)"
+         "$mode, MIG $mig; the build's static runtime: CUDA ${rt:-?}"
+    echo "compute-sanitizer: $(command -v compute-sanitizer || echo none)"
     [ "$n" -ge 1 ] || { echo "FACTS no GPU listed"; return 1; }
     case "$mode" in Default) ;; *)
         echo "FACTS WARN compute mode $mode: ranks as processes cannot share the GPU" ;;
     esac
     case "$mig" in Enabled) echo "FACTS WARN MIG enabled: each process sees one MIG slice" ;; esac
-    if [ "${drv%%.*}" -lt 580 ] 2>/dev/null; then
-        echo "FACTS driver $drv is older than 580, which the static CUDA 13 runtime needs"
+    if [ "${drv%%.*}" -lt "$need" ] 2>/dev/null; then
+        echo "FACTS driver $drv is older than $need, which the static CUDA ${rt:-13} runtime needs"
         return 1
     fi
 }
@@ -309,7 +310,7 @@ say() { echo "$*" | tee -a "$summary"; }
 run_cases() {
     local stage=$1 log=$2 end=$3
     shift 3
-    local pass=0 fail=0 skip=0 c name tmo cmd left out=$log.case t0 rc
+    local pass=0 fail=0 skip=0 c name tmo cmd left caseout=$log.case t0 rc
     for c in "$@"; do
         name=${c%%|*}; c=${c#*|}; tmo=${c%%|*}; cmd=${c#*|}
         name=${name#*=}
@@ -322,14 +323,15 @@ run_cases() {
         [ "$tmo" -le "$left" ] || tmo=$left
         echo "=== $stage/$name: $cmd" >>"$log"
         t0=$(date +%s)
-        run_case "$tmo" "$cmd" >"$out" 2>&1
+        run_case "$tmo" "$cmd" >"$caseout" 2>&1
         rc=$?
-        cat "$out" >>"$log"
-        grep -a '^FACTS\|^probe:\|graph-watchdog:' "$out" | sed "s|^|$stage/$name: |" >>"$summary"
+        cat "$caseout" >>"$log"
+        grep -a '^FACTS\|^probe:\|graph-watchdog:' "$caseout" | sed "s|^|$stage/$name: |" \
+            >>"$summary"
         if [ $rc = 0 ]; then
             pass=$((pass + 1)); echo "    ok   $stage/$name ($(($(date +%s) - t0)) s)"
         elif [ $rc = 77 ]; then
-            skip=$((skip + 1)); say "SKIPPED: $stage/$name ($(skip_reason "$out"))"
+            skip=$((skip + 1)); say "SKIPPED: $stage/$name ($(skip_reason "$caseout"))"
         else
             fail=$((fail + 1))
             [ $rc = 124 ] || [ $rc = 137 ] && rc="$rc, its timeout of $tmo s"
@@ -337,7 +339,7 @@ run_cases() {
             echo "--- exit $rc" >>"$log"
         fi
     done
-    rm -f "$out"
+    rm -f "$caseout"
     total_pass=$((total_pass + pass)); total_fail=$((total_fail + fail))
     total_skip=$((total_skip + skip))
     stage_failed=$fail
