@@ -356,6 +356,26 @@ static void zc_group(size_t count, size_t count2, int want)
     g_passed++;
 }
 
+/* Registered device buffers of `bytes` each (ncclMemAlloc + ncclCommRegister) become the
+ * send and receive buffers of the next operations, with host copies of that size. 0 on success. */
+static int zc_bufs_register(size_t bytes, char **hs_p, char **hr_p, void **rs_p, void **rr_p)
+{
+    free(g_hsend);
+    free(g_hrecv);
+    g_hsend = malloc(bytes);
+    g_hrecv = malloc(bytes);
+    if (g_hsend == NULL || g_hrecv == NULL ||
+        !check(ncclMemAlloc((void **)hs_p, bytes), "ncclMemAlloc") ||
+        !check(ncclMemAlloc((void **)hr_p, bytes), "ncclMemAlloc") ||
+        !check(ncclCommRegister(g_comm, *hs_p, bytes, rs_p), "ncclCommRegister") ||
+        !check(ncclCommRegister(g_comm, *hr_p, bytes, rr_p), "ncclCommRegister"))
+        return 1;
+    g_dsend = *hs_p;
+    g_drecv = *hr_p;
+    g_bytes = bytes;
+    return 0;
+}
+
 static int case_zcopy(void)
 {
     const size_t count = 4099; /* every candidate's larger buffer >= 1024 bytes */
@@ -372,20 +392,9 @@ static int case_zcopy(void)
     char *plain_send = g_dsend, *plain_recv = g_drecv;
     size_t plain_bytes = g_bytes;
     char *hs = NULL, *hr = NULL;
-    free(g_hsend);
-    free(g_hrecv);
-    g_hsend = malloc(bytes);
-    g_hrecv = malloc(bytes);
     void *rs = NULL, *rr = NULL;
-    if (g_hsend == NULL || g_hrecv == NULL ||
-        !check(ncclMemAlloc((void **)&hs, bytes), "ncclMemAlloc") ||
-        !check(ncclMemAlloc((void **)&hr, bytes), "ncclMemAlloc") ||
-        !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister") ||
-        !check(ncclCommRegister(g_comm, hr, bytes, &rr), "ncclCommRegister"))
+    if (zc_bufs_register(bytes, &hs, &hr, &rs, &rr) != 0)
         return 1;
-    g_dsend = hs;
-    g_drecv = hr;
-    g_bytes = bytes;
     /* a barrier (not a candidate): every rank has registered, its offers are on their way */
     zc_run(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0);
     static const int types[] = {ncclFloat32, ncclFloat16, ncclBfloat16, ncclInt32};
@@ -919,19 +928,8 @@ static int case_stranger(void)
     char *plain_send = g_dsend, *plain_recv = g_drecv, *hs = NULL, *hr = NULL;
     size_t plain_bytes = g_bytes;
     void *rs = NULL, *rr = NULL;
-    free(g_hsend);
-    free(g_hrecv);
-    g_hsend = malloc(bytes);
-    g_hrecv = malloc(bytes);
-    if (g_hsend == NULL || g_hrecv == NULL ||
-        !check(ncclMemAlloc((void **)&hs, bytes), "ncclMemAlloc") ||
-        !check(ncclMemAlloc((void **)&hr, bytes), "ncclMemAlloc") ||
-        !check(ncclCommRegister(g_comm, hs, bytes, &rs), "ncclCommRegister") ||
-        !check(ncclCommRegister(g_comm, hr, bytes, &rr), "ncclCommRegister"))
+    if (zc_bufs_register(bytes, &hs, &hr, &rs, &rr) != 0)
         return 1;
-    g_dsend = hs;
-    g_drecv = hr;
-    g_bytes = bytes;
     uint64_t before = weft_zcopy_count(g_comm);
     run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1, 0, 0); /* a barrier: every offer sent */
     for (int round = 0; round < 3; round++) {
