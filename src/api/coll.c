@@ -124,14 +124,20 @@ static ncclResult_t weft_coll_task_held(int coll, const char *api, const void *s
     return weft_group_enqueue(&task);
 }
 
-/* The call holds comm from its first check until the operation ran (host memory, outside a
- * group), was enqueued (device memory) or was recorded in the group: an abort or destroy on
- * another thread waits for it, or it sees them and fails. */
+/* Outside a group the call holds comm from its first check until the operation ran (host
+ * memory) or was enqueued (device memory); inside one, the group holds it from its first call on
+ * comm until the group ended. An abort or destroy on another thread waits for that, or the call
+ * sees them and fails. */
 static ncclResult_t weft_coll_task(int coll, const char *api, const void *sendbuff,
                                    void *recvbuff, size_t count, ncclDataType_t dtype, int reduce,
                                    ncclRedOp_t op, int root, const char *root_name, ncclComm_t comm,
                                    cudaStream_t stream, int send_needed, int recv_needed)
 {
+    if (weft_group_depth() > 0) {
+        WEFT_CHECK(weft_group_hold(comm, api));
+        return weft_coll_task_held(coll, api, sendbuff, recvbuff, count, dtype, reduce, op, root,
+                                   root_name, comm, stream, send_needed, recv_needed);
+    }
     WEFT_CHECK(weft_comm_enter(comm, api));
     ncclResult_t res = weft_coll_task_held(coll, api, sendbuff, recvbuff, count, dtype, reduce,
                                            op, root, root_name, comm, stream, send_needed,

@@ -223,6 +223,7 @@ WEFT_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
     if (comm == NULL)
         return ncclSuccess;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommDestroy"));
+    weft_group_forget(comm); /* this thread's open group: its calls on comm go with it */
     if (!weft_comm_claim_close(comm, WEFT_COMM_CLOSING_DESTROY))
         return weft_comm_refuse_closing(comm, "ncclCommDestroy");
     WEFT_CHECK(weft_comm_drain_calls(comm, "ncclCommDestroy"));
@@ -241,6 +242,7 @@ WEFT_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
     if (comm == NULL)
         return ncclSuccess;
     WEFT_CHECK(weft_comm_check(comm, "ncclCommAbort"));
+    weft_group_forget(comm); /* this thread's open group: its calls on comm go with it */
     /* Cuts every wait short, including those of a destroy under way on another thread. */
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
     if (!weft_comm_claim_close(comm, WEFT_COMM_CLOSING_ABORT)) {

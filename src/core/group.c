@@ -31,6 +31,8 @@ struct weft_group {
     int ntasks, task_cap;
     struct weft_init_job *inits;
     int ninits, init_cap;
+    struct ncclComm **held; /* communicators the group holds (weft_group_hold) */
+    int nheld, held_cap;
 };
 
 /* initial-exec, as the executor's arena (exec/arena.c): a fixed offset from the thread pointer,
@@ -41,6 +43,46 @@ static __thread struct weft_group weft_group_state __attribute__((tls_model("ini
 int weft_group_depth(void)
 {
     return weft_group_state.depth;
+}
+
+ncclResult_t weft_group_hold(struct ncclComm *comm, const char *api)
+{
+    struct weft_group *g = &weft_group_state;
+    for (int i = g->nheld - 1; i >= 0; i--)
+        if (g->held[i] == comm)
+            return ncclSuccess;
+    if (g->nheld == g->held_cap) {
+        int cap = g->held_cap ? 2 * g->held_cap : 8;
+        struct ncclComm **h = realloc(g->held, (size_t)cap * sizeof(*h));
+        if (h == NULL) {
+            WEFT_WARN("%s: out of memory recording %d communicators in a group", api, cap);
+            return ncclSystemError;
+        }
+        g->held = h;
+        g->held_cap = cap;
+    }
+    WEFT_CHECK(weft_comm_enter(comm, api));
+    g->held[g->nheld++] = comm;
+    return ncclSuccess;
+}
+
+int weft_group_forget(struct ncclComm *comm)
+{
+    struct weft_group *g = &weft_group_state;
+    int nt = 0, was_held = 0;
+    for (int t = 0; t < g->ntasks; t++)
+        if (g->tasks[t].comm != comm)
+            g->tasks[nt++] = g->tasks[t];
+    g->ntasks = nt;
+    for (int i = 0; i < g->nheld; i++) {
+        if (g->held[i] == comm) {
+            weft_comm_leave(comm);
+            g->held[i] = g->held[--g->nheld];
+            was_held = 1;
+            break;
+        }
+    }
+    return was_held;
 }
 
 ncclResult_t weft_group_start(void)
@@ -199,42 +241,11 @@ static ncclResult_t weft_group_run_inits(struct weft_group *g)
     return res == ncclSuccess && in_progress ? ncclInProgress : res;
 }
 
-/*
- * Runs the group's tasks, holding their communicators meanwhile (weft_comm_enter): one destroyed
- * or aborted since its call was recorded fails the group before anything runs. Runs of tasks of
- * one communicator hold it once (a group of one communicator: one hold). weft_submit reorders
- * the tasks, so the held communicators are kept apart.
- */
-static ncclResult_t weft_group_submit_held(struct weft_group *g)
-{
-    enum { SMALL = 16 };
-    struct ncclComm *held_small[SMALL];
-    struct ncclComm **held = held_small;
-    if (g->ntasks > SMALL && (held = malloc((size_t)g->ntasks * sizeof(*held))) == NULL) {
-        WEFT_WARN("out of memory issuing %d operations", g->ntasks);
-        return ncclSystemError;
-    }
-    ncclResult_t res = ncclSuccess;
-    int nheld = 0;
-    for (int t = 0; t < g->ntasks && res == ncclSuccess; t++) {
-        struct ncclComm *comm = g->tasks[t].comm;
-        if (nheld > 0 && held[nheld - 1] == comm)
-            continue;
-        res = weft_comm_enter(comm, g->tasks[t].api);
-        if (res == ncclSuccess)
-            held[nheld++] = comm;
-    }
-    if (res == ncclSuccess)
-        res = weft_submit(g->tasks, g->ntasks);
-    for (int i = 0; i < nheld; i++)
-        weft_comm_leave(held[i]);
-    if (held != held_small)
-        free(held);
-    return res;
-}
-
 static void weft_group_reset(struct weft_group *g)
 {
+    for (int i = 0; i < g->nheld; i++)
+        weft_comm_leave(g->held[i]);
+    g->nheld = 0;
     g->ntasks = 0;
     g->ninits = 0;
     g->error = ncclSuccess;
@@ -257,7 +268,7 @@ ncclResult_t weft_group_end(void)
         return res;
     }
     if (g->ntasks > 0) {
-        ncclResult_t r = weft_group_submit_held(g);
+        ncclResult_t r = weft_submit(g->tasks, g->ntasks);
         if (r != ncclSuccess)
             res = r;
     }

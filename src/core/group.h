@@ -42,6 +42,17 @@ ncclResult_t weft_group_enqueue_init(struct ncclComm **comm_p, int nranks, const
 ncclResult_t weft_group_record(ncclResult_t res);
 
 int weft_group_depth(void);
+/*
+ * Inside a group: the calling thread's group holds comm (weft_comm_enter) from its first call in
+ * the group until the group ends, so abort or destroy on another thread waits for the group (or
+ * the call fails, naming api). One hold per communicator and group.
+ */
+ncclResult_t weft_group_hold(struct ncclComm *comm, const char *api);
+/*
+ * Before the calling thread destroys or aborts comm: its open group (if any) drops comm's tasks
+ * and its hold; returns 1 when it held comm.
+ */
+int weft_group_forget(struct ncclComm *comm);
 ncclResult_t weft_group_start(void);
 ncclResult_t weft_group_end(void);
 /* Like the outermost ncclGroupEnd, but only predicts the group's time; nothing runs. */

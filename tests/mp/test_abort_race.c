@@ -15,6 +15,8 @@
  *   destroy   1 rank: the call completes on its own; ncclCommDestroy waits for it or refuses it
  *   finalize  1 rank: ncclCommFinalize against the call, then ncclCommDestroy
  *   -d        device buffers on the emulated GPU (WEFT_CUDA=emu:1), kernels on a stream per rank
+ *   -g        the call is a group: ncclGroupStart, the all-reduce, ncclGroupEnd (the group holds
+ *             the communicator from the all-reduce to its end)
  *   -k        tries per delay (default 50: 200 in all)
  */
 #include <errno.h>
@@ -32,7 +34,7 @@
 
 enum { CASE_ABORT, CASE_REVOKE, CASE_DESTROY, CASE_FINALIZE };
 
-static int g_case, g_device, g_tries = 50;
+static int g_case, g_device, g_group, g_tries = 50;
 static int g_pass, g_fail;
 static const struct weft_cuda_ops *cu;
 
@@ -66,8 +68,15 @@ static void *caller_run(void *arg)
     if (g_device)
         cu->set_device(0);
     __atomic_store_n(&c->started, 1, __ATOMIC_SEQ_CST);
+    if (g_group)
+        ncclGroupStart();
     c->res = ncclAllReduce(c->send, c->recv, COUNT, ncclFloat, ncclSum, c->comm,
                            (cudaStream_t)c->stream);
+    if (g_group) {
+        ncclResult_t end = ncclGroupEnd();
+        if (c->res == ncclSuccess)
+            c->res = end;
+    }
     if (g_device && c->res == ncclSuccess)
         c->sync_err = cu->stream_synchronize(c->stream);
     __atomic_store_n(&c->returned, 1, __ATOMIC_SEQ_CST);
@@ -234,7 +243,7 @@ static void one_try(long delay_us, int try_no, int *outcomes)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_abort_race abort|revoke|destroy|finalize [-d] [-k TRIES]\n");
+        fprintf(stderr, "usage: test_abort_race abort|revoke|destroy|finalize [-d] [-g] [-k TRIES]\n");
         return 2;
     }
     const char *names[] = {"abort", "revoke", "destroy", "finalize"};
@@ -249,6 +258,8 @@ int main(int argc, char **argv)
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "-d") == 0)
             g_device = 1;
+        else if (strcmp(argv[i], "-g") == 0)
+            g_group = 1;
         else if (strcmp(argv[i], "-k") == 0 && i + 1 < argc)
             g_tries = atoi(argv[++i]);
     }
@@ -265,8 +276,8 @@ int main(int argc, char **argv)
         int outcomes[2] = {0, 0}; /* [0] errors, [1] successes */
         for (int t = 0; t < g_tries; t++)
             one_try(delays[d], t, outcomes);
-        printf("%s%s delay %4ld us: %d tries, calls returned %d errors, %d successes\n",
-               names[g_case], g_device ? " (device)" : "", delays[d], g_tries, outcomes[0],
+        printf("%s%s%s delay %4ld us: %d tries, calls returned %d errors, %d successes\n",
+               names[g_case], g_device ? " (device)" : "", g_group ? " (group)" : "", delays[d], g_tries, outcomes[0],
                outcomes[1]);
     }
     printf("%d passed, %d failed\n", g_pass, g_fail);
