@@ -31,6 +31,7 @@
 #include <sys/uio.h>
 
 #include "bootstrap/bootstrap.h"
+#include "core/auth.h"
 #include "core/check.h"
 #include "core/cma.h"
 #include "core/comm.h"
@@ -76,6 +77,7 @@ struct weft_shm_state {
                                  * rank holds a lock on its own while it lives (comm.h,
                                  * peer_alive_fd) */
     struct weft_conn *conns;    /* [nconn_channels][nranks][4]: send, recv, their LL FIFOs */
+    uint64_t (*tokens)[2];      /* [nranks]: each segment's random name (shm_name) */
 };
 
 static int shm_can_connect(const struct ncclComm *comm, int a, int b)
@@ -99,9 +101,18 @@ static ncclResult_t shm_slot_bytes(const struct ncclComm *comm, size_t *bytes_p)
     return ncclSuccess;
 }
 
-static void shm_name(char *buf, size_t len, uint64_t comm_hash, int rank)
+/*
+ * Segment names are random (getrandom), drawn by each owner and handed to its peers over the
+ * bootstrap, never derived from the communicator hash: that hash is public (every challenge sends
+ * it), and another user of the host who created /weft-<hash>-<rank> first made init fail, since a
+ * rank that is not root cannot unlink a name of another user in /dev/shm (issue 30).
+ */
+#define WEFT_SHM_NAME_TRIES 16
+
+static void shm_name(char *buf, size_t len, const uint64_t token[2])
 {
-    snprintf(buf, len, "/weft-%016llx-%d", (unsigned long long)comm_hash, rank);
+    snprintf(buf, len, "/weft-%016llx%016llx", (unsigned long long)token[0],
+             (unsigned long long)token[1]);
 }
 
 /*
@@ -161,6 +172,7 @@ static ncclResult_t shm_close(struct ncclComm *comm, void *state)
     free(st->segs);
     free(st->seg_bytes);
     free(st->conns);
+    free(st->tokens);
     free(st);
     return ncclSuccess;
 }
@@ -187,12 +199,10 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, int owne
                             size_t host_bytes, void **seg_p, int *fd_p)
 {
     int fd;
-    if (create) {
-        shm_unlink(name); /* a leftover of a crashed job with the same random hash is stale */
-        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    } else {
-        fd = shm_open(name, O_RDWR, 0600);
-    }
+    /* A name another process holds (create): ncclInProgress, not logged; the caller draws again */
+    fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
+    if (fd < 0 && create && errno == EEXIST)
+        return ncclInProgress;
     if (fd < 0) {
         WEFT_WARN("shm_open %s failed: %s", name, strerror(errno));
         return ncclSystemError;
@@ -248,20 +258,32 @@ static ncclResult_t shm_map(const char *name, size_t bytes, int create, int owne
  * segment of the wrong size) makes every rank fail now, with a message naming it, instead of
  * leaving the others waiting for it. Collective; also the barrier between the phases.
  */
-static ncclResult_t shm_agree(struct ncclComm *comm, ncclResult_t mine, const char *phase)
+struct weft_shm_outcome {
+    int32_t res;
+    uint32_t pad;
+    uint64_t token[2]; /* the name of the rank's segment (shm_name) */
+};
+
+/* tokens: NULL, or [nranks][2] with this rank's entry filled; the others' come from their owners */
+static ncclResult_t shm_agree(struct ncclComm *comm, ncclResult_t mine, const char *phase,
+                              uint64_t (*tokens)[2])
 {
     int nranks = comm->nranks;
-    int32_t *all = calloc((size_t)nranks, sizeof(int32_t));
+    struct weft_shm_outcome *all = calloc((size_t)nranks, sizeof(*all));
     if (all == NULL) {
         WEFT_WARN("out of memory exchanging shared-memory setup results of %d ranks", nranks);
         return ncclSystemError;
     }
-    all[comm->rank] = (int32_t)mine;
-    ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, all, sizeof(int32_t));
+    all[comm->rank].res = (int32_t)mine;
+    if (tokens != NULL)
+        memcpy(all[comm->rank].token, tokens[comm->rank], sizeof(all->token));
+    ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
+    for (int p = 0; res == ncclSuccess && tokens != NULL && p < nranks; p++)
+        memcpy(tokens[p], all[p].token, sizeof(all->token));
     for (int p = 0; res == ncclSuccess && p < nranks; p++) {
-        if (all[p] == ncclSuccess)
+        if (all[p].res == ncclSuccess)
             continue;
-        res = (ncclResult_t)all[p];
+        res = (ncclResult_t)all[p].res;
         if (p != comm->rank)
             WEFT_WARN("rank %d: rank %d (host %s) failed to %s (its log says why)", comm->rank, p,
                       comm->peer_info[p].hostname, phase);
@@ -395,12 +417,36 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         host_bytes += st->seg_bytes[p];
     }
 
-    char name[64];
-    shm_name(name, sizeof(name), comm->comm_hash, me);
-    /* Everyone has created (and reserved) its segment or failed: map the peers', then let
-     * everyone unlink its own. */
-    res = shm_map(name, st->seg_bytes[me], 1, me, host_bytes, &st->segs[me], &st->fds[me]);
-    WEFT_CHECK_GOTO(shm_agree(comm, res, "reserve its shared-memory segment"), res, err_unlink);
+    char name[64] = "";
+    st->tokens = calloc((size_t)nranks, sizeof(*st->tokens));
+    if (st->tokens == NULL) {
+        WEFT_WARN("out of memory for the shared-memory segment names of %d ranks", nranks);
+        res = ncclSystemError;
+        goto err;
+    }
+    /* A name taken already (by anyone: it may be a squatter's) is skipped for a fresh one. */
+    res = ncclInProgress;
+    for (int t = 0; t < WEFT_SHM_NAME_TRIES && res == ncclInProgress; t++) {
+        res = weft_auth_random(st->tokens[me], sizeof(st->tokens[me]));
+        if (res != ncclSuccess)
+            break;
+        shm_name(name, sizeof(name), st->tokens[me]);
+        res = shm_map(name, st->seg_bytes[me], 1, me, host_bytes, &st->segs[me], &st->fds[me]);
+        if (res == ncclInProgress)
+            WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT, "rank %d: shared-memory name %s is taken; "
+                      "drawing another", me, name);
+    }
+    if (res == ncclInProgress) {
+        WEFT_WARN("rank %d: %d random shared-memory names in a row were taken in /dev/shm", me,
+                  WEFT_SHM_NAME_TRIES);
+        res = ncclSystemError;
+    }
+    if (res != ncclSuccess)
+        name[0] = '\0'; /* nothing of ours to unlink */
+    /* Everyone has created (and reserved) its segment or failed, and learnt every segment's name:
+     * map the peers', then let everyone unlink its own. */
+    WEFT_CHECK_GOTO(shm_agree(comm, res, "reserve its shared-memory segment", st->tokens), res,
+                    err_unlink);
     struct weft_shm_header *hdr = st->segs[me];
     hdr->magic = WEFT_SHM_SEGMENT_MAGIC;
     hdr->rank = me;
@@ -417,7 +463,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         if (p == me || !peer_mask[p])
             continue;
         char peer_name[64];
-        shm_name(peer_name, sizeof(peer_name), comm->comm_hash, p);
+        shm_name(peer_name, sizeof(peer_name), st->tokens[p]);
         mapped = shm_map(peer_name, st->seg_bytes[p], 0, p, 0, &st->segs[p], &st->fds[p]);
         if (mapped != ncclSuccess)
             break;
@@ -440,8 +486,8 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             reads_memcpy += mode == WEFT_DIRECT_MEMCPY;
         }
     }
-    WEFT_CHECK_GOTO(shm_agree(comm, mapped, "map the shared-memory segments of its peers"), res,
-                    err_unlink);
+    WEFT_CHECK_GOTO(shm_agree(comm, mapped, "map the shared-memory segments of its peers", NULL),
+                    res, err_unlink);
     shm_unlink(name);
 
     for (int c = 0; c < nch; c++) {
@@ -502,7 +548,8 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     return ncclSuccess;
 
 err_unlink:
-    shm_unlink(name);
+    if (name[0] != '\0')
+        shm_unlink(name);
 err:
     shm_close(comm, st);
     return res;
