@@ -67,6 +67,7 @@ struct weft_bootstrap {
     struct weft_bs_pending *pending; /* accepted, handshake not done */
     int npending, pending_cap;
     struct pollfd *pfds; /* 2 + pending_cap */
+    uint64_t accept_after; /* out of descriptors: the listener rests until then */
 };
 
 /* A message being written while we wait for another one (ring steps send and receive at once). */
@@ -188,14 +189,41 @@ static void weft_bs_pending_drop(struct weft_bootstrap *bs, int i, const char *w
     bs->pending[i] = bs->pending[--bs->npending];
 }
 
-/* Accepts what is pending on the listening socket and sends each a CHALLENGE at once. */
+/* Drops the pending connection that has waited longest (a stranger's, when one holds many). */
+static int weft_bs_pending_oldest(const struct weft_bootstrap *bs)
+{
+    int oldest = 0;
+    for (int i = 1; i < bs->npending; i++)
+        if (bs->pending[i].since < bs->pending[oldest].since)
+            oldest = i;
+    return oldest;
+}
+
+/*
+ * Accepts what is pending on the listening socket and sends each a CHALLENGE at once. Within the
+ * limits of weft_socket_accept_pending(): out of descriptors with nothing to drop, the listener
+ * rests until accept_after.
+ */
 static ncclResult_t weft_bs_accept_new(struct weft_bootstrap *bs)
 {
+    char who[48];
+    snprintf(who, sizeof(who), "bootstrap rank %d", bs->rank);
     for (;;) {
         int fd;
-        WEFT_CHECK(weft_socket_accept(bs->listen_fd, &fd));
-        if (fd < 0)
+        enum weft_accept_act act;
+        int oldest = weft_bs_pending_oldest(bs);
+        uint64_t since = bs->npending > 0 ? bs->pending[oldest].since : 0;
+        WEFT_CHECK(weft_socket_accept_pending(bs->listen_fd, bs->npending, since, who, &fd, &act));
+        if (act == WEFT_ACCEPT_NONE)
             return ncclSuccess;
+        if (act == WEFT_ACCEPT_LATER) {
+            bs->accept_after = weft_socket_now_ns() + WEFT_ACCEPT_LATER_MS * 1000000ull;
+            return ncclSuccess;
+        }
+        if (act == WEFT_ACCEPT_EVICT && bs->npending > 0)
+            weft_bs_pending_drop(bs, oldest, "the oldest pending handshake made room");
+        if (fd < 0)
+            continue;
         if (bs->npending == bs->pending_cap) {
             int cap = bs->pending_cap ? 2 * bs->pending_cap : 16;
             struct weft_bs_pending *p = realloc(bs->pending, cap * sizeof(*p));
@@ -216,7 +244,10 @@ static ncclResult_t weft_bs_accept_new(struct weft_bootstrap *bs)
         struct weft_bs_challenge ch;
         size_t done = 0;
         *c = (struct weft_bs_pending){.fd = fd, .since = weft_socket_now_ns()};
-        WEFT_CHECK(weft_auth_random(c->nonces.server, sizeof(c->nonces.server)));
+        if (weft_auth_random(c->nonces.server, sizeof(c->nonces.server)) != ncclSuccess) {
+            close(fd);
+            return ncclSystemError;
+        }
         memset(&ch, 0, sizeof(ch));
         weft_bs_hdr_fill(&ch.hdr, WEFT_BS_CHALLENGE, bs->magic, bs->rank, 0, sizeof(ch.nonce));
         memcpy(ch.nonce, c->nonces.server, sizeof(ch.nonce));
@@ -295,10 +326,16 @@ static void *weft_bs_admit_main(void *arg)
             if (timeout_ms < 0 || left < timeout_ms)
                 timeout_ms = left;
         }
+        int resting = now < bs->accept_after;
+        if (resting) {
+            int left = (int)((bs->accept_after - now) / 1000000ull) + 1;
+            if (timeout_ms < 0 || left < timeout_ms)
+                timeout_ms = left;
+        }
         int n = bs->npending;
         struct pollfd *pfd = bs->pfds;
         pfd[0] = (struct pollfd){.fd = bs->stop_fd, .events = POLLIN};
-        pfd[1] = (struct pollfd){.fd = bs->listen_fd, .events = POLLIN};
+        pfd[1] = (struct pollfd){.fd = resting ? -1 : bs->listen_fd, .events = POLLIN};
         for (int i = 0; i < n; i++)
             pfd[2 + i] = (struct pollfd){.fd = bs->pending[i].fd, .events = POLLIN};
         if (poll(pfd, 2 + n, timeout_ms) < 0) {
@@ -315,9 +352,9 @@ static void *weft_bs_admit_main(void *arg)
         for (int i = n - 1; i >= 0; i--)
             if (pfd[2 + i].revents != 0)
                 weft_bs_pending_read(bs, i);
-        /* Out of fds or memory (logged there): the connection stays queued; retry later. */
+        /* A broken listener (logged there): the connection stays queued; retry later. */
         if (pfd[1].revents != 0 && weft_bs_accept_new(bs) != ncclSuccess)
-            usleep(100000);
+            bs->accept_after = weft_socket_now_ns() + 100000000ull;
     }
 }
 

@@ -46,6 +46,7 @@ struct weft_bs_root {
     struct weft_bs_root_conn *conns; /* hello not complete yet */
     struct pollfd *pfds;
     int nconns, cap;
+    uint64_t accept_after; /* out of descriptors: the listener rests until then */
     int nranks, first_rank, max_nranks; /* nranks from the first hello; 0 before */
     int arrived, answered, failed, finished;
     int *rank_fd;
@@ -242,12 +243,49 @@ static int weft_bs_root_challenge(struct weft_bs_root *r, int fd, struct weft_bs
            done == sizeof(ch);
 }
 
+/* Drops the connection whose hello has waited longest (a stranger's, when one holds many). */
+static int weft_bs_root_oldest(const struct weft_bs_root *r)
+{
+    int oldest = 0;
+    for (int i = 1; i < r->nconns; i++)
+        if (r->conns[i].since < r->conns[oldest].since)
+            oldest = i;
+    return oldest;
+}
+
+static void weft_bs_root_evict(struct weft_bs_root *r, int oldest)
+{
+    if (r->nconns == 0)
+        return;
+    WEFT_INFO(WEFT_LOG_BOOTSTRAP, "bootstrap root %s: dropped the oldest pending connection for "
+              "a new one", r->name);
+    close(r->conns[oldest].fd);
+    r->conns[oldest] = r->conns[--r->nconns];
+}
+
+/* Within the limits of weft_socket_accept_pending(); out of descriptors with nothing to drop, the
+ * listener rests until accept_after. */
 static void weft_bs_root_accept(struct weft_bs_root *r)
 {
+    char who[80];
+    snprintf(who, sizeof(who), "bootstrap root %s", r->name);
     for (;;) {
         int fd;
-        if (weft_socket_accept(r->listen_fd, &fd) != ncclSuccess || fd < 0)
+        enum weft_accept_act act;
+        int oldest = weft_bs_root_oldest(r);
+        uint64_t since = r->nconns > 0 ? r->conns[oldest].since : 0;
+        if (weft_socket_accept_pending(r->listen_fd, r->nconns, since, who, &fd, &act) !=
+                ncclSuccess ||
+            act == WEFT_ACCEPT_LATER) {
+            r->accept_after = weft_socket_now_ns() + WEFT_ACCEPT_LATER_MS * 1000000ull;
             return;
+        }
+        if (act == WEFT_ACCEPT_NONE)
+            return;
+        if (act == WEFT_ACCEPT_EVICT)
+            weft_bs_root_evict(r, oldest);
+        if (fd < 0)
+            continue;
         if (r->nconns == r->cap) {
             int cap = r->cap ? 2 * r->cap : 64;
             struct weft_bs_root_conn *conns = realloc(r->conns, cap * sizeof(*conns));
@@ -282,10 +320,11 @@ static void *weft_bs_root_main(void *arg)
         }
         weft_bs_root_expire(r);
         int n = r->nconns;
-        r->pfds[0] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        int resting = weft_socket_now_ns() < r->accept_after;
+        r->pfds[0] = (struct pollfd){.fd = resting ? -1 : r->listen_fd, .events = POLLIN};
         for (int i = 0; i < n; i++)
             r->pfds[i + 1] = (struct pollfd){.fd = r->conns[i].fd, .events = POLLIN};
-        if (poll(r->pfds, n + 1, 100) <= 0)
+        if (poll(r->pfds, n + 1, resting ? WEFT_ACCEPT_LATER_MS : 100) <= 0)
             continue;
         /* Backwards: weft_bs_root_read moves the last connection into the slot it frees. */
         for (int i = n - 1; i >= 0 && !r->finished; i--)

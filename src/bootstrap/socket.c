@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -383,6 +384,89 @@ ncclResult_t weft_socket_accept(int listen_fd, int *fd_p)
     }
     weft_socket_nodelay(fd);
     *fd_p = fd;
+    return ncclSuccess;
+}
+
+WEFT_PARAM(HandshakeMax, "WEFT_HANDSHAKE_MAX", 64,
+           "incoming connections one listener holds while their handshake is pending (accepted, "
+           "not authenticated yet); past it the oldest is dropped for each new one");
+WEFT_PARAM(FdReserve, "WEFT_FD_RESERVE", 128,
+           "descriptors under RLIMIT_NOFILE kept for the job's own connections (at most a "
+           "quarter of the limit): past them a listener holds only a few pending handshakes");
+
+/* Pending handshakes a listener keeps once descriptors run short: enough for ranks that connect
+ * at once to finish theirs, too few for a stranger to take what the job needs. */
+#define WEFT_ACCEPT_SHORT_MAX 8
+/* A pending handshake younger than this is not dropped for the cap alone. */
+#define WEFT_ACCEPT_GRACE_MS 500
+
+static void weft_socket_limit_warn(const char *who, const char *limit)
+{
+    static int warned;
+    struct rlimit rl;
+    if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        return;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        rl.rlim_cur = 0;
+    WEFT_WARN("%s: %s (RLIMIT_NOFILE %llu, WEFT_HANDSHAKE_MAX %lld, WEFT_FD_RESERVE %lld): "
+              "dropping the oldest unauthenticated connections from now on; if they are this "
+              "job's own peers, raise the descriptor limit (ulimit -n)",
+              who, limit, (unsigned long long)rl.rlim_cur, (long long)weft_param_HandshakeMax(),
+              (long long)weft_param_FdReserve());
+}
+
+ncclResult_t weft_socket_accept_pending(int listen_fd, int npending, uint64_t oldest_ns,
+                                        const char *who, int *fd_p, enum weft_accept_act *act_p)
+{
+    int fd;
+    do {
+        fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        int err = errno;
+        *fd_p = -1;
+        if (err == EAGAIN || err == EWOULDBLOCK || err == ECONNABORTED) {
+            *act_p = WEFT_ACCEPT_NONE;
+            return ncclSuccess;
+        }
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+            weft_socket_limit_warn(who, err == ENFILE ? "the system is out of descriptors"
+                                                      : "this process is out of descriptors");
+            *act_p = npending > 0 ? WEFT_ACCEPT_EVICT : WEFT_ACCEPT_LATER;
+            return ncclSuccess;
+        }
+        WEFT_WARN("%s: accept failed: %s", who, strerror(err));
+        return ncclSystemError;
+    }
+    weft_socket_nodelay(fd);
+    int64_t cap = weft_param_HandshakeMax();
+    uint64_t hard = UINT64_MAX;
+    int evict = 0;
+    struct rlimit rl;
+    if (cap < 1)
+        cap = 1;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        uint64_t reserve = (uint64_t)weft_param_FdReserve();
+        if (reserve > rl.rlim_cur / 4)
+            reserve = rl.rlim_cur / 4;
+        /* Past the cap, young handshakes may go on up to an eighth of the limit per listener */
+        hard = rl.rlim_cur / 8 > (uint64_t)cap ? rl.rlim_cur / 8 : (uint64_t)cap;
+        /* Descriptors are handed out lowest first: fd is past every one in use below it. */
+        if ((uint64_t)fd + reserve >= rl.rlim_cur && npending >= WEFT_ACCEPT_SHORT_MAX) {
+            evict = 1;
+            weft_socket_limit_warn(who, "fewer descriptors are left than WEFT_FD_RESERVE");
+        }
+    }
+    /* Past the cap, the oldest goes once it is older than any real peer's handshake takes, so
+     * ranks arriving all at once (a root serving hundreds) are not dropped for each other. */
+    if (!evict && npending >= cap &&
+        ((uint64_t)npending >= hard ||
+         weft_socket_now_ns() - oldest_ns >= WEFT_ACCEPT_GRACE_MS * 1000000ull)) {
+        evict = 1;
+        weft_socket_limit_warn(who, "WEFT_HANDSHAKE_MAX connections are pending their handshake");
+    }
+    *fd_p = fd;
+    *act_p = evict ? WEFT_ACCEPT_EVICT : WEFT_ACCEPT_NEW;
     return ncclSuccess;
 }
 

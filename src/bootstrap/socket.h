@@ -88,6 +88,34 @@ ncclResult_t weft_socket_connect(const union weft_sockaddr *addr, uint64_t deadl
 ncclResult_t weft_socket_accept(int listen_fd, int *fd_p);
 
 /*
+ * What weft_socket_accept_pending() asks of a listener that holds connections pending their
+ * handshake (accepted, not authenticated yet).
+ */
+enum weft_accept_act {
+    WEFT_ACCEPT_NONE,  /* nothing is waiting */
+    WEFT_ACCEPT_NEW,   /* *fd_p is a new connection: add it */
+    WEFT_ACCEPT_EVICT, /* close the oldest pending connection; then add *fd_p if it is >= 0, else
+                        * call again (accept ran out of descriptors) */
+    WEFT_ACCEPT_LATER, /* out of descriptors with nothing pending to close: leave the listener
+                        * alone for a while (WEFT_ACCEPT_LATER_MS); its connections stay queued */
+};
+#define WEFT_ACCEPT_LATER_MS 20
+
+/*
+ * Accepts one connection for a listener that holds npending unauthenticated ones, within limits
+ * that keep strangers from taking the process's descriptors: at most WEFT_HANDSHAKE_MAX pending
+ * per listener once the oldest (accepted at oldest_ns, weft_socket_now_ns()) has waited longer
+ * than a real peer's handshake takes (0.5 s), never more than an eighth of RLIMIT_NOFILE (or the
+ * cap, if larger), at most a few once fewer than WEFT_FD_RESERVE descriptors are left under
+ * RLIMIT_NOFILE, and EMFILE/ENFILE survived by dropping the oldest (*act_p). A stranger holding
+ * connections can then delay no rank's handshake (the oldest go first) nor fail the job's own
+ * sockets. The first time a limit is hit in the process: one WARN naming it and `ulimit -n`.
+ * Does not block. Fails (ncclSystemError) only on a broken listener. who names the listener.
+ */
+ncclResult_t weft_socket_accept_pending(int listen_fd, int npending, uint64_t oldest_ns,
+                                        const char *who, int *fd_p, enum weft_accept_act *act_p);
+
+/*
  * Non-blocking transfers: move what the kernel accepts now, advancing *done towards len.
  * recv reports a peer that closed before len bytes as ncclRemoteError. what NULL: errors are
  * returned but not logged (handshakes of connections not admitted yet: strays are no error).

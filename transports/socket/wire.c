@@ -212,6 +212,7 @@ ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t co
     struct weft_sock_pending *pend = NULL;
     struct pollfd *pfds = NULL;
     int npend = 0, cap = 0;
+    uint64_t accept_after = 0; /* out of descriptors: the listener rests until then */
     ncclResult_t res = ncclSuccess;
     while (expected > 0) {
         uint64_t now = weft_socket_now_ns();
@@ -239,11 +240,30 @@ ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t co
             cap = ncap;
         }
         int n = npend;
-        pfds[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        int resting = now < accept_after;
+        pfds[0] = (struct pollfd){.fd = resting ? -1 : listen_fd, .events = POLLIN};
         for (int i = 0; i < n; i++)
             pfds[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
-        WEFT_CHECK_GOTO(weft_socket_poll(pfds, (nfds_t)n + 1, deadline, abort_flag, what), res,
-                        out);
+        if (!resting) {
+            WEFT_CHECK_GOTO(weft_socket_poll(pfds, (nfds_t)n + 1, deadline, abort_flag, what), res,
+                            out);
+        } else {
+            /* Out of descriptors: only the pending handshakes are watched for a short while. */
+            if (abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE)) {
+                WEFT_INFO(WEFT_LOG_NET, "%s: aborted", what);
+                res = ncclSystemError;
+                goto out;
+            }
+            if (deadline != 0 && now >= deadline) {
+                WEFT_WARN("%s: timed out with %d connections missing (out of descriptors)", what,
+                          expected);
+                res = ncclSystemError;
+                goto out;
+            }
+            if (poll(pfds, (nfds_t)n + 1, WEFT_ACCEPT_LATER_MS) < 0)
+                for (int i = 0; i <= n; i++)
+                    pfds[i].revents = 0; /* EINTR or ENOMEM: look again */
+        }
         /* Backwards: a finished entry is replaced by the last one, already looked at. */
         for (int i = n - 1; i >= 0; i--) {
             int admitted, drop;
@@ -260,7 +280,23 @@ ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t co
         }
         if (pfds[0].revents != 0 && npend < cap) {
             int fd;
-            WEFT_CHECK_GOTO(weft_socket_accept(listen_fd, &fd), res, out);
+            enum weft_accept_act act;
+            int oldest = 0;
+            for (int i = 1; i < npend; i++)
+                if (pend[i].since < pend[oldest].since)
+                    oldest = i;
+            WEFT_CHECK_GOTO(weft_socket_accept_pending(listen_fd, npend,
+                                                       npend > 0 ? pend[oldest].since : 0, what,
+                                                       &fd, &act),
+                            res, out);
+            if (act == WEFT_ACCEPT_LATER)
+                accept_after = weft_socket_now_ns() + WEFT_ACCEPT_LATER_MS * 1000000ull;
+            if (act == WEFT_ACCEPT_EVICT && npend > 0) {
+                WEFT_INFO(WEFT_LOG_NET, "%s: dropped the oldest pending connection for a new one",
+                          what);
+                close(pend[oldest].fd);
+                pend[oldest] = pend[--npend];
+            }
             if (fd < 0)
                 continue;
             pend[npend] = (struct weft_sock_pending){.fd = fd, .since = weft_socket_now_ns()};

@@ -1,0 +1,221 @@
+/*
+ * A stranger holding connections cannot exhaust a rank's descriptors (issue 30, item 4). Every
+ * accepted connection held a descriptor until its handshake finished or WEFT_BS_ADMIT_MS passed,
+ * without a cap, and the socket transport failed its setup on a failed accept: with ranks at 1024
+ * descriptors, 1100 connections held on rank 0's bootstrap listener failed a split ("Too many
+ * open files"), and held on the root's before init, failed init.
+ *
+ * This program defines listen(): each listener the chosen process opens gets ATTACK_CONNS silent
+ * connections from an attacker process (its own descriptor limit raised) before listen() returns,
+ * so they are queued ahead of every real peer, and they are held until the end. Ranks run at
+ * RLIMIT_NOFILE 1024, init, all-reduce, split in two, all-reduce on both halves; every result
+ * must be exact, and all of it done within STALL_SECS (a handshake that waited for a stranger's
+ * to time out, 5 s, took longer). Before the fix: the socket transport's setup failed on
+ * "Too many open files"; over shared memory the job stalled 5 s per listener (15.5 s); the root
+ * held up init 5 s.
+ *
+ *   test_fds rank0 N   every listener of rank 0 (its bootstrap listener, the split's, the socket
+ *                      transport's under NCCL_SHM_DISABLE=1) is held
+ *   test_fds root N    the bootstrap root's listener (in this process, also at 1024) is held
+ *                      before any rank inits
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl.h"
+
+#include "../common/id_pipe.h"
+
+#define COUNT 4099
+#define RANK_NOFILE 1024
+#define ATTACK_CONNS 1100
+#define ATTACK_MAX_LISTENERS 6
+#define STALL_SECS 4.0
+
+static int attack_on;   /* this process's listeners are attacked */
+static int req_fd = -1; /* to the attacker: a listener's address */
+static int ack_fd = -1; /* from the attacker: how many connections it holds on it */
+
+/* Every listen() of the library passes here. */
+int listen(int fd, int backlog)
+{
+    int rc = (int)syscall(SYS_listen, fd, backlog);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int held;
+    if (rc != 0 || !attack_on || getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return rc;
+    if (ss.ss_family == AF_INET && ((struct sockaddr_in *)&ss)->sin_addr.s_addr == INADDR_ANY)
+        ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (write(req_fd, &ss, sizeof(ss)) != (ssize_t)sizeof(ss) ||
+        read(ack_fd, &held, sizeof(held)) != (ssize_t)sizeof(held))
+        fprintf(stderr, "pid %d: the attacker is gone\n", (int)getpid());
+    else
+        fprintf(stderr, "pid %d: the attacker holds %d connections on a listener\n",
+                (int)getpid(), held);
+    return rc;
+}
+
+/* Connects ATTACK_CONNS times to every address it is sent and holds them until the end. */
+static int attacker(int req, int ack)
+{
+    struct sockaddr_storage ss;
+    struct rlimit rl;
+    int nlisteners = 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    while (read(req, &ss, sizeof(ss)) == (ssize_t)sizeof(ss)) {
+        int held = 0;
+        socklen_t len = ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                 : sizeof(struct sockaddr_in);
+        for (int i = 0; i < ATTACK_CONNS && nlisteners < ATTACK_MAX_LISTENERS; i++) {
+            int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            struct timeval tv = {.tv_sec = 0, .tv_usec = 200000}; /* a full backlog: stop */
+            if (fd < 0)
+                break;
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+            if (connect(fd, (struct sockaddr *)&ss, len) != 0) {
+                close(fd);
+                break;
+            }
+            held++; /* never closed: the process's exit closes them */
+        }
+        nlisteners++;
+        if (write(ack, &held, sizeof(held)) != (ssize_t)sizeof(held))
+            break;
+    }
+    return 0;
+}
+
+static int all_reduce_check(ncclComm_t comm, const char *what, int rank, int n)
+{
+    float *buf = malloc(COUNT * sizeof(float));
+    int wrong = 0;
+    for (int i = 0; i < COUNT; i++)
+        buf[i] = (float)(rank * 1000 + i % 1000);
+    if (ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL) != ncclSuccess) {
+        fprintf(stderr, "%s rank %d: all-reduce failed: %s\n", what, rank, ncclGetLastError(comm));
+        free(buf);
+        return 1;
+    }
+    for (int i = 0; i < COUNT; i++)
+        wrong += buf[i] != (float)(1000 * n * (n - 1) / 2 + n * (i % 1000));
+    free(buf);
+    if (wrong != 0)
+        fprintf(stderr, "%s rank %d: %d wrong elements\n", what, rank, wrong);
+    return wrong != 0;
+}
+
+static int rank_main(struct weft_test_id_pipe *ip, int rank, int n, int attacked)
+{
+    struct rlimit rl;
+    ncclUniqueId id;
+    ncclComm_t comm, half;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 3;
+    rl.rlim_cur = RANK_NOFILE;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        perror("setrlimit");
+        return 3;
+    }
+    attack_on = attacked;
+    if (weft_test_id_pipe_recv(ip, &id) != 0)
+        return 3;
+    alarm(40);
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
+        fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
+        return 1;
+    }
+    int bad = all_reduce_check(comm, "world", rank, n);
+    if (ncclCommSplit(comm, rank % 2, rank, &half, NULL) != ncclSuccess) {
+        fprintf(stderr, "rank %d: split failed: %s\n", rank, ncclGetLastError(comm));
+        ncclCommDestroy(comm);
+        return 1;
+    }
+    int hrank, hn;
+    ncclCommUserRank(half, &hrank);
+    ncclCommCount(half, &hn);
+    bad |= all_reduce_check(half, "half", hrank, hn);
+    bad |= all_reduce_check(comm, "world again", rank, n);
+    ncclCommDestroy(half);
+    ncclCommDestroy(comm);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    int n = argc > 2 ? atoi(argv[2]) : 4;
+    int root = strcmp(mode, "root") == 0;
+    struct weft_test_id_pipe ip; /* fork before the id's thread exists (ThreadSanitizer) */
+    int req[2], ack[2];
+    pid_t pids[9];
+    ncclUniqueId id;
+    int bad = 0, st;
+    if ((!root && strcmp(mode, "rank0") != 0) || n < 2 || n > 8) {
+        fprintf(stderr, "usage: test_fds rank0|root N (2..8)\n");
+        return 2;
+    }
+    if (pipe(req) != 0 || pipe(ack) != 0 || weft_test_id_pipe_open(&ip) != 0)
+        return 1;
+    fflush(NULL);
+    pids[n] = fork();
+    if (pids[n] == 0) {
+        close(req[1]);
+        close(ack[0]);
+        close(ip.fd[0]);
+        close(ip.fd[1]);
+        _exit(attacker(req[0], ack[1]));
+    }
+    close(req[0]);
+    close(ack[1]);
+    req_fd = req[1];
+    ack_fd = ack[0];
+    for (int r = 0; r < n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(rank_main(&ip, r, n, !root && r == 0));
+    }
+    if (root) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+            rl.rlim_cur = RANK_NOFILE;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        attack_on = 1; /* the root, made by ncclGetUniqueId, runs in this process */
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    bad = weft_test_id_pipe_send(&ip, n, &id) != 0;
+    attack_on = 0;
+    close(req[1]); /* the attacker ends once rank 0 (which holds a copy) is gone too */
+    for (int r = 0; r < n; r++) {
+        if (waitpid(pids[r], &st, 0) != pids[r] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, st);
+            bad = 1;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    waitpid(pids[n], &st, 0);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    /* Without a stall: a handshake that waited for a stranger's to time out (WEFT_BS_ADMIT_MS,
+     * 5 s) took longer than this. Sanitized builds run too slowly to tell. */
+    if (secs > STALL_SECS && getenv("ASAN_OPTIONS") == NULL && getenv("TSAN_OPTIONS") == NULL) {
+        fprintf(stderr, "the job took %.1f s: it waited for the stranger's connections\n", secs);
+        bad = 1;
+    }
+    printf("fds-%s-%d: %s in %.1f s\n", mode, n, bad ? "FAILED" : "ok", secs);
+    return bad;
+}
