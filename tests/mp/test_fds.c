@@ -168,6 +168,7 @@ static int rank_main(struct weft_test_id_pipe *ip, int rank, int n, int attacked
      * 5 s) took longer than this. The attacker's own time in listen() does not count. Sanitized
      * builds run too slowly to tell. */
     double secs = secs_between(&t0, &t1) - attack_secs;
+    fprintf(stderr, "rank %d: %.2f s without the attacker's (%.2f s)\n", rank, secs, attack_secs);
     if (secs > STALL_SECS && getenv("ASAN_OPTIONS") == NULL && getenv("TSAN_OPTIONS") == NULL) {
         fprintf(stderr, "rank %d took %.1f s: it waited for the stranger's connections\n", rank,
                 secs);

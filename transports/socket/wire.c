@@ -278,7 +278,8 @@ ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t co
             if (admitted || drop)
                 pend[i] = pend[--npend];
         }
-        if (pfds[0].revents != 0 && npend < cap) {
+        /* A burst at a time: a stranger's queue of connections is worked through quickly. */
+        for (int k = 0; pfds[0].revents != 0 && k < 64 && npend < cap; k++) {
             int fd;
             enum weft_accept_act act;
             int oldest = 0;
@@ -289,8 +290,12 @@ ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t co
                                                        npend > 0 ? pend[oldest].since : 0, what,
                                                        &fd, &act),
                             res, out);
-            if (act == WEFT_ACCEPT_LATER)
+            if (act == WEFT_ACCEPT_NONE)
+                break;
+            if (act == WEFT_ACCEPT_LATER) {
                 accept_after = weft_socket_now_ns() + WEFT_ACCEPT_LATER_MS * 1000000ull;
+                break;
+            }
             if (act == WEFT_ACCEPT_EVICT && npend > 0) {
                 WEFT_INFO(WEFT_LOG_NET, "%s: dropped the oldest pending connection for a new one",
                           what);
