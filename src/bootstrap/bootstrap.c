@@ -213,7 +213,8 @@ static ncclResult_t weft_bs_accept_new(struct weft_bootstrap *bs)
         enum weft_accept_act act;
         int oldest = weft_bs_pending_oldest(bs);
         uint64_t since = bs->npending > 0 ? bs->pending[oldest].since : 0;
-        WEFT_CHECK(weft_socket_accept_pending(bs->listen_fd, bs->npending, since, who, &fd, &act));
+        WEFT_CHECK(weft_socket_accept_pending(bs->listen_fd, bs->npending, since, bs->nranks - 1,
+                                              who, &fd, &act));
         if (act == WEFT_ACCEPT_NONE)
             return ncclSuccess;
         if (act == WEFT_ACCEPT_LATER) {

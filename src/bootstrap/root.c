@@ -243,7 +243,7 @@ static int weft_bs_root_challenge(struct weft_bs_root *r, int fd, struct weft_bs
            done == sizeof(ch);
 }
 
-/* Drops the connection whose hello has waited longest (a stranger's, when one holds many). */
+/* The connection whose hello has waited longest (a stranger's, when one holds many). */
 static int weft_bs_root_oldest(const struct weft_bs_root *r)
 {
     int oldest = 0;
@@ -274,7 +274,8 @@ static void weft_bs_root_accept(struct weft_bs_root *r)
         enum weft_accept_act act;
         int oldest = weft_bs_root_oldest(r);
         uint64_t since = r->nconns > 0 ? r->conns[oldest].since : 0;
-        if (weft_socket_accept_pending(r->listen_fd, r->nconns, since, who, &fd, &act) !=
+        int expect = r->nranks > r->max_nranks ? r->nranks : r->max_nranks;
+        if (weft_socket_accept_pending(r->listen_fd, r->nconns, since, expect, who, &fd, &act) !=
                 ncclSuccess ||
             act == WEFT_ACCEPT_LATER) {
             r->accept_after = weft_socket_now_ns() + WEFT_ACCEPT_LATER_MS * 1000000ull;

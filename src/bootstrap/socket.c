@@ -415,7 +415,7 @@ static void weft_socket_limit_warn(const char *who, const char *limit)
               (long long)weft_param_FdReserve());
 }
 
-ncclResult_t weft_socket_accept_pending(int listen_fd, int npending, uint64_t oldest_ns,
+ncclResult_t weft_socket_accept_pending(int listen_fd, int npending, uint64_t oldest_ns, int expect,
                                         const char *who, int *fd_p, enum weft_accept_act *act_p)
 {
     int fd;
@@ -443,6 +443,8 @@ ncclResult_t weft_socket_accept_pending(int listen_fd, int npending, uint64_t ol
     uint64_t hard = UINT64_MAX;
     int evict = 0;
     struct rlimit rl;
+    if (cap < expect)
+        cap = expect; /* never below the real peers that may be pending at once */
     if (cap < 1)
         cap = 1;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {

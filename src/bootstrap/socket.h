@@ -110,9 +110,10 @@ enum weft_accept_act {
  * RLIMIT_NOFILE, and EMFILE/ENFILE survived by dropping the oldest (*act_p). A stranger holding
  * connections can then delay no rank's handshake (the oldest go first) nor fail the job's own
  * sockets. The first time a limit is hit in the process: one WARN naming it and `ulimit -n`.
+ * expect: how many real peers may be pending at once (the cap is never below it; 0: unknown).
  * Does not block. Fails (ncclSystemError) only on a broken listener. who names the listener.
  */
-ncclResult_t weft_socket_accept_pending(int listen_fd, int npending, uint64_t oldest_ns,
+ncclResult_t weft_socket_accept_pending(int listen_fd, int npending, uint64_t oldest_ns, int expect,
                                         const char *who, int *fd_p, enum weft_accept_act *act_p);
 
 /*

@@ -10,9 +10,9 @@
  * so they are queued ahead of every real peer, and they are held until the end. Ranks run at
  * RLIMIT_NOFILE 1024, init, all-reduce, split in two, all-reduce on both halves; every result
  * must be exact, and each rank done within STALL_SECS, the attacker's time in listen() aside (a
- * handshake that waited for a stranger's to time out, 5 s, took longer). Before the fix: the socket transport's setup failed on
- * "Too many open files"; over shared memory the job stalled 5 s per listener (15.5 s); the root
- * held up init 5 s.
+ * handshake that waited for a stranger's to time out, 5 s, took longer). Before the fix: ranks
+ * failed ("Too many open files", rank 0 gone) or stalled 5 s per listener; the root held up
+ * init 5 s. Sanitized builds (ASAN_OPTIONS or TSAN_OPTIONS set) check the results only.
  *
  *   test_fds rank0 N   every listener of rank 0 (its bootstrap listener, the split's, the socket
  *                      transport's under NCCL_SHM_DISABLE=1) is held

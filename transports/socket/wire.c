@@ -287,8 +287,8 @@ ncclResult_t weft_sock_accept_all(int listen_fd, const uint8_t *key, uint64_t co
                 if (pend[i].since < pend[oldest].since)
                     oldest = i;
             WEFT_CHECK_GOTO(weft_socket_accept_pending(listen_fd, npend,
-                                                       npend > 0 ? pend[oldest].since : 0, what,
-                                                       &fd, &act),
+                                                       npend > 0 ? pend[oldest].since : 0,
+                                                       expected, what, &fd, &act),
                             res, out);
             if (act == WEFT_ACCEPT_NONE)
                 break;
