@@ -1024,6 +1024,8 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
         weft_st_release_u64(&mine->done, e, WEFT_SCOPE_SYS);
     }
     if (tid == 0) {
+        if (p->comm->busy != NULL)
+            weft_st_relaxed_u32(&p->comm->busy[weft_bid()], 1, WEFT_SCOPE_SYS);
         c->p = p;
         c->comm = p->comm;
         c->b = weft_bid();
@@ -1062,8 +1064,11 @@ WEFT_KFN void coll_body(const weft_dev_params *p)
             first = 0;
         }
         weft_sync_block();
-        if (w->what == WORK_EXIT)
+        if (w->what == WORK_EXIT) {
+            if (tid == 0 && c->comm->busy != NULL)
+                weft_st_relaxed_u32(&c->comm->busy[c->b], 0, WEFT_SCOPE_SYS);
             return;
+        }
         if (w->n > 0 || w->ll) /* an LL slice of 0 bytes still sends its header */
             do_work(w, tid, nt);
         weft_sync_block();
@@ -1183,6 +1188,8 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
     int n = comm->nranks, me = comm->rank;
     uint64_t es = dtype_size(op->dtype), e = 0;
     if (tid == 0) {
+        if (comm->busy != NULL)
+            weft_st_relaxed_u32(&comm->busy[b], 1, WEFT_SCOPE_SYS);
         weft_zc_slot *mine = zc_slot(p, me, b);
         e = mine->seq + 1; /* only this rank writes its slot */
         uint64_t scalar = op->scalar;
@@ -1318,6 +1325,8 @@ WEFT_KFN void zc_body(const weft_zc_params *p)
                                     WEFT_SCOPE_SYS);
         }
     }
+    if (tid == 0 && comm->busy != NULL)
+        weft_st_relaxed_u32(&comm->busy[b], 0, WEFT_SCOPE_SYS);
 }
 
 } /* namespace */

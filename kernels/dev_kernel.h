@@ -145,6 +145,11 @@ struct weft_dev_comm {
     const int *ring_pos;
     struct weft_step *steps;       /* [nchannels][nwin][WEFT_DEV_WINDOW] */
     struct weft_dev_conn *conns;   /* [(nchannels + 1) * nranks] */
+    /* Or NULL. [nchannels] pinned host words, device view: thread 0 of block b of either kernel
+     * stores 1 in busy[b] when the block starts and 0 when it leaves. The host's liveness watch
+     * (exec/cuda.c) reads them instead of querying the stream, which CUDA forbids while any
+     * stream of the process captures (global mode). */
+    uint32_t *busy;
 };
 
 /* The window of steps of connection key `key` in block b (key 0: collectives, 1 + 2 peer + dir:

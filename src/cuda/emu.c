@@ -55,10 +55,13 @@
  * of the captured DAG); capture_end on the origin stream ends it for every joined stream.
  * While a capture forbids them to the calling thread (global mode: a capture of any thread;
  * thread-local: one of this thread; relaxed: none), the calls CUDA calls unsafe fail with 900 and
- * invalidate that capture (its end returns 901):
- * stream_synchronize or stream_query of a capturing stream, synchronising the legacy stream (the
- * synchronous weftCudaMemcpy), device_synchronize, malloc, free, host_alloc, host_free. A
- * capturing stream waiting on an event recorded outside the capture is ignored (no node).
+ * invalidate that capture (its end returns 901): stream_query, stream_synchronize and
+ * event_synchronize of ANY stream or event (CUDA's rule: a watchdog thread polling an unrelated
+ * stream breaks a global-mode capture), synchronising the legacy stream (the synchronous
+ * weftCudaMemcpy), device_synchronize, malloc, free, host_alloc, host_free. Querying or
+ * synchronising a capturing stream, or an event recorded in a capture, is illegal in every mode
+ * (900, that capture invalidated). A capturing stream waiting on an event recorded outside the
+ * capture is ignored (no node).
  * graph_launch enqueues copies of the nodes, in order, on a stream.
  *
  * Kernels: see src/cuda/emu_thread.h and contract section 4. grid x block pooled OS threads; idle
@@ -1848,8 +1851,10 @@ static int emu_stream_synchronize(weft_cuda_stream_t h)
         res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
     }
     pthread_mutex_unlock(&emu_mu);
-    if (res == WEFT_CUDA_SUCCESS && s->legacy)
-        res = emu_forbid_in_capture("synchronize of the legacy stream (synchronous memcpy)");
+    if (res == WEFT_CUDA_SUCCESS)
+        res = emu_forbid_in_capture(s->legacy ? "synchronize of the legacy stream (synchronous "
+                                                "memcpy)"
+                                              : "cudaStreamSynchronize");
     if (res != WEFT_CUDA_SUCCESS)
         return res;
     return emu_stream_wait_idle(s);
@@ -1867,6 +1872,8 @@ static int emu_stream_query(weft_cuda_stream_t h)
         res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
     }
     pthread_mutex_unlock(&emu_mu);
+    if (res == WEFT_CUDA_SUCCESS)
+        res = emu_forbid_in_capture("cudaStreamQuery");
     if (res != WEFT_CUDA_SUCCESS)
         return res;
     pthread_mutex_lock(&s->mu);
@@ -2031,6 +2038,19 @@ static int emu_event_synchronize(weft_cuda_event_t eh)
 {
     struct emu_event *e;
     int res = emu_event_get(eh, "cudaEventSynchronize", &e);
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
+    /* An event recorded in a capture marks no executed work: always illegal (as in CUDA). */
+    pthread_mutex_lock(&emu_mu);
+    for (struct emu_capture *c = emu_captures; c != NULL && e->cap_id != 0; c = c->next) {
+        if (c->id == e->cap_id) {
+            emu_capture_invalidate(c, "cudaEventSynchronize of an event recorded in it");
+            res = WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED;
+        }
+    }
+    pthread_mutex_unlock(&emu_mu);
+    if (res == WEFT_CUDA_SUCCESS)
+        res = emu_forbid_in_capture("cudaEventSynchronize");
     if (res != WEFT_CUDA_SUCCESS)
         return res;
     struct emu_wait w;

@@ -123,9 +123,10 @@ struct weft_cuda_comm {
     struct weft_dev_comm *dstate; /* device */
     struct weft_step *steps;      /* device */
     int *ring;                    /* device, or NULL */
-    void *pinned;                 /* abort word and stuck record */
+    void *pinned;                 /* abort word, stuck records, busy words */
     uint32_t *abort_host;
     struct weft_dev_stuck *stuck_host;
+    uint32_t *busy_host; /* [nch]: a block of a kernel of this rank runs (weft_dev_comm.busy) */
     weft_cuda_stream_t stream;
     weft_cuda_event_t ev_in, ev_out;
     int reported; /* the stuck record was turned into an error */
@@ -454,12 +455,14 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     size_t step_bytes = (size_t)cc->nch * (size_t)nwin * WEFT_DEV_WINDOW * sizeof(struct weft_step);
     WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->steps, step_bytes), "cudaMalloc (steps)", me,
                         res, err);
-    size_t pinned_bytes = WEFT_CACHELINE + (size_t)cc->nch * sizeof(struct weft_dev_stuck);
+    size_t pinned_bytes = WEFT_CACHELINE + (size_t)cc->nch * sizeof(struct weft_dev_stuck) +
+                          (size_t)cc->nch * sizeof(uint32_t);
     WEFT_CUDA_CALL_GOTO(ops->host_alloc(&cc->pinned, pinned_bytes), "cudaHostAlloc", me, res,
                         err);
     memset(cc->pinned, 0, pinned_bytes);
     cc->abort_host = (uint32_t *)cc->pinned;
     cc->stuck_host = (struct weft_dev_stuck *)((char *)cc->pinned + WEFT_CACHELINE);
+    cc->busy_host = (uint32_t *)(cc->stuck_host + cc->nch);
     if (comm->ring != NULL) {
         WEFT_CUDA_CALL_GOTO(ops->malloc((void **)&cc->ring, 2 * (size_t)nranks * sizeof(int)),
                             "cudaMalloc (ring)", me, res, err);
@@ -628,6 +631,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     st.timeout_ns = (uint64_t)weft_param_Timeout() * 1000000000ull;
     st.abort = (const uint32_t *)weft_cuda_dev_view(cc->abort_host);
     st.stuck = (struct weft_dev_stuck *)weft_cuda_dev_view(cc->stuck_host);
+    st.busy = (uint32_t *)weft_cuda_dev_view(cc->busy_host);
     st.ring = cc->ring;
     st.ring_pos = cc->ring != NULL ? cc->ring + nranks : NULL;
     st.steps = cc->steps;
@@ -770,10 +774,22 @@ static int weft_cuda_find_dead(const struct ncclComm *comm, int left_too)
     return left;
 }
 
+/* 1 while a block of one of this rank's kernels runs (the busy words the kernels keep). */
+static int weft_cuda_kernel_running(const struct weft_cuda_comm *cc)
+{
+    for (int b = 0; b < cc->nch; b++)
+        if (__atomic_load_n(&cc->busy_host[b], __ATOMIC_RELAXED) != 0)
+            return 1;
+    return 0;
+}
+
 /*
  * While the kernels run, a peer process that died (SIGKILL, crash) is found here rather than at
  * the kernels' deadline: then the abort word makes them leave, and the error names the dead peer.
- * Rate-limited, and only while the internal stream is busy.
+ * Rate-limited, and only while a kernel of this rank runs: that is read from the pinned busy
+ * words the kernels write, never by querying the stream, which under CUDA's global capture mode
+ * fails (900) and invalidates every capture of the process (this runs at each launch, including
+ * one under capture, and from ncclCommGetAsyncError, which a watchdog thread polls).
  */
 static void weft_cuda_watch_peers(struct ncclComm *comm, struct weft_cuda_comm *cc)
 {
@@ -784,7 +800,7 @@ static void weft_cuda_watch_peers(struct ncclComm *comm, struct weft_cuda_comm *
                                                   now + WEFT_CUDA_ALIVE_PERIOD_NS, 0,
                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
-    if (weft_cuda()->stream_query(cc->stream) != WEFT_CUDA_ERR_NOT_READY)
+    if (!weft_cuda_kernel_running(cc))
         return;
     /* Only a crash stops the kernels early; a peer that left is named at the deadline. */
     int dead = weft_cuda_find_dead(comm, 0);

@@ -17,6 +17,8 @@
  *              candidate collective x type x op x in/out of place checked and counted
  *              (weft_zcopy_count); one rank unregistered; deregistration; a graph replayed 3 times
  *   graph      3 all-reduces captured into a graph, replayed 5 times, checked after each replay
+ *   graph-watchdog  an all-reduce captured while another thread polls ncclCommGetAsyncError
+ *   graph-memfree   an all-reduce captured while another thread calls ncclMemFree
  *   biggroup   one group of 101 operations per rank (send/recv in orders that differ between
  *              ranks, an all-reduce): more than one launch holds, cut where every rank agrees
  *   abort      rank 0 launches alone; ncclCommAbort makes its kernel leave within 1 s
@@ -856,6 +858,131 @@ static int case_graph(void)
 }
 
 /*
+ * A capture beside another thread's calls (CUDA's global capture mode, the default: an unsafe
+ * call from any thread invalidates every capture in progress). Case graph-watchdog: a thread polls
+ * ncclCommGetAsyncError of every rank in a loop, as PyTorch's watchdog does, before, during and
+ * after the capture (held open 0.5 s, longer than the executor's 100 ms liveness period); the
+ * rank's own launch under capture comes when a liveness check is due. Case graph-memfree: another
+ * thread ncclMemFree's an unrelated ncclMemAlloc buffer of every rank while the streams capture
+ * (NCCL's ncclMemFree does not synchronise the device). Either way the captures end valid, and
+ * the graphs, replayed twice, give the right sums.
+ */
+struct side_args {
+    int memfree;        /* 0: poll ncclCommGetAsyncError; 1: free mem[] once go is set */
+    int stop, go, done; /* __atomic */
+    int ok, polls;
+    void *mem[MAXR];
+};
+
+static void *side_thread(void *arg)
+{
+    struct side_args *a = arg;
+    while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+        if (a->memfree) {
+            if (__atomic_load_n(&a->go, __ATOMIC_ACQUIRE) && !a->done) {
+                for (int r = 0; r < g_n; r++)
+                    a->ok &= check(ncclMemFree(a->mem[r]), "ncclMemFree during a capture");
+                __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+            }
+        } else {
+            for (int r = 0; r < g_n; r++) {
+                ncclResult_t st = ncclInternalError;
+                a->ok &= check(ncclCommGetAsyncError(g_comms[r], &st), "ncclCommGetAsyncError") &&
+                         check(st, "the async error during a capture");
+            }
+            a->polls++;
+        }
+        usleep(2000);
+    }
+    return NULL;
+}
+
+static int case_graph_side(int memfree)
+{
+    if (!setup_all())
+        return 1;
+    run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1031, 0, 0); /* kernels ran: the path is warm */
+    size_t count = 3001;
+    float *d[MAXR], *h = malloc(count * sizeof(float));
+    struct side_args a = {.memfree = memfree, .ok = 1};
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->malloc((void **)&d[r], count * sizeof(float)));
+        if (memfree)
+            a.ok &= check(ncclMemAlloc(&a.mem[r], 1 << 20), "ncclMemAlloc");
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, side_thread, &a);
+    usleep(150000); /* the next liveness check is due */
+    graphs_begin();
+    __atomic_store_n(&a.go, 1, __ATOMIC_RELEASE);
+    for (double t0 = now_s(); memfree && !__atomic_load_n(&a.done, __ATOMIC_ACQUIRE) &&
+                              now_s() - t0 < 10;)
+        usleep(1000);
+    usleep(250000);
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < g_n; r++)
+        a.ok &= check(ncclAllReduce(d[r], d[r], count, ncclFloat32, ncclSum, g_comms[r],
+                                    g_bufs[r].stream), "ncclAllReduce under capture");
+    a.ok &= check(ncclGroupEnd(), "ncclGroupEnd");
+    usleep(250000);
+    weftCudaGraph_t g[MAXR];
+    int captured = 1;
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        int e = weftCudaStreamEndCapture(g_bufs[r].stream, &g[r]);
+        if (e != 0) {
+            fprintf(stderr, "FAIL %s: rank %d's capture ended with %s (%d)\n",
+                    memfree ? "graph-memfree" : "graph-watchdog", r, cu->error_string(e), e);
+            g[r] = NULL;
+            captured = 0;
+        }
+    }
+    for (int rep = 0; rep < 2 && captured; rep++) {
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            for (size_t i = 0; i < count; i++)
+                h[i] = (float)((r + 1) * (int)(i % 50 + 1) + rep);
+            CU(cu->memcpy_async(d[r], h, count * sizeof(float), g_bufs[r].stream));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+        }
+        graphs_launch(g);
+        for (int r = 0; r < g_n; r++) {
+            CU(cu->set_device(g_dev[r]));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+            CU(cu->memcpy_async(h, d[r], count * sizeof(float), g_bufs[r].stream));
+            CU(cu->stream_synchronize(g_bufs[r].stream));
+            int ok = 1;
+            for (size_t i = 0; i < count && ok; i++) {
+                float want = (float)(g_n * (g_n + 1) / 2 * (int)(i % 50 + 1) + g_n * rep);
+                if (h[i] != want) {
+                    fprintf(stderr, "FAIL graph replay %d rank %d index %zu: got %g want %g\n",
+                            rep, r, i, h[i], want);
+                    ok = 0;
+                }
+            }
+            tally(ok);
+        }
+    }
+    __atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    if (!memfree && a.polls < 100) {
+        fprintf(stderr, "FAIL graph-watchdog: only %d polls\n", a.polls);
+        a.ok = 0;
+    }
+    tally(a.ok && captured && (!memfree || a.done));
+    for (int r = 0; r < g_n; r++) {
+        CU(cu->set_device(g_dev[r]));
+        if (g[r] != NULL)
+            CU(weftCudaGraphDestroy(g[r]));
+        CU(cu->free(d[r]));
+    }
+    free(h);
+    teardown();
+    return 0;
+}
+
+/*
  * An in-place ncclAlltoAll captured in a graph as the comms' first device operation, replayed
  * with new inputs: the kernel runs the direct order in place (no staging copy, which could not
  * be allocated under capture: ncclInvalidUsage before). Rank r's block j holds
@@ -1399,6 +1526,10 @@ int main(int argc, char **argv)
         rc = case_initrank();
     else if (strcmp(c, "graph") == 0)
         rc = case_graph();
+    else if (strcmp(c, "graph-watchdog") == 0)
+        rc = case_graph_side(0);
+    else if (strcmp(c, "graph-memfree") == 0)
+        rc = case_graph_side(1);
     else if (strcmp(c, "graph-a2a") == 0)
         rc = case_graph_a2a();
     else if (strcmp(c, "zcopy") == 0)

@@ -621,6 +621,22 @@ static void case_capture_join(void)
     OK(ops->free(d));
 }
 
+/* Another thread's calls during a capture (case capture_forbidden, capture_mode). */
+struct side_call {
+    weft_cuda_stream_t s;
+    weft_cuda_event_t e;
+    int query, sync, event_sync;
+};
+
+static void *side_calls(void *arg)
+{
+    struct side_call *c = arg;
+    c->query = ops->stream_query(c->s);
+    c->sync = ops->stream_synchronize(c->s);
+    c->event_sync = ops->event_synchronize(c->e);
+    return NULL;
+}
+
 /* A call CUDA forbids during capture returns 900 and the capture ends with 901. */
 static void case_capture_forbidden(void)
 {
@@ -656,6 +672,37 @@ static void case_capture_forbidden(void)
     CHECK_EQ(ops->stream_query(s), WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
     CHECK_EQ(ops->capture_end(s, &g), WEFT_CUDA_ERR_CAPTURE_INVALIDATED);
 
+    /* Global mode: another thread's query or synchronize of an unrelated, idle stream or event
+     * (a watchdog) is refused and invalidates the capture, as is this thread's own. */
+    struct side_call c = {NULL, NULL, -1, -1, -1};
+    OK(ops->stream_create(&c.s));
+    OK(ops->event_create(&c.e));
+    OK(ops->event_record(c.e, c.s));
+    OK(ops->stream_synchronize(c.s));
+    OK(ops->capture_begin(s));
+    pthread_t th;
+    pthread_create(&th, NULL, side_calls, &c);
+    pthread_join(th, NULL);
+    CHECK_EQ(c.query, WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(c.sync, WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(c.event_sync, WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(ops->capture_end(s, &g), WEFT_CUDA_ERR_CAPTURE_INVALIDATED);
+    OK(ops->capture_begin(s));
+    CHECK_EQ(ops->stream_query(c.s), WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(ops->capture_end(s, &g), WEFT_CUDA_ERR_CAPTURE_INVALIDATED);
+    /* An event recorded in the capture: never synchronised. */
+    OK(ops->capture_begin(s));
+    OK(ops->event_record(c.e, s));
+    CHECK_EQ(ops->event_synchronize(c.e), WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(ops->capture_end(s, &g), WEFT_CUDA_ERR_CAPTURE_INVALIDATED);
+    /* Without a capture all of it works. */
+    OK(ops->event_record(c.e, c.s));
+    OK(ops->event_synchronize(c.e));
+    OK(ops->stream_synchronize(c.s));
+    OK(ops->stream_query(c.s));
+    OK(ops->event_destroy(c.e));
+    OK(ops->stream_destroy(c.s));
+
     /* Afterwards the stream works normally and nothing captured ever ran. */
     OK(ops->memset_async(d, 0, 64, s));
     OK(ops->launch(&temu_axpb_kernel, 1, 4, 0, &p, sizeof(p), s));
@@ -676,8 +723,8 @@ static void *malloc_in_thread(void *arg)
     return NULL;
 }
 
-/* WEFT_CUDA_CAPTURE_MODE=1 (thread-local): another thread may malloc during the capture; the
- * capturing thread may not. */
+/* WEFT_CUDA_CAPTURE_MODE=1 (thread-local): another thread may malloc, query and synchronize
+ * during the capture; the capturing thread may not. */
 static void case_capture_mode(void)
 {
     weft_cuda_stream_t s;
@@ -691,6 +738,26 @@ static void case_capture_mode(void)
     CHECK_EQ(res, 0);
     OK(ops->capture_end(s, &g));
     OK(ops->graph_destroy(g));
+    /* Another thread's query and synchronize of an unrelated stream and event: allowed; this
+     * thread's own query: not. */
+    struct side_call c = {NULL, NULL, -1, -1, -1};
+    OK(ops->stream_create(&c.s));
+    OK(ops->event_create(&c.e));
+    OK(ops->event_record(c.e, c.s));
+    OK(ops->stream_synchronize(c.s));
+    OK(ops->capture_begin(s));
+    pthread_create(&th, NULL, side_calls, &c);
+    pthread_join(th, NULL);
+    CHECK_EQ(c.query, 0);
+    CHECK_EQ(c.sync, 0);
+    CHECK_EQ(c.event_sync, 0);
+    OK(ops->capture_end(s, &g));
+    OK(ops->graph_destroy(g));
+    OK(ops->capture_begin(s));
+    CHECK_EQ(ops->stream_query(c.s), WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(ops->capture_end(s, &g), WEFT_CUDA_ERR_CAPTURE_INVALIDATED);
+    OK(ops->event_destroy(c.e));
+    OK(ops->stream_destroy(c.s));
     OK(ops->capture_begin(s));
     void *p;
     CHECK_EQ(ops->malloc(&p, 64), WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
