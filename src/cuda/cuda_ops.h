@@ -22,7 +22,8 @@
  * launch_host_func) only enqueue: they return before the work runs; buffers they read must stay
  * valid until the stream reaches them (launch copies its params at the call).
  * Blocking slots: stream_synchronize, event_synchronize, device_synchronize, stream_destroy
- * (emu: waits for the stream's queued work), free (waits for the device's work, like cudaFree).
+ * (emu: waits for the stream's queued work), free (waits for the device's work, like cudaFree);
+ * mem_release does not wait.
  */
 #ifndef WEFT_CUDA_CUDA_OPS_H
 #define WEFT_CUDA_CUDA_OPS_H
@@ -191,8 +192,14 @@ struct weft_cuda_ops {
      * device cannot reach owner_dev (no peer access). The mapping is at a new address.
      */
     int (*mem_import)(void **p_p, int fd, size_t bytes, int kind, int owner_dev);
-    /* Frees a mem_create allocation or unmaps an import (after the device's queued work, as
-     * cudaFree waits); the memory lives on while another process still maps it. */
+    /* Frees a mem_create allocation or unmaps an import; the memory lives on while another
+     * process still maps it. Does NOT wait for queued work (as cuMemUnmap and NCCL's
+     * ncclMemFree; a device synchronise would be illegal during a capture): the caller releases
+     * only memory no queued or running kernel uses. Weft's callers: ncclMemFree (the user's
+     * buffer, whose work the user waited for, as NCCL requires), a peer's withdrawn registration
+     * (the direct kernels' done handshake ended every access to it before the peer could
+     * deregister), and communicator teardown (after the internal stream is synchronised).
+     * Allowed while a stream captures. */
     int (*mem_release)(void *p);
     /*
      * Legacy IPC, on device memory from malloc (never mem_create's: VMM memory has no legacy

@@ -478,8 +478,13 @@ static int real_mem_release(void *p)
     struct real_share *r = real_share_find(p, 1);
     if (r == NULL)
         return WEFT_CUDA_ERR_INVALID_VALUE;
-    /* cudaFree would wait for the device's work; unmapping does not. */
-    cudaDeviceSynchronize();
+    /*
+     * No device synchronise (there was one): it is illegal while any stream of the process
+     * captures (global mode: 900, and the capture is invalidated), stalls every stream of the
+     * device, and with several ranks on the device may wait for a kernel that needs a launch this
+     * thread has not issued yet. Like cuMemUnmap, and NCCL's ncclMemFree, this does not wait for
+     * queued work: the callers release only memory none uses (see mem_release in cuda_ops.h).
+     */
     int res = 0;
     if (r->kind == WEFT_MEM_HOST_PINNED) {
         res = (int)cudaHostUnregister(r->p);

@@ -695,6 +695,13 @@ static void case_capture_forbidden(void)
     OK(ops->event_record(c.e, s));
     CHECK_EQ(ops->event_synchronize(c.e), WEFT_CUDA_ERR_CAPTURE_UNSUPPORTED);
     CHECK_EQ(ops->capture_end(s, &g), WEFT_CUDA_ERR_CAPTURE_INVALIDATED);
+    /* cuMemRelease does not synchronise: allowed during a capture, which stays valid. */
+    void *m;
+    OK(ops->mem_create(&m, 4096, WEFT_MEM_DEVICE));
+    OK(ops->capture_begin(s));
+    OK(ops->mem_release(m));
+    OK(ops->capture_end(s, &g));
+    OK(ops->graph_destroy(g));
     /* Without a capture all of it works. */
     OK(ops->event_record(c.e, c.s));
     OK(ops->event_synchronize(c.e));
