@@ -23,6 +23,7 @@
 #include "core/trace.h"
 #include "algo/sched.h"
 #include "algo/tuner.h"
+#include "cuda/cuda_ops.h"
 #include "exec/cuda.h"
 #include "exec/sig.h"
 #include "exec/stream.h"
@@ -776,6 +777,19 @@ ncclResult_t weft_comm_alloc(struct ncclComm **comm_p, int nranks, int rank,
     return ncclSuccess;
 }
 
+/* The CUDA preconditions of this rank (cuda/cuda_ops.h, weft_cuda_report): the ranks of other
+ * processes on this host count for exclusive-process devices and MIG instances. */
+static void weft_comm_report_cuda(const struct ncclComm *comm)
+{
+    const struct weft_peer_info *me = &comm->peer_info[comm->rank];
+    int others = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        const struct weft_peer_info *q = &comm->peer_info[p];
+        others += q->host_hash == me->host_hash && (q->pid != me->pid || q->pid_ns != me->pid_ns);
+    }
+    weft_cuda_report(comm->rank, comm->cuda_bound ? comm->cuda_dev : -1, others);
+}
+
 ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
 {
     if (id == NULL) {
@@ -788,6 +802,8 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id)
                                            &comm->bootstrap);
     if (res == ncclSuccess)
         res = weft_comm_connect(comm);
+    if (res == ncclSuccess)
+        weft_comm_report_cuda(comm);
     if (res == ncclSuccess)
         res = weft_cuda_comm_setup(comm);
     if (res == ncclSuccess)

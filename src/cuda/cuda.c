@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +202,38 @@ static int none_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *h
     return NONE_ERR;
 }
 
+/* What a backend's failed probe saw (weft_cuda_set_unusable); why[0] == 0: nothing unusable. */
+static pthread_mutex_t weft_cuda_unusable_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int driver, runtime;
+    char why[320];
+} weft_cuda_unusable;
+
+void weft_cuda_set_unusable(int driver, int runtime, const char *why)
+{
+    pthread_mutex_lock(&weft_cuda_unusable_lock);
+    if (weft_cuda_unusable.why[0] == '\0') {
+        weft_cuda_unusable.driver = driver;
+        weft_cuda_unusable.runtime = runtime;
+        snprintf(weft_cuda_unusable.why, sizeof(weft_cuda_unusable.why), "%s", why);
+    }
+    pthread_mutex_unlock(&weft_cuda_unusable_lock);
+}
+
+static int none_facts(int dev, struct weft_cuda_facts *f_p)
+{
+    (void)dev;
+    if (f_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct weft_cuda_facts f = {0, 0, -1, -1, ""};
+    pthread_mutex_lock(&weft_cuda_unusable_lock);
+    f.driver = weft_cuda_unusable.driver;
+    f.runtime = weft_cuda_unusable.runtime;
+    pthread_mutex_unlock(&weft_cuda_unusable_lock);
+    *f_p = f;
+    return WEFT_CUDA_SUCCESS;
+}
+
 const struct weft_cuda_ops weft_cuda_none_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
     .name = "none",
@@ -243,6 +276,7 @@ const struct weft_cuda_ops weft_cuda_none_ops = {
     .ipc_open_handle = none_ipc_open_handle,
     .ipc_close_handle = none_ptr,
     .host_only = none_host_only,
+    .facts = none_facts,
 };
 
 /* ---- selection ------------------------------------------------------------------------------- */
@@ -274,6 +308,8 @@ static void weft_cuda_select(void)
             }
         }
         ops = weft_cuda_emu_init((int)n);
+        if (ops == NULL) /* an emulated driver too old for the runtime (WEFT_EMU_DRIVER) */
+            ops = &weft_cuda_none_ops;
     } else {
         WEFT_WARN("WEFT_CUDA=%s: unknown backend (auto, 0, none, cuda, emu:N); running without "
                   "CUDA", v);
@@ -289,6 +325,85 @@ const struct weft_cuda_ops *weft_cuda(void)
         return ops;
     pthread_once(&weft_cuda_once, weft_cuda_select);
     return weft_cuda_active;
+}
+
+/* "13.0 (13000)" for a CUDA version number; "none" for 0. */
+static const char *weft_cuda_version_text(int v, char *buf, size_t len)
+{
+    if (v <= 0)
+        snprintf(buf, len, "none");
+    else
+        snprintf(buf, len, "%d.%d (%d)", v / 1000, v % 1000 / 10, v);
+    return buf;
+}
+
+static const char *weft_cuda_mode_text(int mode)
+{
+    switch (mode) {
+    case 0: return "default";
+    case 1: return "exclusive-thread";
+    case 2: return "prohibited";
+    case 3: return "exclusive-process";
+    default: return "unknown";
+    }
+}
+
+/* Each WARN of weft_cuda_report once per process. */
+enum { WEFT_CUDA_WARNED_UNUSABLE = 1, WEFT_CUDA_WARNED_PROHIBITED = 2,
+       WEFT_CUDA_WARNED_EXCLUSIVE = 4, WEFT_CUDA_WARNED_MIG = 8 };
+static uint32_t weft_cuda_warned;
+
+static int weft_cuda_warn_once(uint32_t bit)
+{
+    return (__atomic_fetch_or(&weft_cuda_warned, bit, __ATOMIC_RELAXED) & bit) == 0;
+}
+
+void weft_cuda_report(int rank, int dev, int others_on_host)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_cuda_facts f = {0, 0, -1, -1, ""};
+    if (ops->facts(dev >= 0 ? dev : 0, &f) != WEFT_CUDA_SUCCESS)
+        f = (struct weft_cuda_facts){0, 0, -1, -1, ""};
+    if (dev < 0) {
+        f.compute_mode = -1;
+        f.mig = -1;
+        f.name[0] = '\0';
+    }
+    char drv[32], rt[32], where[128];
+    if (dev >= 0)
+        snprintf(where, sizeof(where), "device %d%s%s%s", dev, f.name[0] ? " (" : "", f.name,
+                 f.name[0] ? ")" : "");
+    else
+        snprintf(where, sizeof(where), "no device");
+    WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA backend %s, driver %s, runtime %s, %s, compute mode "
+              "%s, MIG %s", rank, ops->name, weft_cuda_version_text(f.driver, drv, sizeof(drv)),
+              weft_cuda_version_text(f.runtime, rt, sizeof(rt)), where,
+              weft_cuda_mode_text(f.compute_mode), f.mig < 0 ? "unknown" : f.mig ? "on" : "off");
+    char why[sizeof(weft_cuda_unusable.why)];
+    pthread_mutex_lock(&weft_cuda_unusable_lock);
+    memcpy(why, weft_cuda_unusable.why, sizeof(why));
+    pthread_mutex_unlock(&weft_cuda_unusable_lock);
+    if (why[0] != '\0' && weft_cuda_warn_once(WEFT_CUDA_WARNED_UNUSABLE))
+        WEFT_WARN("rank %d: a GPU is present but unusable: %s; running without CUDA (host "
+                  "memory only)", rank, why);
+    if (dev < 0)
+        return;
+    if (f.compute_mode == 2 && weft_cuda_warn_once(WEFT_CUDA_WARNED_PROHIBITED))
+        WEFT_WARN("rank %d: device %d is in prohibited compute mode: no process can use it "
+                  "(nvidia-smi -c DEFAULT)", rank, dev);
+    if (f.compute_mode == 3 && others_on_host > 0 &&
+        weft_cuda_warn_once(WEFT_CUDA_WARNED_EXCLUSIVE))
+        WEFT_WARN("rank %d: device %d is in exclusive-process compute mode and %d rank%s of "
+                  "other processes on this host %s in the communicator: only one process can use "
+                  "the device, the others' CUDA calls fail (cudaErrorDevicesUnavailable, 46)",
+                  rank, dev, others_on_host, others_on_host == 1 ? "" : "s",
+                  others_on_host == 1 ? "is" : "are");
+    if (f.mig == 1 && others_on_host > 0 && weft_cuda_warn_once(WEFT_CUDA_WARNED_MIG))
+        WEFT_WARN("rank %d: device %d is a MIG instance and %d rank%s of other processes on "
+                  "this host %s in the communicator: MIG instances support no peer access or "
+                  "CUDA IPC between them, so device memory cannot be shared between those "
+                  "processes", rank, dev, others_on_host, others_on_host == 1 ? "" : "s",
+                  others_on_host == 1 ? "is" : "are");
 }
 
 #ifndef WEFT_HAVE_CUDA_RT

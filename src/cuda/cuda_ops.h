@@ -35,8 +35,9 @@
 extern "C" {
 #endif
 
-/* Version 2: shareable memory (mem_create .. ipc_close_handle) added at the end. */
-#define WEFT_CUDA_OPS_VERSION 3
+/* Version 2: shareable memory (mem_create .. ipc_close_handle) added at the end. Version 4:
+ * facts. */
+#define WEFT_CUDA_OPS_VERSION 4
 
 /* cudaError_t values used by the backends. */
 enum weft_cuda_err {
@@ -79,6 +80,16 @@ struct weft_ptr_attr {
     void *dev_ptr; /* address kernels use (== p for device; mapped address for pinned) */
     void *base;    /* start of the allocation holding p, NULL for plain host */
     size_t size;   /* bytes of that allocation, 0 for plain host */
+};
+
+/* What communicator init reports of the backend and a device (weft_cuda_report). */
+struct weft_cuda_facts {
+    int driver;       /* cudaDriverGetVersion: 1000 major + 10 minor (13000: CUDA 13.0, the
+                       * 580 driver); 0: no driver */
+    int runtime;      /* cudaRuntimeGetVersion: the runtime linked in (emu: the one emulated) */
+    int compute_mode; /* cudaComputeMode: 0 default, 2 prohibited, 3 exclusive-process; -1 unknown */
+    int mig;          /* 1: the device is a MIG instance, 0: not, -1: unknown */
+    char name[96];    /* the device's name, "" when unknown */
 };
 
 typedef void *weft_cuda_stream_t; /* cudaStream_t for real, an emu object for emu; NULL = legacy */
@@ -219,6 +230,11 @@ struct weft_cuda_ops {
      * backend once its driver probes are spent): the executor then skips classifying each
      * operation's buffers (~7% of a 2-rank 8 B all-reduce's instructions). */
     int (*host_only)(void);
+
+    /* ---- version 4 ---- */
+    /* The facts of device dev (never fails for the none backend: the versions its probe saw,
+     * the rest unknown). Cheap enough for each communicator's init. */
+    int (*facts)(int dev, struct weft_cuda_facts *f_p);
 };
 
 /* The active table (chosen once, lazily; see the top of this file). Never NULL. */
@@ -226,12 +242,22 @@ const struct weft_cuda_ops *weft_cuda(void);
 
 /* The backends, for the selection in cuda.c and for tests. */
 extern const struct weft_cuda_ops weft_cuda_none_ops;
-/* Starts the emulated GPU with ndev devices (first call wins) and returns its table. */
+/* Starts the emulated GPU with ndev devices (first call wins) and returns its table; NULL when
+ * its emulated driver is too old for the runtime (WEFT_EMU_DRIVER: weft_cuda_set_unusable). */
 const struct weft_cuda_ops *weft_cuda_emu_init(int ndev);
 /* The real backend if built and at least one device answers, else NULL (never probes twice). */
 const struct weft_cuda_ops *weft_cuda_real_probe(void);
 /* cudaGetErrorString's text for the codes above (shared by none and emu). */
 const char *weft_cuda_error_text(int err);
+/* A backend's probe found a GPU it cannot use (a driver too old for the runtime, ...): why, and
+ * the versions it saw; the first call wins. Communicator init reports it (weft_cuda_report). */
+void weft_cuda_set_unusable(int driver, int runtime, const char *why);
+/* At communicator init: one INFO line with the backend, the driver and runtime versions, the
+ * compute mode and MIG state of device dev (-1: none bound); a WARN (once per process) when a
+ * GPU is present but unusable, when dev's compute mode is prohibited, or when ranks of
+ * other processes on this host (others_on_host > 0) meet an exclusive-process device or a MIG
+ * instance. */
+void weft_cuda_report(int rank, int dev, int others_on_host);
 
 #ifdef __cplusplus
 }

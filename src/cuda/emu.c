@@ -102,6 +102,15 @@
 WEFT_PARAM(EmuPeer, "WEFT_EMU_PEER", 1,
            "1: any two emulated devices may access each other's memory; 0: none may (peer access "
            "unsupported, as between GPUs without NVLink or a common PCIe switch)");
+WEFT_PARAM(EmuDriver, "WEFT_EMU_DRIVER", 13000,
+           "emulated GPU: the CUDA version its driver supports (cudaDriverGetVersion; 13000 is "
+           "the 580 driver); below the emulated CUDA 13 runtime's 13000 the GPU is unusable "
+           "(cudaErrorInsufficientDriver, 35) and the process runs without CUDA, as on a GPU");
+WEFT_PARAM(EmuComputeMode, "WEFT_EMU_COMPUTE_MODE", 0,
+           "emulated GPU: the compute mode every device reports (cudaComputeMode: 0 default, "
+           "2 prohibited, 3 exclusive-process); reported only, not enforced");
+WEFT_PARAM(EmuMig, "WEFT_EMU_MIG", 0,
+           "emulated GPU: 1 makes every device report itself a MIG instance (reported only)");
 WEFT_PARAM(EmuSerialize, "WEFT_EMU_SERIALIZE", 0,
            "emulated GPU: N > 0 runs the blocks of each kernel N at a time (waves), in random "
            "order; 0 runs them all at once");
@@ -2290,6 +2299,8 @@ static int emu_host_only(void)
     return 0;
 }
 
+static int emu_facts(int dev, struct weft_cuda_facts *f_p);
+
 static const struct weft_cuda_ops emu_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
     .name = "emu",
@@ -2332,6 +2343,7 @@ static const struct weft_cuda_ops emu_ops = {
     .ipc_open_handle = emu_ipc_open_handle,
     .ipc_close_handle = emu_ipc_close_handle,
     .host_only = emu_host_only,
+    .facts = emu_facts,
 };
 
 static void emu_init_once(void)
@@ -2348,8 +2360,37 @@ static void emu_init_once(void)
               weft_param_EmuSerialize() ? ", serialized blocks" : "");
 }
 
+/* The CUDA runtime the emulated GPU stands for: Weft's static CUDA 13 runtime. */
+#define EMU_RUNTIME_VERSION 13000
+
+static int emu_facts(int dev, struct weft_cuda_facts *f_p)
+{
+    if (f_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    if (dev < 0 || dev >= emu_ndev)
+        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    struct weft_cuda_facts f = {(int)weft_param_EmuDriver(), EMU_RUNTIME_VERSION,
+                                (int)weft_param_EmuComputeMode(), weft_param_EmuMig() != 0, ""};
+    snprintf(f.name, sizeof(f.name), "Weft emulated GPU%s", f.mig ? " MIG 1g.10gb" : "");
+    *f_p = f;
+    return WEFT_CUDA_SUCCESS;
+}
+
 const struct weft_cuda_ops *weft_cuda_emu_init(int ndev)
 {
+    /* As cudaGetDeviceCount on a driver older than the runtime: 35, no CUDA in the process. */
+    int driver = (int)weft_param_EmuDriver();
+    if (driver / 1000 < EMU_RUNTIME_VERSION / 1000) {
+        char why[256];
+        snprintf(why, sizeof(why), "the emulated driver supports CUDA %d.%d (WEFT_EMU_DRIVER), "
+                 "older than the CUDA %d.%d runtime needs (cudaGetDeviceCount: "
+                 "cudaErrorInsufficientDriver (%d), \"%s\"): install driver 580 or newer",
+                 driver / 1000, driver % 1000 / 10, EMU_RUNTIME_VERSION / 1000,
+                 EMU_RUNTIME_VERSION % 1000 / 10, WEFT_CUDA_ERR_NO_DRIVER,
+                 weft_cuda_error_text(WEFT_CUDA_ERR_NO_DRIVER));
+        weft_cuda_set_unusable(driver, EMU_RUNTIME_VERSION, why);
+        return NULL;
+    }
     pthread_mutex_lock(&emu_mu);
     if (emu_once_ndev == 0)
         emu_once_ndev = ndev;

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -529,6 +530,8 @@ static int real_host_only(void)
     return 0;
 }
 
+static int real_facts(int dev, struct weft_cuda_facts *f_p);
+
 static const struct weft_cuda_ops real_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
     .name = "cuda",
@@ -571,7 +574,32 @@ static const struct weft_cuda_ops real_ops = {
     .ipc_open_handle = real_ipc_open_handle,
     .ipc_close_handle = real_ipc_close_handle,
     .host_only = real_host_only,
+    .facts = real_facts,
 };
+
+static int real_facts(int dev, struct weft_cuda_facts *f_p)
+{
+    if (f_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    struct weft_cuda_facts f = {0, 0, -1, -1, ""};
+    cudaDriverGetVersion(&f.driver);
+    cudaRuntimeGetVersion(&f.runtime);
+    int mode = -1;
+    if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, dev) == cudaSuccess)
+        f.compute_mode = mode;
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+        snprintf(f.name, sizeof(f.name), "%.*s", (int)sizeof(f.name) - 1, prop.name);
+        /* A MIG instance's name carries its profile: "NVIDIA H100 80GB HBM3 MIG 1g.10gb". */
+        f.mig = strstr(prop.name, " MIG ") != NULL;
+    }
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (visible != NULL && strstr(visible, "MIG-") != NULL)
+        f.mig = 1;
+    (void)cudaGetLastError(); /* a failed query above is not sticky: clear it */
+    *f_p = f;
+    return 0;
+}
 
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 static const struct weft_cuda_ops *real_found;
@@ -583,6 +611,30 @@ static void real_probe_once(void)
     if (e != cudaSuccess) {
         WEFT_INFO(WEFT_LOG_INIT, "CUDA unavailable: cudaGetDeviceCount returned %d (%s)", (int)e,
                   cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        /* A GPU present but unusable is reported at communicator init (weft_cuda_report): a
+         * driver older than the static runtime needs (35 with a driver version), a driver
+         * library missing beside the device nodes, or any other failure but "no device". */
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        char why[256];
+        why[0] = '\0';
+        if (e == cudaErrorInsufficientDriver && drv > 0)
+            snprintf(why, sizeof(why), "the driver supports CUDA %d.%d, older than this build's "
+                     "static CUDA %d.%d runtime needs (cudaGetDeviceCount: "
+                     "cudaErrorInsufficientDriver (%d), \"%s\"): install driver 580 or newer",
+                     drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10, (int)e,
+                     cudaGetErrorString(e));
+        else if (e == cudaErrorInsufficientDriver && access("/dev/nvidiactl", F_OK) == 0)
+            snprintf(why, sizeof(why), "/dev/nvidiactl exists but no CUDA driver library "
+                     "(libcuda.so.1) loads (cudaGetDeviceCount: %s, %d)", cudaGetErrorString(e),
+                     (int)e);
+        else if (e != cudaErrorInsufficientDriver && e != cudaErrorNoDevice)
+            snprintf(why, sizeof(why), "cudaGetDeviceCount failed: %s (%d)",
+                     cudaGetErrorString(e), (int)e);
+        if (why[0] != '\0')
+            weft_cuda_set_unusable(drv, rt, why);
         (void)cudaGetLastError();
         return;
     }
