@@ -634,6 +634,8 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     me->rank = comm->rank;
     me->pid = (int32_t)getpid();
     me->cuda_dev = comm->cuda_bound ? comm->cuda_dev : -1;
+    if (me->cuda_dev >= 0)
+        WEFT_CHECK(weft_cuda_peer_identity(me->cuda_dev, me));
     me->host_hash = weft_host_hash();
     me->comm_hash = comm->comm_hash;
     me->flags = weft_param_ShmDisable() ? WEFT_PEER_NO_SHM : 0;

@@ -43,8 +43,8 @@ struct weft_zcopy_map;
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
  * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. Version 6:
- * WEFT_ZCOPY_MIN_BYTES among them. */
-#define WEFT_PEER_INFO_VERSION 6
+ * WEFT_ZCOPY_MIN_BYTES among them. Version 7: the device's uuid and PCI bus id. */
+#define WEFT_PEER_INFO_VERSION 7
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;
@@ -59,6 +59,12 @@ struct weft_peer_info {
     int64_t settings[WEFT_NSETTINGS];
     uint64_t pid_ns; /* inode of /proc/self/ns/pid (0: unknown): a pid means something to a
                       * peer only in the same PID namespace (containers on one host differ) */
+    /* cuda_dev is an ordinal of the rank's process (CUDA_VISIBLE_DEVICES renumbers per process):
+     * across processes the device is the uuid (same uuid = same GPU) and the PCI bus id (the
+     * ordinal a peer's process gives it, if it sees it: cudaDeviceGetByPCIBusId). Zero without
+     * a device. */
+    uint8_t cuda_uuid[16];
+    char cuda_bus_id[16];
 };
 
 /* The rank set NCCL_SHM_DISABLE: no pair that includes it uses shared memory. */

@@ -234,6 +234,17 @@ static int none_facts(int dev, struct weft_cuda_facts *f_p)
     return WEFT_CUDA_SUCCESS;
 }
 
+static int none_device_id(int dev, struct weft_cuda_dev_id *id_p)
+{
+    (void)dev, (void)id_p;
+    return NONE_ERR;
+}
+static int none_device_by_bus_id(int *dev_p, const char *bus_id)
+{
+    (void)dev_p, (void)bus_id;
+    return NONE_ERR;
+}
+
 const struct weft_cuda_ops weft_cuda_none_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
     .name = "none",
@@ -277,6 +288,8 @@ const struct weft_cuda_ops weft_cuda_none_ops = {
     .ipc_close_handle = none_ptr,
     .host_only = none_host_only,
     .facts = none_facts,
+    .device_id = none_device_id,
+    .device_by_bus_id = none_device_by_bus_id,
 };
 
 /* ---- selection ------------------------------------------------------------------------------- */

@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* Version 2: shareable memory (mem_create .. ipc_close_handle) added at the end. Version 4:
- * facts. */
-#define WEFT_CUDA_OPS_VERSION 4
+ * facts; 5 adds device identity (device_id, device_by_bus_id). */
+#define WEFT_CUDA_OPS_VERSION 5
 
 /* cudaError_t values used by the backends. */
 enum weft_cuda_err {
@@ -100,6 +100,16 @@ typedef void *weft_cuda_graph_t; /* executable graph */
 #define WEFT_CUDA_IPC_HANDLE_BYTES 64
 struct weft_cuda_ipc_handle {
     unsigned char bytes[WEFT_CUDA_IPC_HANDLE_BYTES];
+};
+
+/*
+ * What names a device in every process of a host, whatever CUDA_VISIBLE_DEVICES renumbered: the
+ * same uuid is the same GPU; bus_id is what cudaDeviceGetByPCIBusId takes ("0000:3b:00.0").
+ */
+#define WEFT_CUDA_BUS_ID_BYTES 16
+struct weft_cuda_dev_id {
+    unsigned char uuid[16];               /* cudaDeviceProp.uuid */
+    char bus_id[WEFT_CUDA_BUS_ID_BYTES]; /* cudaDeviceGetPCIBusId, NUL-terminated */
 };
 
 /*
@@ -198,9 +208,12 @@ struct weft_cuda_ops {
      * Maps an exported allocation into this process (the fd stays the caller's; close it after):
      * cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap, cuMemSetAccess for the
      * current device (or mmap + cudaHostRegister for host memory). kind and bytes as created;
-     * owner_dev is the allocating device for WEFT_MEM_DEVICE (the same index in every process of
-     * the host). 1 when fd is no such allocation or is smaller than bytes; 217 when the current
-     * device cannot reach owner_dev (no peer access). The mapping is at a new address.
+     * owner_dev is the allocating device for WEFT_MEM_DEVICE as this process numbers it
+     * (device_by_bus_id of the owner's bus id; ordinals differ between processes under
+     * CUDA_VISIBLE_DEVICES), -1 when this process does not see it. 1 when fd is no such
+     * allocation or is smaller than bytes; 217 when the current device cannot reach the memory's
+     * device (no peer access, or a device this process does not see). The mapping is at a new
+     * address.
      */
     int (*mem_import)(void **p_p, int fd, size_t bytes, int kind, int owner_dev);
     /* Frees a mem_create allocation or unmaps an import; the memory lives on while another
@@ -235,6 +248,12 @@ struct weft_cuda_ops {
     /* The facts of device dev (never fails for the none backend: the versions its probe saw,
      * the rest unknown). Cheap enough for each communicator's init. */
     int (*facts)(int dev, struct weft_cuda_facts *f_p);
+    /* ---- version 5: device identity across processes ---- */
+    /* The uuid and PCI bus id of device dev (an ordinal of this process). Non-blocking. */
+    int (*device_id)(int dev, struct weft_cuda_dev_id *id_p);
+    /* The ordinal here of the device at bus_id (cudaDeviceGetByPCIBusId); 101 when this process
+     * does not see that device (CUDA_VISIBLE_DEVICES left it out). Non-blocking. */
+    int (*device_by_bus_id)(int *dev_p, const char *bus_id);
 };
 
 /* The active table (chosen once, lazily; see the top of this file). Never NULL. */

@@ -1,7 +1,8 @@
 /*
  * The emulated GPU behind the CUDA ops table (WEFT_CUDA=emu:N). Design: reference/gpu-testing.md.
  *
- * Devices: N in this process, numbered 0..N-1; the current device is per thread (default 0).
+ * Devices: N in this process (the ones CUDA_VISIBLE_DEVICES selects, below), numbered 0..n-1;
+ * the current device is per thread (default 0).
  * can_access_peer is 1 between any two distinct devices; enable_peer_access is tracked (704 when
  * repeated) but not enforced: every emulated device sees every address, so a kernel touching a
  * peer's memory without enabling access works here and would fail on a GPU.
@@ -14,9 +15,17 @@
  * host memory is allocated the same way and is its own device address (UVA). pointer_attr finds
  * any address inside a live allocation; other addresses are plain host.
  *
- * Shared memory between processes (the same emulated device index means the same device in
- * every process of a host): mem_create makes a memfd allocation whose export is a duplicate of
- * the memfd; mem_import maps it at a new address, registered as memory of the owner's device. A
+ * Visible devices: WEFT_CUDA=emu:N emulates N physical devices on the host; CUDA_VISIBLE_DEVICES
+ * (read as CUDA reads it: indices or GPU-uuid prefixes, comma-separated, up to the first invalid
+ * or repeated entry; empty: none) selects the process's devices and numbers them 0..n-1 in its
+ * order. Physical device k has the same uuid and PCI bus id (0000:(0x10+k):00.0) in every
+ * process, so processes that number one device differently can tell it is one device.
+ *
+ * Shared memory between processes (the memfd's name carries the physical device, so an importer
+ * knows the memory's device whatever the exporter called it): mem_create makes a memfd
+ * allocation whose export is a duplicate of the memfd; mem_import maps it at a new address,
+ * registered as memory of the owner's device, and fails with 217 (as cuMemSetAccess) when the
+ * current device is another one and this process does not see it or WEFT_EMU_PEER=0. A
  * legacy IPC handle names the exporter's pid, descriptor number and memfd inode (plus a check
  * word); ipc_open_handle fetches the descriptor with pidfd_open + pidfd_getfd, and fails as CUDA
  * does: 201 in the exporting process, 1 for a forged handle or freed memory. WEFT_EMU_PEER=0
@@ -111,6 +120,9 @@ WEFT_PARAM(EmuComputeMode, "WEFT_EMU_COMPUTE_MODE", 0,
            "2 prohibited, 3 exclusive-process); reported only, not enforced");
 WEFT_PARAM(EmuMig, "WEFT_EMU_MIG", 0,
            "emulated GPU: 1 makes every device report itself a MIG instance (reported only)");
+WEFT_PARAM_STR(EmuVisible, "CUDA_VISIBLE_DEVICES", "all",
+               "the emulated devices this process sees, in CUDA's syntax (indices of emu:N or "
+               "GPU-uuid prefixes, comma-separated); all: every one");
 WEFT_PARAM(EmuSerialize, "WEFT_EMU_SERIALIZE", 0,
            "emulated GPU: N > 0 runs the blocks of each kernel N at a time (waves), in random "
            "order; 0 runs them all at once");
@@ -140,6 +152,7 @@ static __thread int emu_cur_dev;
 static __thread jmp_buf emu_unwind_jmp;
 
 static int emu_ndev;
+static int emu_phys[EMU_MAX_DEV]; /* ordinal -> physical emulated device (CUDA_VISIBLE_DEVICES) */
 static pthread_once_t emu_once = PTHREAD_ONCE_INIT;
 static int emu_once_ndev;
 
@@ -286,6 +299,8 @@ err_close:
     return WEFT_CUDA_ERR_OUT_OF_MEMORY;
 }
 
+#define EMU_MEMFD_DEV "weft-emu-dev"
+
 static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device, int origin)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -295,7 +310,12 @@ static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device, int ori
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;
     }
     size_t data = (bytes + page - 1) / page * page;
-    int fd = memfd_create(kind == WEFT_MEM_DEVICE ? "weft-emu-dev" : "weft-emu-host", MFD_CLOEXEC);
+    char name[32];
+    if (kind == WEFT_MEM_DEVICE)
+        snprintf(name, sizeof(name), EMU_MEMFD_DEV "%d", emu_phys[device]);
+    else
+        snprintf(name, sizeof(name), "weft-emu-host");
+    int fd = memfd_create(name, MFD_CLOEXEC);
     if (fd < 0) {
         WEFT_WARN("emulated allocation of %zu bytes: memfd_create failed: %s", bytes,
                   strerror(errno));
@@ -1479,18 +1499,62 @@ static int emu_host_free(void *p)
 
 /* ---- shareable memory: cuMem-style (a file descriptor) and legacy IPC (a 64-byte handle) ---- */
 
-/* Whether the current device may map memory of device owner (the same device always may). */
-static int emu_reaches(int owner, const char *api)
+/* The ordinal of physical device phys in this process, -1 when it does not see it. */
+static int emu_ordinal_of(int phys)
 {
-    if (owner < 0 || owner >= emu_ndev) {
-        WEFT_WARN("emulated %s: device %d does not exist (%d devices)", api, owner, emu_ndev);
-        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    for (int d = 0; d < emu_ndev; d++)
+        if (emu_phys[d] == phys)
+            return d;
+    return -1;
+}
+
+/* The physical device of the memory behind memfd fd (its name says), -1 for none. */
+static int emu_fd_phys(int fd)
+{
+    char path[64], link[128];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, link, sizeof(link) - 1);
+    if (n <= 0)
+        return -1;
+    link[n] = '\0';
+    const char *at = strstr(link, EMU_MEMFD_DEV);
+    if (at == NULL)
+        return -1;
+    at += strlen(EMU_MEMFD_DEV);
+    return *at >= '0' && *at <= '9' ? atoi(at) : -1;
+}
+
+/*
+ * Whether the current device may map memory of physical device phys (its own always may; another
+ * only if this process sees it and peer access is possible), as cuMemSetAccess or
+ * cudaIpcOpenMemHandle decide. *owner_p: phys's ordinal here. owner_dev, when >= 0, is the
+ * caller's claim of that ordinal: a wrong claim is the caller's bug (an ordinal of another
+ * process taken for one of this process).
+ */
+static int emu_reaches(int phys, int owner_dev, int *owner_p, const char *api)
+{
+    int owner = emu_ordinal_of(phys);
+    if (owner == emu_cur_dev) {
+        *owner_p = owner;
+        return WEFT_CUDA_SUCCESS;
     }
-    if (owner != emu_cur_dev && weft_param_EmuPeer() == 0) {
+    if (owner < 0) {
+        WEFT_WARN("emulated %s: device %d (emulated device %d) cannot access memory of emulated "
+                  "device %d: not visible in this process (CUDA_VISIBLE_DEVICES)", api,
+                  emu_cur_dev, emu_phys[emu_cur_dev], phys);
+        return WEFT_CUDA_ERR_PEER_UNSUPPORTED;
+    }
+    if (weft_param_EmuPeer() == 0) {
         WEFT_WARN("emulated %s: device %d cannot access memory of device %d (WEFT_EMU_PEER=0)",
                   api, emu_cur_dev, owner);
         return WEFT_CUDA_ERR_PEER_UNSUPPORTED;
     }
+    if (owner_dev >= 0 && owner_dev != owner) {
+        WEFT_WARN("emulated %s: the memory is of device %d here, not of device %d", api, owner,
+                  owner_dev);
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    }
+    *owner_p = owner;
     return WEFT_CUDA_SUCCESS;
 }
 
@@ -1557,13 +1621,20 @@ static int emu_mem_import(void **p_p, int fd, size_t bytes, int kind, int owner_
     if (p_p == NULL || fd < 0 || bytes == 0 ||
         (kind != WEFT_MEM_DEVICE && kind != WEFT_MEM_HOST_PINNED))
         return WEFT_CUDA_ERR_INVALID_VALUE;
+    int owner = -1;
     if (kind == WEFT_MEM_DEVICE) {
-        int res = emu_reaches(owner_dev, "cuMemImportFromShareableHandle");
+        int phys = emu_fd_phys(fd);
+        if (phys < 0) {
+            WEFT_WARN("emulated cuMemImportFromShareableHandle: descriptor %d is not emulated "
+                      "device memory", fd);
+            return WEFT_CUDA_ERR_INVALID_VALUE;
+        }
+        int res = emu_reaches(phys, owner_dev, &owner, "cuMemImportFromShareableHandle");
         if (res != WEFT_CUDA_SUCCESS)
             return res;
     }
-    return emu_map_foreign(p_p, fd, bytes, kind, kind == WEFT_MEM_DEVICE ? owner_dev : -1,
-                           EMU_IMPORTED, "cuMemImportFromShareableHandle");
+    return emu_map_foreign(p_p, fd, bytes, kind, owner, EMU_IMPORTED,
+                           "cuMemImportFromShareableHandle");
 }
 
 static int emu_mem_release(void *p)
@@ -1615,7 +1686,7 @@ static int emu_ipc_get_handle(struct weft_cuda_ipc_handle *h_p, void *p)
         h.fd = emu_live.v[i].fd;
         h.ino = emu_live.v[i].ino;
         h.size = emu_live.v[i].size;
-        h.device = emu_live.v[i].device;
+        h.device = emu_phys[emu_live.v[i].device]; /* what every process calls it */
         h.check = emu_ipc_check(&h);
     }
     pthread_rwlock_unlock(&emu_mem_lock);
@@ -1642,7 +1713,8 @@ static int emu_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *hp
                   "cannot open it here)");
         return WEFT_CUDA_ERR_INVALID_CONTEXT;
     }
-    int res = emu_reaches(h.device, "cudaIpcOpenMemHandle");
+    int owner = -1;
+    int res = emu_reaches(h.device, -1, &owner, "cudaIpcOpenMemHandle");
     if (res != WEFT_CUDA_SUCCESS)
         return res;
     /* Opened already in this process: the same mapping, one more reference. */
@@ -1676,7 +1748,7 @@ static int emu_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *hp
         return WEFT_CUDA_ERR_INVALID_VALUE;
     }
     void *p = NULL;
-    res = emu_map_foreign(&p, fd, (size_t)h.size, WEFT_MEM_DEVICE, h.device, EMU_IPC_OPENED,
+    res = emu_map_foreign(&p, fd, (size_t)h.size, WEFT_MEM_DEVICE, owner, EMU_IPC_OPENED,
                           "cudaIpcOpenMemHandle");
     close(fd);
     if (res != WEFT_CUDA_SUCCESS)
@@ -2294,6 +2366,104 @@ static int emu_device_synchronize(void)
 }
 
 /* Device memory exists here: every buffer is classified. */
+/* ---- device identity (CUDA_VISIBLE_DEVICES) ----------------------------------------------- */
+
+/* Physical device k's uuid: the same in every process of the host. */
+static void emu_uuid(int k, unsigned char uuid[16])
+{
+    static const unsigned char base[16] = {'w', 'e', 'f', 't', '-', 'e', 'm', 'u', 0x40, 0x80};
+    memcpy(uuid, base, 16);
+    uuid[15] = (unsigned char)k;
+}
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it. */
+static void emu_uuid_text(int k, char *buf, size_t len)
+{
+    unsigned char u[16];
+    emu_uuid(k, u);
+    size_t o = (size_t)snprintf(buf, len, "GPU-");
+    for (int i = 0; i < 16 && o + 3 < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%02x",
+                              i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", u[i]);
+}
+
+/*
+ * Fills emu_phys from CUDA_VISIBLE_DEVICES as CUDA reads it: comma-separated indices or uuid
+ * prefixes ("GPU-..." matching one device); the first invalid, out-of-range, ambiguous or repeated
+ * entry ends the list. Returns the number of devices the process sees.
+ */
+static int emu_visible_parse(const char *list, int nphys)
+{
+    if (list == NULL || strcmp(list, "all") == 0) {
+        for (int k = 0; k < nphys; k++)
+            emu_phys[k] = k;
+        return nphys;
+    }
+    int n = 0;
+    const char *at = list;
+    while (*at != '\0' && n < EMU_MAX_DEV) {
+        while (*at == ' ')
+            at++;
+        size_t len = strcspn(at, ",");
+        char entry[64];
+        if (len == 0 || len >= sizeof(entry))
+            break;
+        memcpy(entry, at, len);
+        entry[len] = '\0';
+        while (len > 0 && entry[len - 1] == ' ')
+            entry[--len] = '\0';
+        int k = -1;
+        if (strncmp(entry, "GPU-", 4) == 0) {
+            for (int j = 0, hits = 0; j < nphys; j++) {
+                char text[64];
+                emu_uuid_text(j, text, sizeof(text));
+                if (strncmp(text, entry, len) == 0 && ++hits == 1)
+                    k = j;
+                else if (strncmp(text, entry, len) == 0)
+                    k = -1; /* ambiguous */
+            }
+        } else {
+            char *end = NULL;
+            long v = strtol(entry, &end, 10);
+            k = end != entry && *end == '\0' && v >= 0 && v < nphys ? (int)v : -1;
+        }
+        for (int d = 0; d < n && k >= 0; d++)
+            k = emu_phys[d] == k ? -1 : k;
+        if (k < 0)
+            break;
+        emu_phys[n++] = k;
+        at += strcspn(at, ",");
+        if (*at == ',')
+            at++;
+    }
+    return n;
+}
+
+static int emu_device_id(int dev, struct weft_cuda_dev_id *id_p)
+{
+    if (id_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    if (dev < 0 || dev >= emu_ndev)
+        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    memset(id_p, 0, sizeof(*id_p));
+    emu_uuid(emu_phys[dev], id_p->uuid);
+    snprintf(id_p->bus_id, sizeof(id_p->bus_id), "0000:%02x:00.0", 0x10 + emu_phys[dev]);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_device_by_bus_id(int *dev_p, const char *bus_id)
+{
+    unsigned dom = 0, bus = 0, slot = 0, fn = 0;
+    if (dev_p == NULL || bus_id == NULL ||
+        sscanf(bus_id, "%x:%x:%x.%x", &dom, &bus, &slot, &fn) != 4)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    int d = dom == 0 && slot == 0 && fn == 0 && bus >= 0x10 ? emu_ordinal_of((int)bus - 0x10) : -1;
+    if (d < 0)
+        return WEFT_CUDA_ERR_INVALID_DEVICE;
+    *dev_p = d;
+    return WEFT_CUDA_SUCCESS;
+}
+
 static int emu_host_only(void)
 {
     return 0;
@@ -2344,6 +2514,8 @@ static const struct weft_cuda_ops emu_ops = {
     .ipc_close_handle = emu_ipc_close_handle,
     .host_only = emu_host_only,
     .facts = emu_facts,
+    .device_id = emu_device_id,
+    .device_by_bus_id = emu_device_by_bus_id,
 };
 
 static void emu_init_once(void)
@@ -2355,9 +2527,17 @@ static void emu_init_once(void)
         WEFT_WARN("emulated GPU: %d devices asked, %d at most", n, EMU_MAX_DEV);
         n = EMU_MAX_DEV;
     }
-    emu_ndev = n;
+    const char *visible = weft_param_EmuVisible();
+    emu_ndev = emu_visible_parse(visible, n);
     WEFT_INFO(WEFT_LOG_INIT, "emu: emulated GPU with %d device%s%s", n, n == 1 ? "" : "s",
               weft_param_EmuSerialize() ? ", serialized blocks" : "");
+    if (strcmp(visible, "all") != 0) {
+        char seen[4 * EMU_MAX_DEV + 1] = "";
+        for (int d = 0, o = 0; d < emu_ndev; d++)
+            o += snprintf(seen + o, sizeof(seen) - (size_t)o, "%s%d", d ? "," : "", emu_phys[d]);
+        WEFT_INFO(WEFT_LOG_INIT, "emu: CUDA_VISIBLE_DEVICES %s: this process sees %d device%s "
+                  "(emulated devices %s)", visible, emu_ndev, emu_ndev == 1 ? "" : "s", seen);
+    }
 }
 
 /* The CUDA runtime the emulated GPU stands for: Weft's static CUDA 13 runtime. */

@@ -47,6 +47,29 @@ static int real_enable_peer_access(int peer)
 {
     return (int)cudaDeviceEnablePeerAccess(peer, 0);
 }
+/* Identity across processes: the uuid, and the bus id cudaDeviceGetByPCIBusId maps back to the
+ * ordinal of this process (CUDA_VISIBLE_DEVICES numbers devices per process). */
+static int real_device_id(int dev, struct weft_cuda_dev_id *id_p)
+{
+    struct cudaDeviceProp prop;
+    struct weft_cuda_dev_id id;
+    if (id_p == NULL)
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    memset(&id, 0, sizeof(id));
+    cudaError_t e = cudaGetDeviceProperties(&prop, dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetPCIBusId(id.bus_id, (int)sizeof(id.bus_id), dev);
+    if (e != cudaSuccess)
+        return (int)e;
+    memcpy(id.uuid, prop.uuid.bytes, sizeof(id.uuid));
+    id.bus_id[sizeof(id.bus_id) - 1] = '\0';
+    *id_p = id;
+    return 0;
+}
+static int real_device_by_bus_id(int *dev_p, const char *bus_id)
+{
+    return (int)cudaDeviceGetByPCIBusId(dev_p, bus_id);
+}
 static int real_malloc(void **p_p, size_t bytes) { return (int)cudaMalloc(p_p, bytes); }
 static int real_free(void *p) { return (int)cudaFree(p); }
 static int real_host_alloc(void **p_p, size_t bytes)
@@ -457,6 +480,9 @@ static int real_mem_export(int *fd_p, void *p)
 static int real_mem_import(void **p_p, int fd, size_t bytes, int kind, int owner_dev)
 {
     struct real_share *r;
+    /* Not visible here: the handle knows its device; the granularity is asked of ours. */
+    if (owner_dev < 0)
+        cudaGetDevice(&owner_dev);
     int res = p_p == NULL || fd < 0 ? WEFT_CUDA_ERR_INVALID_VALUE
                                     : real_share_new(kind, bytes, owner_dev, &r);
     if (res != 0)
@@ -575,6 +601,8 @@ static const struct weft_cuda_ops real_ops = {
     .ipc_close_handle = real_ipc_close_handle,
     .host_only = real_host_only,
     .facts = real_facts,
+    .device_id = real_device_id,
+    .device_by_bus_id = real_device_by_bus_id,
 };
 
 static int real_facts(int dev, struct weft_cuda_facts *f_p)

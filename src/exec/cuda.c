@@ -144,6 +144,7 @@ struct weft_cuda_comm {
     size_t zc_off;
     pthread_mutex_t zc_lock;
     uint64_t zc_next_id; /* the last share id given (under zc_lock) */
+    int nhost_fifo;      /* peers of this host whose FIFOs with this rank are pinned host memory */
 };
 
 /* Logs a failed CUDA call with its text. */
@@ -216,13 +217,56 @@ ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev)
     return ncclSuccess;
 }
 
-/* What every rank tells the others about its device (first exchange), and its FIFO memory (the
- * second). Within one job only (the bootstrap all-gather). */
-struct weft_cuda_reach {
-    int32_t dev;
-    int32_t pad;
-    uint64_t access; /* bit d: this rank's device can map memory of device d (peer access) */
-};
+ncclResult_t weft_cuda_peer_identity(int dev, struct weft_peer_info *me)
+{
+    struct weft_cuda_dev_id id;
+    int err = weft_cuda()->device_id(dev, &id);
+    if (err != 0) {
+        WEFT_WARN("rank %d: the uuid and PCI bus id of device %d: %s (%d)", me->rank, dev,
+                  weft_cuda()->error_string(err), err);
+        return ncclUnhandledCudaError;
+    }
+    _Static_assert(sizeof(me->cuda_uuid) == sizeof(id.uuid), "uuid size");
+    _Static_assert(sizeof(me->cuda_bus_id) == sizeof(id.bus_id), "bus id size");
+    memcpy(me->cuda_uuid, id.uuid, sizeof(id.uuid));
+    memcpy(me->cuda_bus_id, id.bus_id, sizeof(id.bus_id));
+    me->cuda_bus_id[sizeof(me->cuda_bus_id) - 1] = '\0';
+    return ncclSuccess;
+}
+
+int weft_cuda_same_gpu(const struct ncclComm *comm, int a, int b)
+{
+    const struct weft_peer_info *pa = &comm->peer_info[a], *pb = &comm->peer_info[b];
+    return pa->cuda_dev >= 0 && pb->cuda_dev >= 0 && pa->host_hash == pb->host_hash &&
+           pa->machine_hash == pb->machine_hash &&
+           memcmp(pa->cuda_uuid, pb->cuda_uuid, sizeof(pa->cuda_uuid)) == 0;
+}
+
+int weft_cuda_peer_device(const struct ncclComm *comm, int p)
+{
+    const struct weft_peer_info *pi = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
+    int d = -1;
+    if (pi->cuda_dev < 0 || self->cuda_dev < 0 || pi->host_hash != self->host_hash ||
+        pi->machine_hash != self->machine_hash)
+        return -1;
+    if (weft_cuda_same_gpu(comm, comm->rank, p))
+        return comm->cuda_dev;
+    if (weft_cuda()->device_by_bus_id(&d, pi->cuda_bus_id) != 0)
+        return -1; /* not visible in this process (CUDA_VISIBLE_DEVICES) */
+    return d;
+}
+
+int weft_cuda_host_fifo_peers(const struct ncclComm *comm)
+{
+    const struct weft_cuda_comm *cc = __atomic_load_n(&comm->cuda, __ATOMIC_ACQUIRE);
+    return cc == NULL ? -1 : cc->nhost_fifo;
+}
+
+/* What every rank tells the others about its reach (first exchange: a row of WEFT_REACH_* per
+ * peer), and its FIFO memory (the second). Within one job only (the bootstrap all-gather). */
+#define WEFT_REACH_NONE 0 /* this rank's device cannot map the peer's device memory */
+#define WEFT_REACH_PEER 1 /* it can (peer access) */
+#define WEFT_REACH_SAME 2 /* one GPU (the same uuid), whatever each process numbers it */
 
 struct weft_cuda_peer {
     uint64_t fifo;   /* address of its device FIFO memory (in its process) */
@@ -322,14 +366,32 @@ static int weft_cuda_other_host(const struct ncclComm *comm, int a, int b)
 }
 
 /* Whether the FIFOs between ranks a and b live in pinned host memory: their devices differ and
- * one cannot map the other's memory. From exchanged values, so both ends agree. */
-static int weft_cuda_host_fifo(const struct weft_cuda_reach *reach, int a, int b)
+ * one cannot map the other's memory. From exchanged rows (reach[a * n + b]: what a's device does
+ * with b's memory), so both ends agree. */
+static int weft_cuda_host_fifo(const uint8_t *reach, int n, int a, int b)
 {
-    int da = reach[a].dev, db = reach[b].dev;
-    if (da == db)
+    uint8_t ab = reach[(size_t)a * n + b], ba = reach[(size_t)b * n + a];
+    if (ab == WEFT_REACH_SAME && ba == WEFT_REACH_SAME)
         return 0;
-    int ab = db < 64 && (reach[a].access >> db & 1), ba = da < 64 && (reach[b].access >> da & 1);
-    return !(ab && ba);
+    return !(ab != WEFT_REACH_NONE && ba != WEFT_REACH_NONE);
+}
+
+/* This rank's row of the reach matrix: per peer, from the device identities of the peer info
+ * (ordinals mean nothing across processes: under CUDA_VISIBLE_DEVICES every rank may be device
+ * 0). Another GPU is reached only if this process sees it (its bus id) and has peer access. */
+static void weft_cuda_reach_row(const struct ncclComm *comm, uint8_t *row)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    for (int p = 0; p < comm->nranks; p++) {
+        int d = weft_cuda_peer_device(comm, p), can = 0;
+        if (p == comm->rank || weft_cuda_same_gpu(comm, comm->rank, p))
+            row[p] = WEFT_REACH_SAME;
+        else if (d >= 0 && d != comm->cuda_dev &&
+                 ops->can_access_peer(&can, comm->cuda_dev, d) == 0 && can)
+            row[p] = WEFT_REACH_PEER;
+        else
+            row[p] = WEFT_REACH_NONE;
+    }
 }
 
 ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
@@ -353,7 +415,8 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     }
     struct weft_cuda_comm *cc = calloc(1, sizeof(*cc));
     struct weft_cuda_peer *peers = calloc((size_t)nranks, sizeof(*peers));
-    struct weft_cuda_reach *reach = calloc((size_t)nranks, sizeof(*reach));
+    size_t row_bytes = ((size_t)nranks + 7) & ~(size_t)7;
+    uint8_t *reach = calloc((size_t)nranks, row_bytes);
     uint8_t *remote = calloc((size_t)nranks, 1);
     uint8_t *xhost = calloc((size_t)nranks, 1);
     char **shadows = calloc((size_t)nranks, sizeof(char *));
@@ -394,23 +457,20 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     fifo_bytes = cc->zc_off + (size_t)cc->nch * sizeof(struct weft_zc_slot);
 
     /* 1: which devices reach which, so every rank places every connection's FIFOs alike. */
-    reach[me].dev = cc->dev;
-    for (int d = 0, n = weft_cuda_device_count(); d < n && d < 64; d++) {
-        int can = d == cc->dev;
-        if (!can && ops->can_access_peer(&can, cc->dev, d) != 0)
-            can = 0;
-        reach[me].access |= (uint64_t)(can != 0) << d;
-    }
-    WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, reach, sizeof(*reach)), res, err);
+    weft_cuda_reach_row(comm, reach + (size_t)me * row_bytes);
+    WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, reach, row_bytes), res, err);
+    /* rows padded to 8 bytes in the exchange: packed to nranks bytes each from here on */
+    for (int p = 1; p < nranks; p++)
+        memmove(reach + (size_t)p * nranks, reach + (size_t)p * row_bytes, (size_t)nranks);
     int need_host = 0, leader = me, nlocal = 0, nxhost = 0;
     for (int p = 0; p < nranks; p++) {
         /* Peers on other hosts: host FIFOs here, bridged by the proxy (nothing mapped). */
         xhost[p] = weft_cuda_other_host(comm, me, p);
         nxhost += xhost[p];
-        need_host |= xhost[p] || weft_cuda_host_fifo(reach, me, p);
+        need_host |= xhost[p] || weft_cuda_host_fifo(reach, nranks, me, p);
         remote[p] = !weft_cuda_same_process(comm, me, p);
         if (remote[p] && !xhost[p])
-            want[p * WEFT_DEV_NREGIONS + weft_cuda_host_fifo(reach, me, p)] = 1;
+            want[p * WEFT_DEV_NREGIONS + weft_cuda_host_fifo(reach, nranks, me, p)] = 1;
         else if (!remote[p]) {
             nlocal++;
             leader = p < leader ? p : leader;
@@ -521,7 +581,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     int all_reach = !multi_host;
     for (int a = 0; a < nranks; a++)
         for (int b = 0; b < nranks; b++)
-            all_reach &= !weft_cuda_host_fifo(reach, a, b);
+            all_reach &= !weft_cuda_host_fifo(reach, nranks, a, b);
     if (all_reach) {
         size_t zb = (size_t)nranks * sizeof(struct weft_zc_peer) + sizeof(struct weft_cuda_zc_rank);
         WEFT_CUDA_CALL_GOTO(ops->host_alloc((void **)&cc->zpeers, zb),
@@ -541,7 +601,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         }
     }
     for (int p = 0; p < nranks; p++) {
-        if (remote[p] || peers[p].dev == cc->dev || weft_cuda_host_fifo(reach, me, p))
+        if (remote[p] || peers[p].dev == cc->dev || weft_cuda_host_fifo(reach, nranks, me, p))
             continue;
         /* 704: already enabled (by another rank of this process on our device). */
         int err = ops->enable_peer_access(peers[p].dev);
@@ -561,7 +621,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     for (int p = 0; p < nranks; p++) {
         /* Per peer: device memory, or host memory mapped for both devices; raw pointers within
          * the process, the p2p transport's mappings across processes. */
-        int host = xhost[p] || weft_cuda_host_fifo(reach, me, p);
+        int host = xhost[p] || weft_cuda_host_fifo(reach, nranks, me, p);
         char *mine = host ? weft_cuda_dev_view(cc->hfifo) : cc->fifo;
         char *theirs = xhost[p]    ? (char *)weft_cuda_dev_view(cc->shadow) +
                                          (shadows[p] - cc->shadow)
@@ -669,6 +729,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     /* Published last, with release: ncclCommGetAsyncError of a non-blocking init reads it (in
      * weft_cuda_comm_check) while this runs on the communicator's stream. */
     __atomic_store_n(&comm->cuda, cc, __ATOMIC_RELEASE);
+    cc->nhost_fifo = nhost;
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: CUDA executor on device %d (%s): %d channels x %d "
               "threads, %zu-byte slots, %zu-byte LL slots, %zu bytes of FIFOs, %d peers in "
               "other processes (p2p), %d peers through host memory, %d on other hosts (socket "

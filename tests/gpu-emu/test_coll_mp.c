@@ -24,6 +24,14 @@
  *          in cudaStreamSynchronize instead, and the kernel's deadline ends the wait (the error
  *          still names the dead rank); -z: registered ncclMemAlloc buffers, so the dying
  *          all-reduce runs in the direct kernel (checked on one that runs first)
+ *   visible own|alias|both  each rank sets its own CUDA_VISIBLE_DEVICES before CUDA starts
+ *          (WEFT_CUDA=emu:2; see case_visible): own, rank r < 2 sees only emulated device r and
+ *          ranks r >= 2 see "1,0" and take the ordinal of emulated device r % 2 (one GPU under two
+ *          ordinals); alias, every rank on emulated device 0, rank 0 as ordinal 0 of "0", the
+ *          others as ordinal 1 of "1,0"; both, rank r on emulated device r % 2 as ordinal 0 of
+ *          "0,1" or "1,0". Init succeeds, a quick sweep is right, and the FIFOs with a peer are
+ *          pinned host memory exactly when it is on another GPU and either process does not see
+ *          both devices or WEFT_EMU_PEER=0
  *   stranger MODE  another process attacks the p2p transport's sockets (garbage, squat, forge,
  *          offer; see case_stranger): init succeeds, registered and plain operations right,
  *          nothing written into the attacker's memory
@@ -55,6 +63,7 @@
 #include "coll_cases.h"
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
+#include "exec/cuda.h"
 #include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"
@@ -453,6 +462,59 @@ static int case_zcopy(void)
     if (!check(ncclMemFree(hs), "ncclMemFree") || !check(ncclMemFree(hr), "ncclMemFree"))
         return 1;
     return 0;
+}
+
+/* case visible: rank r's emulated device, its CUDA_VISIBLE_DEVICES and ordinal there. */
+static const char *g_visible;
+static int vis_phys(int r) { return strcmp(g_visible, "alias") == 0 ? 0 : r % 2; }
+static const char *vis_list(int r)
+{
+    if (strcmp(g_visible, "alias") == 0)
+        return r == 0 ? "0" : "1,0";
+    if (strcmp(g_visible, "both") == 0)
+        return r % 2 == 0 ? "0,1" : "1,0";
+    return r == 0 ? "0" : r == 1 ? "1" : "1,0";
+}
+static int vis_ordinal(int r)
+{
+    return strcmp(g_visible, "both") != 0 && strcmp(vis_list(r), "1,0") == 0 ? 1 - vis_phys(r)
+                                                                             : 0;
+}
+/* Whether rank r's process sees emulated device k. */
+static int vis_sees(int r, int k) { return strchr(vis_list(r), '0' + k) != NULL; }
+
+static int case_visible(void)
+{
+    int ndev = 0, want_ndev = strchr(vis_list(g_me), ',') != NULL ? 2 : 1;
+    struct weft_cuda_dev_id id;
+    char bus[WEFT_CUDA_BUS_ID_BYTES];
+    CU(cu->get_device_count(&ndev));
+    CU(cu->device_id(vis_ordinal(g_me), &id));
+    snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x10 + vis_phys(g_me));
+    if (ndev != want_ndev || strcmp(id.bus_id, bus) != 0) {
+        fprintf(stderr, "rank %d: CUDA_VISIBLE_DEVICES %s: %d devices (want %d), ordinal %d at "
+                "%s (want %s)\n", g_me, vis_list(g_me), ndev, want_ndev, vis_ordinal(g_me),
+                id.bus_id, bus);
+        return 1;
+    }
+    const char *peer = getenv("WEFT_EMU_PEER");
+    int nopeer = peer != NULL && atoi(peer) == 0, want = 0;
+    /* another GPU goes through host memory unless both processes see both devices and have
+     * peer access (a device a process does not see is not reached directly, as CUDA's
+     * cudaDeviceGetByPCIBusId cannot name it there) */
+    int mine = vis_phys(g_me);
+    for (int q = 0; q < g_n; q++)
+        want += q != g_me && vis_phys(q) != mine &&
+                (nopeer || !vis_sees(g_me, vis_phys(q)) || !vis_sees(q, mine));
+    int got = weft_cuda_host_fifo_peers(g_comm);
+    if (got != want) {
+        fprintf(stderr, "rank %d (emulated device %d as ordinal %d of \"%s\"): %d peers through "
+                "host-memory FIFOs, want %d\n", g_me, vis_phys(g_me), vis_ordinal(g_me),
+                vis_list(g_me), got, want);
+        g_failed++;
+    }
+    g_quick = 1;
+    return case_sweep();
 }
 
 /* Polls ncclCommGetAsyncError until it reports an error or limit seconds pass: the error (or
@@ -1001,25 +1063,31 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | "
-                "kill [-s|-z] | stranger MODE\n", argv[0]);
+                "kill [-s|-z] | stranger MODE | visible own|alias|both\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
     g_sync = argc > 2 && strcmp(argv[2], "-s") == 0;
     g_zreg = argc > 2 && strcmp(argv[2], "-z") == 0;
-    cu = weft_cuda();
     int local = 0, ndev = 0;
+    ncclUniqueId id;
+    if (strcmp(argv[1], "visible") == 0) { /* before CUDA starts: it reads the list once */
+        g_visible = argc > 2 ? argv[2] : "own";
+        if (!check(weftLaunchInfo(&g_me, &g_n, &local, &id), "weftLaunchInfo"))
+            return 1;
+        setenv("CUDA_VISIBLE_DEVICES", vis_list(g_me), 1);
+    }
+    cu = weft_cuda();
     if (cu->get_device_count(&ndev) != 0 || ndev < 1) {
         fprintf(stderr, "SKIP: no CUDA device (backend %s; WEFT_CUDA=emu:D emulates D)\n",
                 cu->name);
         return 77;
     }
-    ncclUniqueId id;
-    if (!check(weftLaunchInfo(&g_me, &g_n, &local, &id), "weftLaunchInfo"))
+    if (g_visible == NULL && !check(weftLaunchInfo(&g_me, &g_n, &local, &id), "weftLaunchInfo"))
         return 1;
     if (strcmp(argv[1], "stranger") == 0) /* forked before any thread of the library starts */
         att_start(argc > 2 ? argv[2] : "garbage", &id);
-    CU(cu->set_device(local % ndev));
+    CU(cu->set_device(g_visible != NULL ? vis_ordinal(g_me) : local % ndev));
     CU(cu->stream_create((weft_cuda_stream_t *)&g_stream));
     double t_init = now_s();
     if (!check(ncclCommInitRank(&g_comm, g_n, id, g_me), "ncclCommInitRank"))
@@ -1036,6 +1104,7 @@ int main(int argc, char **argv)
              : strcmp(argv[1], "zcopy") == 0 ? case_zcopy()
              : strcmp(argv[1], "straddle") == 0 ? case_straddle()
              : strcmp(argv[1], "stranger") == 0 ? case_stranger()
+             : g_visible != NULL                  ? case_visible()
                                              : case_sweep();
     if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
         rc = 1;

@@ -1339,7 +1339,56 @@ static void case_ipc(void)
 }
 
 
+/*
+ * CUDA_VISIBLE_DEVICES (run with WEFT_CUDA=emu:4, WEFT_EMU_PEER=0 and the list below): the
+ * process sees emulated devices 2, 1 (named by a uuid prefix) and 0, numbered 0..2; the list ends
+ * at the out-of-range 9. Each has the bus id and uuid of its emulated device; bus ids map back to
+ * ordinals, an unseen device's to 101; device memory of one cannot be imported from another.
+ */
+#define EMU_VISIBLE_LIST "2,GPU-77656674-2d65-6d75-4080-000000000001,0,9,3"
+static void case_visible(void)
+{
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    if (list == NULL || strcmp(list, EMU_VISIBLE_LIST) != 0) {
+        fprintf(stderr, "visible: run with CUDA_VISIBLE_DEVICES=%s\n", EMU_VISIBLE_LIST);
+        failures++;
+        return;
+    }
+    int n = 0, d = -1;
+    OK(ops->get_device_count(&n));
+    CHECK_EQ(n, 3);
+    struct weft_cuda_dev_id id[3];
+    static const char *const bus[3] = {"0000:12:00.0", "0000:11:00.0", "0000:10:00.0"};
+    for (int i = 0; i < 3; i++) {
+        OK(ops->device_id(i, &id[i]));
+        CHECK(strcmp(id[i].bus_id, bus[i]) == 0);
+        OK(ops->device_by_bus_id(&d, bus[i]));
+        CHECK_EQ(d, i);
+    }
+    CHECK_EQ(id[1].uuid[15], 1);
+    CHECK(memcmp(id[0].uuid, id[2].uuid, 16) != 0);
+    CHECK_EQ(ops->device_id(3, &id[0]), WEFT_CUDA_ERR_INVALID_DEVICE);
+    CHECK_EQ(ops->device_by_bus_id(&d, "0000:13:00.0"), WEFT_CUDA_ERR_INVALID_DEVICE);
+    /* memory of ordinal 0 (emulated device 2): mapped by its own device only */
+    void *p = NULL, *q = NULL;
+    int fd = -1;
+    OK(ops->set_device(0));
+    OK(ops->mem_create(&p, 4096, WEFT_MEM_DEVICE));
+    OK(ops->mem_export(&fd, p));
+    OK(ops->set_device(1));
+    CHECK_EQ(ops->mem_import(&q, fd, 4096, WEFT_MEM_DEVICE, 0), WEFT_CUDA_ERR_PEER_UNSUPPORTED);
+    OK(ops->set_device(0));
+    OK(ops->mem_import(&q, fd, 4096, WEFT_MEM_DEVICE, 0));
+    struct weft_ptr_attr a;
+    OK(ops->pointer_attr(&a, q));
+    CHECK_EQ(a.device, 0);
+    OK(ops->mem_release(q));
+    OK(ops->mem_release(p));
+    close(fd);
+}
+
 static const struct test_case cases[] = {
+    {"visible", case_visible},
     {"memory", case_memory},
     {"ipc", case_ipc},
     {"fault", case_fault},

@@ -61,6 +61,7 @@
 #include "core/comm.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
+#include "exec/cuda.h"
 #include "transport.h"
 
 WEFT_PARAM(CumemEnable, "NCCL_CUMEM_ENABLE", -2,
@@ -671,7 +672,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
                 err = ops->mem_import(&m, fds[p * R + r], bytes,
                                       r == WEFT_DEV_REGION_HOST ? WEFT_MEM_HOST_PINNED
                                                                 : WEFT_MEM_DEVICE,
-                                      info[p].dev);
+                                      weft_cuda_peer_device(comm, p));
             else if (how == WEFT_DEV_HOW_LEGACY)
                 err = ops->ipc_open_handle(&m, &info[p].handle);
             else
@@ -889,7 +890,8 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
         } else {
             void *mem = NULL;
             int err = msg.how == WEFT_DEV_HOW_FD && fd >= 0
-                          ? ops->mem_import(&mem, fd, msg.bytes, WEFT_MEM_DEVICE, msg.dev)
+                          ? ops->mem_import(&mem, fd, msg.bytes, WEFT_MEM_DEVICE,
+                                            weft_cuda_peer_device(comm, msg.from))
                       : msg.how == WEFT_DEV_HOW_LEGACY ? ops->ipc_open_handle(&mem, &msg.handle)
                                                        : WEFT_CUDA_ERR_INVALID_VALUE;
             struct weft_p2p_reg *r = err == 0 ? calloc(1, sizeof(*r)) : NULL;
