@@ -169,6 +169,11 @@ static int none_launch(const struct weft_kernel *k, int grid, int block, size_t 
     (void)s;
     return NONE_ERR;
 }
+static int none_load_kernels(const struct weft_kernel *k, int n)
+{
+    (void)k, (void)n;
+    return NONE_ERR;
+}
 static int none_capture_end(weft_cuda_stream_t s, weft_cuda_graph_t *g_p)
 {
     (void)s, (void)g_p;
@@ -290,6 +295,7 @@ const struct weft_cuda_ops weft_cuda_none_ops = {
     .facts = none_facts,
     .device_id = none_device_id,
     .device_by_bus_id = none_device_by_bus_id,
+    .load_kernels = none_load_kernels,
 };
 
 /* ---- selection ------------------------------------------------------------------------------- */

@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* Version 2: shareable memory (mem_create .. ipc_close_handle) added at the end. Version 4:
- * facts; 5 adds device identity (device_id, device_by_bus_id). */
-#define WEFT_CUDA_OPS_VERSION 5
+ * facts; 5 adds device identity (device_id, device_by_bus_id); 6 load_kernels. */
+#define WEFT_CUDA_OPS_VERSION 6
 
 /* cudaError_t values used by the backends. */
 enum weft_cuda_err {
@@ -254,6 +254,16 @@ struct weft_cuda_ops {
     /* The ordinal here of the device at bus_id (cudaDeviceGetByPCIBusId); 101 when this process
      * does not see that device (CUDA_VISIBLE_DEVICES left it out). Non-blocking. */
     int (*device_by_bus_id)(int *dev_p, const char *bus_id);
+    /* ---- version 6 ---- */
+    /*
+     * Loads the modules of the n kernels k[0..n-1] into the current device's context now
+     * (cudaFuncGetAttributes on each device_fn; entries without this backend's function are
+     * skipped). With lazy loading (CUDA 12.2+ default) a kernel's first launch loads its module and
+     * may wait for the whole context to be idle: if another kernel of the device spins waiting
+     * for a peer that has yet to launch, that launch hangs. Loading every kernel at communicator
+     * setup, before any of them runs, keeps loads off the launch path (NCCL does the same).
+     */
+    int (*load_kernels)(const struct weft_kernel *k, int n);
 };
 
 /* The active table (chosen once, lazily; see the top of this file). Never NULL. */

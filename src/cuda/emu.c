@@ -84,6 +84,13 @@
  * block deadlock) unwinds every thread of the kernel (longjmp: kernels must not rely on C++
  * destructors) and becomes the stream's sticky error (719 or 710), returned by synchronize/query.
  *
+ * Module loading (CUDA_MODULE_LOADING, LAZY by default as in CUDA 12.2+): the first launch of a
+ * kernel in the process (by its emulated function), or load_kernels on it, loads its module, and
+ * that waits for every stream of the current device to be idle, as a lazy load may synchronise the
+ * context: a launch while another kernel of the device spins for a peer that has not launched yet
+ * waits until that kernel gives up. EAGER: every module is loaded at the first use of the device
+ * (no wait).
+ *
  * Waits: host waits (synchronize, event_synchronize, the worker waiting for a kernel) warn once
  * with every stream's state after WEFT_EMU_WATCHDOG seconds and go on waiting, as CUDA would hang.
  */
@@ -136,6 +143,11 @@ WEFT_PARAM(EmuStackKb, "WEFT_EMU_STACK_KB", 512,
 WEFT_PARAM(EmuQuarantineMb, "WEFT_EMU_QUARANTINE_MB", 65536,
            "emulated GPU: address space of freed allocations kept unmapped-but-reserved so a use "
            "after free faults, MiB");
+
+WEFT_PARAM_STR(EmuModuleLoading, "CUDA_MODULE_LOADING", "LAZY",
+               "emulated GPU, as CUDA 12.2+: LAZY loads a kernel's module at its first launch (or "
+               "load_kernels), waiting for every stream of the device to be idle; EAGER loads "
+               "them all at the first use of the device (no such wait)");
 
 WEFT_PARAM_DECL(CudaCaptureMode);
 WEFT_PARAM_DECL(Timeout); /* exec/host.c: the deadline of the host waits below */
@@ -2145,6 +2157,87 @@ static int emu_event_synchronize(weft_cuda_event_t eh)
     return err;
 }
 
+/* ---- lazy module loading ---------------------------------------------------------------------- */
+
+/* The kernels (by their emulated function) whose module this process has loaded. */
+#define EMU_MAX_MODULES 256
+static void (*emu_modules[EMU_MAX_MODULES])(void *);
+static int emu_nmodules;
+static uint64_t emu_module_waits; /* loads that found the device busy (weft_emu_module_waits) */
+
+uint64_t weft_emu_module_waits(void)
+{
+    return __atomic_load_n(&emu_module_waits, __ATOMIC_ACQUIRE);
+}
+
+static int emu_module_loaded(void (*fn)(void *))
+{
+    int hit = 0;
+    pthread_mutex_lock(&emu_mu);
+    for (int i = 0; i < emu_nmodules && !hit; i++)
+        hit = emu_modules[i] == fn;
+    pthread_mutex_unlock(&emu_mu);
+    return hit;
+}
+
+/*
+ * Loads k's module unless loaded (or CUDA_MODULE_LOADING=EAGER loaded everything at the first
+ * use of the device). As CUDA's lazy loading may, the load waits for every stream of the current
+ * device to be idle: a kernel there spinning for a peer that has not launched yet holds it up
+ * until that kernel gives up (its WEFT_TIMEOUT).
+ */
+static int emu_module_load(const struct weft_kernel *k, const char *api)
+{
+    const char *mode = weft_param_EmuModuleLoading();
+    if (mode != NULL && strcmp(mode, "EAGER") == 0)
+        return WEFT_CUDA_SUCCESS;
+    if (emu_module_loaded(k->emu_fn))
+        return WEFT_CUDA_SUCCESS;
+    int dev = emu_cur_dev;
+    pthread_mutex_lock(&emu_mu);
+    int busy = 0;
+    for (struct emu_stream *s = emu_streams; s != NULL && !busy; s = s->next)
+        busy = s->device == dev && __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) <
+                                       __atomic_load_n(&s->enq, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&emu_mu);
+    if (busy) {
+        __atomic_add_fetch(&emu_module_waits, 1, __ATOMIC_ACQ_REL);
+        WEFT_INFO(WEFT_LOG_INIT, "emu: %s: kernel %s loads its module (lazy loading) while device "
+                  "%d has work queued: waiting for the device to be idle", api, k->name, dev);
+    }
+    int err = emu_device_wait(dev);
+    if (err != WEFT_CUDA_SUCCESS && err != WEFT_CUDA_ERR_LAUNCH_TIMEOUT)
+        err = WEFT_CUDA_SUCCESS; /* a stream's sticky error is not the load's */
+    if (err != WEFT_CUDA_SUCCESS) {
+        WEFT_WARN("emulated %s: loading kernel %s's module waited for device %d to be idle past "
+                  "the deadline (lazy loading; load kernels first or set "
+                  "CUDA_MODULE_LOADING=EAGER)", api, k->name, dev);
+        return err;
+    }
+    pthread_mutex_lock(&emu_mu);
+    int hit = 0;
+    for (int i = 0; i < emu_nmodules && !hit; i++)
+        hit = emu_modules[i] == k->emu_fn;
+    if (!hit && emu_nmodules < EMU_MAX_MODULES)
+        emu_modules[emu_nmodules++] = k->emu_fn;
+    pthread_mutex_unlock(&emu_mu);
+    return WEFT_CUDA_SUCCESS;
+}
+
+static int emu_load_kernels(const struct weft_kernel *k, int n)
+{
+    if (n < 0 || (n > 0 && k == NULL))
+        return WEFT_CUDA_ERR_INVALID_VALUE;
+    for (int i = 0; i < n; i++) {
+        if (k[i].emu_fn == NULL)
+            continue;
+        int err = emu_module_load(&k[i], "cudaFuncGetAttributes");
+        if (err != WEFT_CUDA_SUCCESS)
+            return err;
+    }
+    return WEFT_CUDA_SUCCESS;
+}
+
 static int emu_launch(const struct weft_kernel *k, int grid, int block, size_t shared_bytes,
                       const void *params, size_t params_bytes, weft_cuda_stream_t h)
 {
@@ -2180,6 +2273,9 @@ static int emu_launch(const struct weft_kernel *k, int grid, int block, size_t s
                   s->device, emu_cur_dev);
         return WEFT_CUDA_ERR_INVALID_HANDLE;
     }
+    res = emu_module_load(k, "cudaLaunchKernel");
+    if (res != WEFT_CUDA_SUCCESS)
+        return res;
     struct emu_item *it = emu_item_new(EMU_KERNEL, "cudaLaunchKernel");
     if (it == NULL)
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;
@@ -2516,6 +2612,7 @@ static const struct weft_cuda_ops emu_ops = {
     .facts = emu_facts,
     .device_id = emu_device_id,
     .device_by_bus_id = emu_device_by_bus_id,
+    .load_kernels = emu_load_kernels,
 };
 
 static void emu_init_once(void)

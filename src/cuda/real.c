@@ -557,6 +557,23 @@ static int real_host_only(void)
 }
 
 static int real_facts(int dev, struct weft_cuda_facts *f_p);
+/* cudaFuncGetAttributes loads a kernel's module into the current context (lazy loading's load,
+ * done here at communicator setup instead of at the first launch). */
+static int real_load_kernels(const struct weft_kernel *k, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (k[i].device_fn == NULL)
+            continue;
+        struct cudaFuncAttributes attr;
+        cudaError_t err = cudaFuncGetAttributes(&attr, k[i].device_fn);
+        if (err != cudaSuccess) {
+            WEFT_WARN("cudaFuncGetAttributes (loading kernel %s): %s (%d)", k[i].name,
+                      cudaGetErrorString(err), (int)err);
+            return (int)err;
+        }
+    }
+    return cudaSuccess;
+}
 
 static const struct weft_cuda_ops real_ops = {
     .version = WEFT_CUDA_OPS_VERSION,
@@ -603,6 +620,7 @@ static const struct weft_cuda_ops real_ops = {
     .facts = real_facts,
     .device_id = real_device_id,
     .device_by_bus_id = real_device_by_bus_id,
+    .load_kernels = real_load_kernels,
 };
 
 static int real_facts(int dev, struct weft_cuda_facts *f_p)

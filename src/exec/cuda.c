@@ -394,6 +394,20 @@ static void weft_cuda_reach_row(const struct ncclComm *comm, uint8_t *row)
     }
 }
 
+/*
+ * Loads every kernel this rank may launch before any of them runs: with CUDA's lazy loading a
+ * first launch may wait for the whole device to be idle, which never comes while another
+ * communicator's kernel on it spins waiting for a peer (src/cuda/cuda_ops.h, load_kernels).
+ */
+static ncclResult_t weft_cuda_load_kernels(struct ncclComm *comm, struct weft_cuda_comm *cc)
+{
+    struct weft_kernel k[2] = {cc->kernel, cc->zkernel};
+    int err = weft_cuda()->load_kernels(k, 2);
+    if (err != 0)
+        return weft_cuda_fail(err, "loading the kernels (cudaFuncGetAttributes)", comm->rank);
+    return ncclSuccess;
+}
+
 ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
@@ -716,6 +730,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         cc->kernel.device_fn = test_dev;
         cc->zkernel.emu_fn = NULL; /* a test kernel knows no skip word */
     }
+    WEFT_CHECK_GOTO(weft_cuda_load_kernels(comm, cc), res, err);
     free(conns);
     free(peers);
     free(reach);

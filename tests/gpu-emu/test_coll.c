@@ -1244,6 +1244,118 @@ static int case_timeout(void)
     return finish(ok);
 }
 
+/* The emulated GPU's count of module loads that found their device busy (src/cuda/emu.c). */
+uint64_t weft_emu_module_waits(void);
+
+/* A CUDA call whose failure the case counts (and goes on). */
+static int check_cuda(int err, const char *what)
+{
+    if (err != 0)
+        fprintf(stderr, "FAIL %s: %s (%d)\n", what, cu->error_string(err), err);
+    return err == 0;
+}
+
+/*
+ * Issue 29, finding 2 (lazy module loading): communicator A's rank 0 launches an all-reduce whose
+ * peer has not launched yet, so its kernel spins on device 0; then communicator B runs its first
+ * direct all-reduce (registered buffers, WEFT_ZCOPY_MIN_BYTES low): a kernel never launched
+ * before in the process. Its module must have been loaded at setup: loaded at the launch it
+ * waits for device 0 to be idle, that is for A's kernel to give up (WEFT_TIMEOUT, low), and A's
+ * all-reduce fails. Then A's rank 1 launches. Every result, both communicators' async errors,
+ * the direct run (weft_zcopy_count) and the absence of any load wait are checked.
+ */
+static int case_lazyload(void)
+{
+    if (g_n != 2) {
+        fprintf(stderr, "lazyload needs -n 2\n");
+        return 1;
+    }
+    setup_streams();
+    ncclComm_t b[2];
+    cudaStream_t sb[2];
+    if (!init_all(g_comms) || !init_all(b))
+        return 1;
+    uint64_t waits0 = weft_emu_module_waits();
+    /* A's all-reduce is below WEFT_ZCOPY_MIN_BYTES (the test sets 1024): the collective kernel
+     * alone; B's is above it. */
+    size_t count = 4096, count_a = 128;
+    float *da[2], *db[2], *h = malloc(count * sizeof(float));
+    void *reg[2];
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_create((weft_cuda_stream_t *)&sb[r]));
+        CU(cu->malloc((void **)&da[r], count * sizeof(float)));
+        CU(cu->malloc((void **)&db[r], count * sizeof(float)));
+        for (size_t i = 0; i < count; i++)
+            h[i] = (float)(r + 1) * (float)(i % 100);
+        CU(cu->memcpy_async(da[r], h, count * sizeof(float), NULL));
+        CU(cu->memcpy_async(db[r], h, count * sizeof(float), NULL));
+        CU(cu->stream_synchronize(NULL));
+        check(ncclCommRegister(b[r], db[r], count * sizeof(float), &reg[r]), "ncclCommRegister");
+    }
+    uint64_t direct0 = weft_zcopy_count(b[0]);
+    double t0 = now_s();
+    check(ncclAllReduce(da[0], da[0], count_a, ncclFloat32, ncclSum, g_comms[0], g_bufs[0].stream),
+          "ncclAllReduce (A, rank 0)");
+    usleep(100000);
+    int ok = cu->stream_query(g_bufs[0].stream) == 600; /* A's kernel waits for rank 1 */
+    if (!ok)
+        fprintf(stderr, "FAIL lazyload: A's kernel finished without its peer\n");
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < 2; r++)
+        check(ncclAllReduce(db[r], db[r], count, ncclFloat32, ncclSum, b[r], sb[r]),
+              "ncclAllReduce (B)");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    double tb = now_s() - t0;
+    check(ncclAllReduce(da[1], da[1], count_a, ncclFloat32, ncclSum, g_comms[1], g_bufs[1].stream),
+          "ncclAllReduce (A, rank 1)");
+    for (int r = 0; r < 2; r++) {
+        CU(cu->set_device(g_dev[r]));
+        ok &= check_cuda(cu->stream_synchronize(g_bufs[r].stream), "sync A");
+        ok &= check_cuda(cu->stream_synchronize(sb[r]), "sync B");
+        ncclResult_t ea = ncclSuccess, eb = ncclSuccess;
+        check(ncclCommGetAsyncError(g_comms[r], &ea), "ncclCommGetAsyncError");
+        check(ncclCommGetAsyncError(b[r], &eb), "ncclCommGetAsyncError");
+        if (ea != ncclSuccess || eb != ncclSuccess) {
+            fprintf(stderr, "FAIL lazyload: rank %d async errors A %d B %d: %s\n", r, ea, eb,
+                    ncclGetLastError(NULL));
+            ok = 0;
+        }
+        float *src[2] = {da[r], db[r]};
+        size_t n[2] = {count_a, count};
+        for (int c = 0; c < 2; c++) {
+            CU(cu->memcpy_async(h, src[c], n[c] * sizeof(float), NULL));
+            CU(cu->stream_synchronize(NULL));
+            for (size_t i = 0; i < n[c]; i++) {
+                float want = 3.0f * (float)(i % 100);
+                if (h[i] != want) {
+                    fail("data", C_ALLREDUCE, ncclFloat32, OP_SUM, n[c], 1, r, i, h[i], want);
+                    ok = 0;
+                    break;
+                }
+            }
+        }
+    }
+    uint64_t direct = weft_zcopy_count(b[0]) - direct0, waits = weft_emu_module_waits() - waits0;
+    if (direct != 1 || waits != 0) {
+        fprintf(stderr, "FAIL lazyload: B went direct %llu times (want 1), %llu module loads "
+                "waited for a busy device (want 0)\n", (unsigned long long)direct,
+                (unsigned long long)waits);
+        ok = 0;
+    }
+    printf("lazyload: B's first direct all-reduce issued in %.3f s while A's kernel spun\n", tb);
+    for (int r = 0; r < 2; r++) {
+        check(ncclCommDeregister(b[r], reg[r]), "ncclCommDeregister");
+        check(ncclCommDestroy(b[r]), "ncclCommDestroy");
+        CU(cu->set_device(g_dev[r]));
+        CU(cu->stream_destroy(sb[r]));
+        CU(cu->free(da[r]));
+        CU(cu->free(db[r]));
+    }
+    free(h);
+    return finish(ok);
+}
+
 /* Rank 0 sends 1000 floats, rank 1 expects 999: rank 1's kernel finds the slice size wrong. */
 static int case_mismatch(void)
 {
@@ -1534,6 +1646,8 @@ int main(int argc, char **argv)
         rc = case_graph_a2a();
     else if (strcmp(c, "zcopy") == 0)
         rc = case_zcopy();
+    else if (strcmp(c, "lazyload") == 0)
+        rc = case_lazyload();
     else if (strcmp(c, "abort") == 0)
         rc = case_abort();
     else if (strcmp(c, "biggroup") == 0)
