@@ -67,8 +67,9 @@ struct weft_transport {
  * cannot reach its device). Ranks that are threads of one process share raw pointers; the p2p
  * transport (transports/p2p) shares regions between processes of one host.
  * Version 1. Version 2: reg_share, reg_unshare, reg_poll (registered buffers across processes).
+ * Version 3: drain (before a communicator's regions are freed).
  */
-#define WEFT_DEV_TRANSPORT_VERSION 2
+#define WEFT_DEV_TRANSPORT_VERSION 3
 #define WEFT_DEV_NREGIONS 2
 #define WEFT_DEV_REGION_DEVICE 0
 #define WEFT_DEV_REGION_HOST 1
@@ -129,6 +130,17 @@ struct weft_dev_transport {
     void (*reg_poll)(struct ncclComm *comm, void *state,
                      int (*seen)(void *arg, int peer, uint64_t id, void *base, size_t bytes),
                      void *arg);
+
+    /* ---- version 3 ---- */
+    /*
+     * At communicator free, before close and before this rank's regions are freed: unmaps the
+     * peers' regions (what close would) and, where some rank shares a region by a legacy handle
+     * (freeing one that a peer still maps lets the peer's last writes fault), waits until every
+     * rank has done the same: collective then, bounded by the bootstrap deadline and the abort
+     * flag. ncclSuccess: this rank's regions may be freed. Otherwise (ncclCommAbort, the deadline,
+     * a peer gone) legacy regions must be kept (leaked), never freed under a peer.
+     */
+    ncclResult_t (*drain)(struct ncclComm *comm, void *state);
 };
 
 extern const struct weft_dev_transport weft_dev_transport_p2p;

@@ -28,7 +28,10 @@
  * current device is another one and this process does not see it or WEFT_EMU_PEER=0. A
  * legacy IPC handle names the exporter's pid, descriptor number and memfd inode (plus a check
  * word); ipc_open_handle fetches the descriptor with pidfd_open + pidfd_getfd, and fails as CUDA
- * does: 201 in the exporting process, 1 for a forged handle or freed memory. WEFT_EMU_PEER=0
+ * does: 201 in the exporting process, 1 for a forged handle or freed memory. A cudaMalloc
+ * allocation counts, in a page of its memfd past the data, the processes that have it open; a
+ * cudaFree while that count is not 0 (an importer that has not called ipc_close_handle, which a
+ * GPU would fault) is reported with a WARN and counted (weft_emu_ipc_busy_frees). WEFT_EMU_PEER=0
  * makes distinct devices unable to reach each other (can_access_peer 0, imports across devices
  * 217), so the host-memory FIFO path of the p2p transport is tested too.
  *
@@ -327,13 +330,16 @@ static int emu_alloc_new(void **p_p, size_t bytes, int kind, int device, int ori
         snprintf(name, sizeof(name), EMU_MEMFD_DEV "%d", emu_phys[device]);
     else
         snprintf(name, sizeof(name), "weft-emu-host");
+    /* cudaMalloc memory may get a legacy IPC handle: one more page past the data (never mapped
+     * as the allocation) counts the processes that have it open (emu_ipc_opens). */
+    size_t extra = kind == WEFT_MEM_DEVICE && origin == EMU_PLAIN ? page : 0;
     int fd = memfd_create(name, MFD_CLOEXEC);
     if (fd < 0) {
         WEFT_WARN("emulated allocation of %zu bytes: memfd_create failed: %s", bytes,
                   strerror(errno));
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;
     }
-    if (ftruncate(fd, (off_t)data) != 0) {
+    if (ftruncate(fd, (off_t)(data + extra)) != 0) {
         WEFT_WARN("emulated allocation of %zu bytes: ftruncate failed: %s", bytes, strerror(errno));
         close(fd);
         return WEFT_CUDA_ERR_OUT_OF_MEMORY;
@@ -355,6 +361,8 @@ static int emu_origin_ok(int origin, int want)
         return origin == EMU_SHAREABLE || origin == EMU_IMPORTED;
     return origin == want;
 }
+
+static int emu_ipc_opens(int fd, size_t data_bytes, int delta);
 
 static int emu_alloc_release(void *p, int kind, int origin, const char *api)
 {
@@ -380,6 +388,8 @@ static int emu_alloc_release(void *p, int kind, int origin, const char *api)
     }
     struct emu_alloc a = emu_live.v[i];
     emu_table_remove(&emu_live, i);
+    if (origin == EMU_IPC_OPENED) /* this process no longer has it open */
+        emu_ipc_opens(a.fd, a.map_size - (size_t)sysconf(_SC_PAGESIZE), -1);
     /* One mmap replaces the data and keeps the range reserved: no window where another thread's
      * mmap could take the addresses. */
     void *r = mmap(p, a.map_size, PROT_NONE,
@@ -1466,6 +1476,62 @@ static int emu_malloc(void **p_p, size_t bytes)
     return emu_alloc_new(p_p, bytes, WEFT_MEM_DEVICE, emu_cur_dev, EMU_PLAIN);
 }
 
+/* ---- legacy IPC: opens by other processes, counted in the memory itself ---------------------- */
+
+static uint64_t emu_ipc_busy_frees; /* cudaFree of memory another process had open */
+
+uint64_t weft_emu_ipc_busy_frees(void)
+{
+    return __atomic_load_n(&emu_ipc_busy_frees, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Adds delta to the count of processes that have cudaMalloc memory fd open through a legacy IPC
+ * handle (the word in the page at data_bytes, past the allocation's data) and returns the new
+ * count, or -1 when the page cannot be mapped (then nothing is counted).
+ */
+static int emu_ipc_opens(int fd, size_t data_bytes, int delta)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < data_bytes + page)
+        return -1;
+    int *w = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)data_bytes);
+    if (w == MAP_FAILED)
+        return -1;
+    int n = __atomic_add_fetch(w, delta, __ATOMIC_ACQ_REL);
+    munmap(w, page);
+    return n;
+}
+
+/* cudaFree of p: memory that another process still has open (cudaIpcOpenMemHandle without
+ * cudaIpcCloseMemHandle) is freed under it, which CUDA lets fault the importer: reported. */
+static void emu_ipc_check_free(void *p)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    int fd = -1;
+    size_t data = 0;
+    pthread_rwlock_rdlock(&emu_mem_lock);
+    int i = emu_table_find(&emu_live, (uintptr_t)p, 0);
+    if (i >= 0 && emu_live.v[i].base == (uintptr_t)p && emu_live.v[i].origin == EMU_PLAIN &&
+        emu_live.v[i].kind == WEFT_MEM_DEVICE) {
+        fd = fcntl(emu_live.v[i].fd, F_DUPFD_CLOEXEC, 0);
+        data = emu_live.v[i].map_size - page;
+    }
+    pthread_rwlock_unlock(&emu_mem_lock);
+    if (fd < 0)
+        return;
+    int opens = emu_ipc_opens(fd, data, 0);
+    close(fd);
+    if (opens > 0) {
+        __atomic_add_fetch(&emu_ipc_busy_frees, 1, __ATOMIC_ACQ_REL);
+        WEFT_WARN("emulated cudaFree(%p): %d other process%s still ha%s this memory open "
+                  "(cudaIpcOpenMemHandle without cudaIpcCloseMemHandle): freed under %s, an "
+                  "access there faults on a GPU", p, opens, opens == 1 ? "" : "es",
+                  opens == 1 ? "s" : "ve", opens == 1 ? "it" : "them");
+    }
+}
+
 static int emu_free(void *p)
 {
     if (p == NULL)
@@ -1482,6 +1548,7 @@ static int emu_free(void *p)
      * past the deadline may still touch the buffer: it stays (and the error says so). */
     if (a.device >= 0 && emu_device_wait(a.device) == WEFT_CUDA_ERR_LAUNCH_TIMEOUT)
         return WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
+    emu_ipc_check_free(p);
     return emu_alloc_release(p, WEFT_MEM_DEVICE, EMU_PLAIN, "cudaFree");
 }
 
@@ -1762,6 +1829,10 @@ static int emu_ipc_open_handle(void **p_p, const struct weft_cuda_ipc_handle *hp
     void *p = NULL;
     res = emu_map_foreign(&p, fd, (size_t)h.size, WEFT_MEM_DEVICE, owner, EMU_IPC_OPENED,
                           "cudaIpcOpenMemHandle");
+    if (res == WEFT_CUDA_SUCCESS) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        emu_ipc_opens(fd, ((size_t)h.size + page - 1) / page * page, 1);
+    }
     close(fd);
     if (res != WEFT_CUDA_SUCCESS)
         return res;

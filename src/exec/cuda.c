@@ -92,6 +92,7 @@ void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn)
  */
 struct weft_cuda_clique {
     int refs; /* ranks of this process that have not left yet */
+    int keep_legacy; /* a rank's p2p drain failed: legacy IPC FIFO memory is never freed */
     int nranks;
     struct {
         void *mem[WEFT_DEV_NREGIONS]; /* device FIFOs, host FIFOs (or NULL) */
@@ -116,6 +117,7 @@ struct weft_cuda_comm {
     char *fifo;        /* this rank's FIFO memory (device), owned by the clique once joined */
     char *hfifo;       /* its FIFOs in pinned host memory (peers that cannot reach the device) */
     int fifo_how[WEFT_DEV_NREGIONS]; /* how they were made (struct weft_cuda_clique) */
+    int keep_legacy; /* the p2p drain failed: its legacy IPC FIFO memory is never freed */
     void *p2p;         /* the p2p transport's state: peers' FIFO memory mapped here */
     char *shadow;      /* pinned host: the shadows of peers on other hosts (weft_dev_sock_*) */
     void *net;         /* the device socket proxy's state (peers on other hosts), or NULL */
@@ -277,11 +279,15 @@ struct weft_cuda_peer {
 };
 
 /* Frees one FIFO region made as `how` (see struct weft_cuda_clique). */
-static void weft_cuda_fifo_free(void *mem, int how, int region)
+static void weft_cuda_fifo_free(void *mem, int how, int region, int keep_legacy)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     if (mem == NULL)
         return;
+    if (keep_legacy && how == WEFT_DEV_HOW_LEGACY) {
+        WEFT_INFO(WEFT_LOG_INIT, "FIFO memory %p kept: a peer may still map it (legacy IPC)", mem);
+        return;
+    }
     if (how >= 0)
         weft_dev_transport_p2p.mem_free(mem, how);
     else if (region == WEFT_DEV_REGION_HOST)
@@ -327,13 +333,14 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
                     continue;
                 ops->set_device(q->rank[r].dev);
                 for (int g = 0; g < WEFT_DEV_NREGIONS; g++)
-                    weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g);
+                    weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g,
+                                        __atomic_load_n(&q->keep_legacy, __ATOMIC_ACQUIRE));
             }
             free(q);
         }
     } else {
-        weft_cuda_fifo_free(cc->fifo, cc->fifo_how[0], WEFT_DEV_REGION_DEVICE);
-        weft_cuda_fifo_free(cc->hfifo, cc->fifo_how[1], WEFT_DEV_REGION_HOST);
+        weft_cuda_fifo_free(cc->fifo, cc->fifo_how[0], WEFT_DEV_REGION_DEVICE, cc->keep_legacy);
+        weft_cuda_fifo_free(cc->hfifo, cc->fifo_how[1], WEFT_DEV_REGION_HOST, cc->keep_legacy);
     }
     if (cc->pinned != NULL)
         ops->host_free(cc->pinned);
@@ -791,6 +798,20 @@ ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm)
     return weft_cuda_comm_check(comm);
 }
 
+/*
+ * Before this rank's FIFO memory goes: the p2p transport unmaps the peers' and waits until no peer
+ * maps this rank's (issue 29: a legacy IPC region freed under a peer still finishing its last
+ * operation). Where that cannot be known (abort, deadline) legacy memory is kept (leaked).
+ */
+static void weft_cuda_drain(struct ncclComm *comm, struct weft_cuda_comm *cc)
+{
+    if (cc->p2p == NULL || weft_dev_transport_p2p.drain(comm, cc->p2p) == ncclSuccess)
+        return;
+    cc->keep_legacy = 1;
+    if (cc->clique != NULL)
+        __atomic_store_n(&cc->clique->keep_legacy, 1, __ATOMIC_RELEASE);
+}
+
 ncclResult_t weft_cuda_comm_free(struct ncclComm *comm)
 {
     struct weft_cuda_comm *cc = comm->cuda;
@@ -807,6 +828,7 @@ ncclResult_t weft_cuda_comm_free(struct ncclComm *comm)
         ops->set_device(prev);
     weft_cuda_comm_check(comm);
     comm->cuda = NULL;
+    weft_cuda_drain(comm, cc);
     weft_cuda_release(comm, cc);
     return ncclSuccess;
 }

@@ -32,6 +32,8 @@
  *          "0,1" or "1,0". Init succeeds, a quick sweep is right, and the FIFOs with a peer are
  *          pinned host memory exactly when it is on another GPU and either process does not see
  *          both devices or WEFT_EMU_PEER=0
+ *   teardown  two all-reduces, then rank 0 destroys its communicator first (the others 0.5 s
+ *          later): no FIFO memory freed while a peer has it open (legacy IPC; emulated GPU)
  *   stranger MODE  another process attacks the p2p transport's sockets (garbage, squat, forge,
  *          offer; see case_stranger): init succeeds, registered and plain operations right,
  *          nothing written into the attacker's memory
@@ -299,6 +301,23 @@ static int case_sweep(void)
             }
         }
     }
+    return 0;
+}
+
+/* The emulated GPU's count of cudaFree calls on memory another process still had open through a
+ * legacy IPC handle (src/cuda/emu.c). */
+uint64_t weft_emu_ipc_busy_frees(void);
+
+/*
+ * Issue 29, finding 5 (legacy IPC teardown): a few all-reduces through the FIFOs (legacy IPC
+ * handles with NCCL_CUMEM_ENABLE=0); then main destroys the communicator on rank 0 at once and
+ * on the others 0.5 s later: rank 0 must not free its FIFO memory while the peers still have it
+ * open (the emulated GPU reports such a cudaFree; main checks that none happened).
+ */
+static int case_teardown(void)
+{
+    run_one(C_ALLREDUCE, ncclFloat32, OP_SUM, 1023, 0, 0);
+    run_one(C_ALLGATHER, ncclFloat32, -1, 4099, 0, 0);
     return 0;
 }
 
@@ -1063,7 +1082,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: weftrun -n N %s sweep [-q] | split | zcopy | straddle | "
-                "kill [-s|-z] | stranger MODE | visible own|alias|both\n", argv[0]);
+                "kill [-s|-z] | stranger MODE | visible own|alias|both | teardown\n", argv[0]);
         return 2;
     }
     g_quick = argc > 2 && strcmp(argv[2], "-q") == 0;
@@ -1105,9 +1124,19 @@ int main(int argc, char **argv)
              : strcmp(argv[1], "straddle") == 0 ? case_straddle()
              : strcmp(argv[1], "stranger") == 0 ? case_stranger()
              : g_visible != NULL                  ? case_visible()
+             : strcmp(argv[1], "teardown") == 0    ? case_teardown()
                                              : case_sweep();
+    int teardown = strcmp(argv[1], "teardown") == 0;
+    if (teardown && g_me != 0)
+        usleep(500000); /* rank 0 leaves first */
+    uint64_t busy0 = weft_emu_ipc_busy_frees();
     if (!check(ncclCommDestroy(g_comm), "ncclCommDestroy"))
         rc = 1;
+    if (teardown && weft_emu_ipc_busy_frees() != busy0) {
+        fprintf(stderr, "rank %d: FAIL teardown: the FIFO memory was freed while a peer still "
+                "had it open (legacy IPC)\n", g_me);
+        rc = 1;
+    }
     if (g_att_sock >= 0 && att_finish() != 0)
         rc = 1;
     CU(cu->stream_destroy(g_stream));

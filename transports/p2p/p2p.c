@@ -557,6 +557,47 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
     return res;
 }
 
+/* Unmaps the peers' FIFO regions, then, where any rank shares its device region by a legacy
+ * handle, a barrier: past it no peer maps this rank's regions any more. */
+static ncclResult_t p2p_drain(struct ncclComm *comm, void *state)
+{
+    struct weft_p2p_state *st = state;
+    if (st == NULL)
+        return ncclSuccess;
+    const struct weft_cuda_ops *ops = weft_cuda();
+    ncclResult_t res = ncclSuccess;
+    int legacy = 0;
+    for (int i = 0; i < st->nranks * WEFT_DEV_NREGIONS; i++) {
+        if (st->imports[i] == NULL)
+            continue;
+        int err = st->import_how[i] == WEFT_DEV_HOW_LEGACY ? ops->ipc_close_handle(st->imports[i])
+                                                           : ops->mem_release(st->imports[i]);
+        if (err != 0 && res == ncclSuccess) {
+            WEFT_WARN("rank %d: unmapping a peer's FIFO memory %p: %s (%d)", comm->rank,
+                      st->imports[i], ops->error_string(err), err);
+            res = ncclUnhandledCudaError;
+        }
+        st->imports[i] = NULL; /* close has nothing left to do for it */
+    }
+    for (int p = 0; p < st->nranks; p++)
+        legacy |= st->info[p].how[WEFT_DEV_REGION_DEVICE] == WEFT_DEV_HOW_LEGACY;
+    if (!legacy)
+        return ncclSuccess; /* cuMem and memfd regions live on while a peer maps them */
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        WEFT_INFO(WEFT_LOG_INIT, "rank %d: aborted: legacy IPC FIFO memory is kept (not freed "
+                  "under peers that may still map it)", comm->rank);
+        return ncclRemoteError;
+    }
+    ncclResult_t bres = weft_bootstrap_barrier(comm->bootstrap);
+    if (bres != ncclSuccess) {
+        WEFT_WARN("rank %d: the peers did not all unmap this rank's legacy IPC FIFO memory "
+                  "(barrier: %s): it is kept, not freed under them", comm->rank,
+                  ncclGetErrorString(bres));
+        return bres;
+    }
+    return res;
+}
+
 static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const int *mine_how,
                               size_t bytes, const uint8_t *want, void **theirs, void **state_p)
 {
@@ -934,4 +975,5 @@ const struct weft_dev_transport weft_dev_transport_p2p = {
     .reg_share = p2p_reg_share,
     .reg_unshare = p2p_reg_unshare,
     .reg_poll = p2p_reg_poll,
+    .drain = p2p_drain,
 };
