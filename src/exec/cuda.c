@@ -801,11 +801,17 @@ ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm)
 /*
  * Before this rank's FIFO memory goes: the p2p transport unmaps the peers' and waits until no peer
  * maps this rank's (issue 29: a legacy IPC region freed under a peer still finishing its last
- * operation). Where that cannot be known (abort, deadline) legacy memory is kept (leaked).
+ * operation). Where that cannot be known (abort, a dead peer, deadline) legacy memory is kept
+ * (leaked).
  */
 static void weft_cuda_drain(struct ncclComm *comm, struct weft_cuda_comm *cc)
 {
-    if (cc->p2p == NULL || weft_dev_transport_p2p.drain(comm, cc->p2p) == ncclSuccess)
+    if (cc->p2p == NULL)
+        return;
+    /* A peer found dead never comes to the barrier: keep the memory, leave the unmapping to
+     * close. */
+    if (__atomic_load_n(&cc->dead_peer, __ATOMIC_ACQUIRE) < 0 &&
+        weft_dev_transport_p2p.drain(comm, cc->p2p) == ncclSuccess)
         return;
     cc->keep_legacy = 1;
     if (cc->clique != NULL)
