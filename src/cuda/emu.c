@@ -2228,7 +2228,7 @@ static int emu_event_synchronize(weft_cuda_event_t eh)
     return err;
 }
 
-/* ---- lazy module loading ---------------------------------------------------------------------- */
+/* ---- lazy module loading -------------------------------------------------------------------- */
 
 /* The kernels (by their emulated function) whose module this process has loaded. */
 #define EMU_MAX_MODULES 256
