@@ -138,7 +138,8 @@ struct weft_dev_transport {
      * (freeing one that a peer still maps lets the peer's last writes fault), waits until every
      * rank has done the same: collective then, bounded by the bootstrap deadline and the abort
      * flag. ncclSuccess: this rank's regions may be freed. Otherwise (ncclCommAbort, the deadline,
-     * a peer gone) legacy regions must be kept (leaked), never freed under a peer.
+     * a peer gone, several ranks in one process: they may be destroyed one after another by one
+     * thread, so no barrier) legacy regions must be kept (leaked), never freed under a peer.
      */
     ncclResult_t (*drain)(struct ncclComm *comm, void *state);
 };

@@ -558,7 +558,8 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
 }
 
 /* Unmaps the peers' FIFO regions, then, where any rank shares its device region by a legacy
- * handle, a barrier: past it no peer maps this rank's regions any more. */
+ * handle, a barrier: past it no peer maps this rank's regions any more. Where a barrier cannot be
+ * had (abort, several ranks in one process, the deadline) it fails: legacy memory is kept. */
 static ncclResult_t p2p_drain(struct ncclComm *comm, void *state)
 {
     struct weft_p2p_state *st = state;
@@ -583,6 +584,20 @@ static ncclResult_t p2p_drain(struct ncclComm *comm, void *state)
         legacy |= st->info[p].how[WEFT_DEV_REGION_DEVICE] == WEFT_DEV_HOW_LEGACY;
     if (!legacy)
         return ncclSuccess; /* cuMem and memfd regions live on while a peer maps them */
+    /* Several ranks in one process are often destroyed one after another by one thread (as
+     * nccl-tests does): a barrier of all ranks would wait for a rank not destroyed yet. The same
+     * answer on every rank (from the exchanged peer info). */
+    for (int p = 0; p < st->nranks; p++) {
+        for (int q = p + 1; q < st->nranks; q++) {
+            const struct weft_peer_info *a = &comm->peer_info[p], *b = &comm->peer_info[q];
+            if (a->host_hash == b->host_hash && a->pid == b->pid && a->pid_ns == b->pid_ns) {
+                WEFT_INFO(WEFT_LOG_INIT, "rank %d: ranks %d and %d share a process: no barrier "
+                          "at free; legacy IPC FIFO memory is kept (not freed under peers that "
+                          "may still map it)", comm->rank, p, q);
+                return ncclInvalidUsage;
+            }
+        }
+    }
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
         WEFT_INFO(WEFT_LOG_INIT, "rank %d: aborted: legacy IPC FIFO memory is kept (not freed "
                   "under peers that may still map it)", comm->rank);
