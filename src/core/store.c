@@ -489,6 +489,16 @@ static int store_read(struct store_server *sv, struct store_conn *c, int *closed
     return store_answer(sv, c);
 }
 
+/* The client that has waited longest (any index when there is none). */
+static int store_oldest(const struct store_server *sv)
+{
+    int oldest = 0;
+    for (int i = 1; i < sv->nconns; i++)
+        if (sv->conns[i].since < sv->conns[oldest].since)
+            oldest = i;
+    return oldest;
+}
+
 static ncclResult_t store_serve(const struct weft_store_addr *addr, const char *key, uint32_t seq,
                                 int nranks, const ncclUniqueId *id, uint64_t deadline)
 {
@@ -557,10 +567,28 @@ static ncclResult_t store_serve(const struct weft_store_addr *addr, const char *
             }
         }
         while (pfds[0].revents != 0) {
-            int cfd;
-            WEFT_CHECK_GOTO(weft_socket_accept(lfd, &cfd), res, err_close);
-            if (cfd < 0)
+            /* Within weft_socket_accept_pending()'s limits: strangers holding connections take
+             * neither the process's descriptors nor the ranks' turn (the oldest go first). */
+            int cfd, oldest = store_oldest(&sv);
+            enum weft_accept_act act;
+            uint64_t since = sv.nconns > 0 ? sv.conns[oldest].since : 0;
+            WEFT_CHECK_GOTO(weft_socket_accept_pending(lfd, sv.nconns, since, nranks - 1,
+                                                       "launch store", &cfd, &act),
+                            res, err_close);
+            if (act == WEFT_ACCEPT_NONE)
                 break;
+            if (act == WEFT_ACCEPT_LATER) { /* out of descriptors, nothing to drop: rest */
+                usleep(WEFT_ACCEPT_LATER_MS * 1000);
+                break;
+            }
+            if (act == WEFT_ACCEPT_EVICT) {
+                WEFT_INFO(WEFT_LOG_INIT, "launch store: dropped the oldest client waiting for "
+                                         "its handshake to make room");
+                close(sv.conns[oldest].fd);
+                sv.conns[oldest] = sv.conns[--sv.nconns];
+            }
+            if (cfd < 0)
+                continue;
             if (sv.nconns == sv.cap) {
                 int cap = sv.cap ? 2 * sv.cap : 16;
                 struct store_conn *c = realloc(sv.conns, (size_t)cap * sizeof(*c));

@@ -18,6 +18,8 @@
  *                      transport's under NCCL_SHM_DISABLE=1) is held
  *   test_fds root N    the bootstrap root's listener (in this process, also at 1024) is held
  *                      before any rank inits
+ *   test_fds store N   ranks meet at the launch store (torchrun's environment, WEFT_SECRET):
+ *                      rank 0's store listener is held first, then its others
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +35,7 @@
 #include <unistd.h>
 
 #include "nccl.h"
+#include "weft.h"
 
 #include "../common/id_pipe.h"
 
@@ -128,6 +131,39 @@ static int all_reduce_check(ncclComm_t comm, const char *what, int rank, int n)
     return wrong != 0;
 }
 
+static int g_store_port; /* store mode: the launch store's port; 0: the id comes by pipe */
+
+/* torchrun's environment for rank `rank` of n, the store at 127.0.0.1:g_store_port. */
+static void store_env(int rank, int n)
+{
+    char v[32];
+    snprintf(v, sizeof(v), "%d", rank);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof(v), "%d", n);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof(v), "%d", g_store_port);
+    setenv("MASTER_PORT", v, 1);
+    setenv("TORCHELASTIC_RUN_ID", "fdstest", 1);
+    setenv("WEFT_SECRET", "fds-test-secret-0123456789abcdef", 1);
+}
+
+/* A TCP port nobody listens on now. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
 static int rank_main(struct weft_test_id_pipe *ip, int rank, int n, int attacked)
 {
     struct rlimit rl;
@@ -141,11 +177,24 @@ static int rank_main(struct weft_test_id_pipe *ip, int rank, int n, int attacked
         return 3;
     }
     attack_on = attacked;
-    if (weft_test_id_pipe_recv(ip, &id) != 0)
-        return 3;
-    alarm(40);
     struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (g_store_port != 0) {
+        int lrank, ln, llocal;
+        alarm(40);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        store_env(rank, n);
+        if (weftLaunchInfo(&lrank, &ln, &llocal, &id) != ncclSuccess || lrank != rank ||
+            ln != n) {
+            fprintf(stderr, "rank %d: weftLaunchInfo failed: %s\n", rank,
+                    ncclGetLastError(NULL));
+            return 1;
+        }
+    } else {
+        if (weft_test_id_pipe_recv(ip, &id) != 0)
+            return 3;
+        alarm(40);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    }
     if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) {
         fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclGetLastError(NULL));
         return 1;
@@ -181,14 +230,14 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 4;
-    int root = strcmp(mode, "root") == 0;
+    int root = strcmp(mode, "root") == 0, store = strcmp(mode, "store") == 0;
     struct weft_test_id_pipe ip; /* fork before the id's thread exists (ThreadSanitizer) */
     int req[2], ack[2];
     pid_t pids[9];
     ncclUniqueId id;
     int bad = 0, st;
-    if ((!root && strcmp(mode, "rank0") != 0) || n < 2 || n > 8) {
-        fprintf(stderr, "usage: test_fds rank0|root N (2..8)\n");
+    if ((!root && !store && strcmp(mode, "rank0") != 0) || n < 2 || n > 8) {
+        fprintf(stderr, "usage: test_fds rank0|root|store N (2..8)\n");
         return 2;
     }
     /* The attacker needs more descriptors than a rank may have (root may raise its own limit) */
@@ -206,6 +255,8 @@ int main(int argc, char **argv)
         }
     }
     if (pipe(req) != 0 || pipe(ack) != 0 || weft_test_id_pipe_open(&ip) != 0)
+        return 1;
+    if (store && (g_store_port = free_port()) == 0)
         return 1;
     fflush(NULL);
     pids[n] = fork();
@@ -234,7 +285,7 @@ int main(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    bad = weft_test_id_pipe_send(&ip, n, &id) != 0;
+    bad = !store && weft_test_id_pipe_send(&ip, n, &id) != 0;
     attack_on = 0;
     close(req[1]); /* the attacker ends once rank 0 (which holds a copy) is gone too */
     for (int r = 0; r < n; r++) {
