@@ -797,7 +797,7 @@ static int emu_submit(struct emu_stream *s, struct emu_item *it)
     else
         s->head = it;
     s->tail = it;
-    s->enq++;
+    __atomic_store_n(&s->enq, s->enq + 1, __ATOMIC_RELEASE); /* read unlocked: emu_module_load */
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return WEFT_CUDA_SUCCESS;
