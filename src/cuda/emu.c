@@ -43,6 +43,16 @@
  * deadline below) it fails with 702 and leaves the worker detached, to free the stream if it ever
  * finishes (the handle is gone either way).
  *
+ * Hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default, 1 to 32, as CUDA): each device
+ * has that many in-order queues and streams are spread over them round robin as they are made.
+ * A queue hands its items out in submission order, whatever their stream: an item leaves the head
+ * of its queue only when its stream's earlier work is done and, for an event wait, when the event
+ * was reached, for a host function, when it returned (a kernel, copy, memset or record leaves as
+ * it starts). So work of one stream can hold up another stream's work behind it in the queue:
+ * a kernel that spins for a kernel queued behind a wait for the first one never finishes, as on
+ * a GPU. A turn not come within WEFT_TIMEOUT (counted while no kernel runs) fails the item with
+ * 702 and lets it go out of turn.
+ *
  * Events: a record count, the tickets of records not run yet and a count of records run, under
  * the event's own lock. Record takes ticket rec+1, notes it pending and enqueues an item that
  * clears it; a wait (stream or host) takes the current rec as target and waits until that ticket
@@ -152,6 +162,10 @@ WEFT_PARAM_STR(EmuModuleLoading, "CUDA_MODULE_LOADING", "LAZY",
                "load_kernels), waiting for every stream of the device to be idle; EAGER loads "
                "them all at the first use of the device (no such wait)");
 
+WEFT_PARAM(EmuConnections, "CUDA_DEVICE_MAX_CONNECTIONS", 8,
+           "emulated GPU, as CUDA: the in-order hardware queues of a device the streams are "
+           "spread over (1 to 32); work queued behind a blocked item of another stream waits");
+
 WEFT_PARAM_DECL(CudaCaptureMode);
 WEFT_PARAM_DECL(Timeout); /* exec/host.c: the deadline of the host waits below */
 
@@ -161,6 +175,8 @@ WEFT_PARAM_DECL(Timeout); /* exec/host.c: the deadline of the host waits below *
 #define EMU_MAX_PARAMS 32764
 #define EMU_NBAR 16
 #define EMU_MAX_QUARANTINED 16384
+#define EMU_MAX_HWQ 32
+#define EMU_HWQ_LATE 64
 
 __thread struct weft_emu_tctx weft_emu_tls;
 static __thread int emu_cur_dev;
@@ -468,6 +484,17 @@ struct emu_item {
     /* host function */
     void (*fn)(void *arg);
     void *arg;
+    uint64_t qticket; /* its place in its stream's hardware queue */
+};
+
+/* One in-order hardware queue of a device (see Hardware queues above). */
+struct emu_hwq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t next; /* tickets given (atomic: taken under the submitting stream's lock) */
+    uint64_t head; /* the ticket at the head: every earlier one has left */
+    uint64_t late[EMU_HWQ_LATE]; /* tickets that left out of turn (their wait failed) */
+    int nlate;
 };
 
 struct emu_capture {
@@ -484,6 +511,7 @@ struct emu_capture {
 struct emu_stream {
     int device;
     int legacy;
+    struct emu_hwq *hwq; /* the device's hardware queue it feeds */
     pthread_t worker;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -521,6 +549,9 @@ struct emu_graph {
 
 static struct emu_stream *emu_streams;
 static struct emu_stream *emu_legacy[EMU_MAX_DEV];
+static struct emu_hwq emu_hwqs[EMU_MAX_DEV][EMU_MAX_HWQ];
+static int emu_nhwq = 1;                  /* queues per device (set once at init) */
+static unsigned emu_hwq_made[EMU_MAX_DEV]; /* streams made per device: the round robin */
 static struct emu_event *emu_events;
 static struct emu_graph *emu_graphs;
 static struct emu_capture *emu_captures;
@@ -704,6 +735,8 @@ static int emu_stream_new(int device, int legacy, struct emu_stream **s_p)
     }
     s->device = device;
     s->legacy = legacy;
+    s->hwq = &emu_hwqs[device][__atomic_fetch_add(&emu_hwq_made[device], 1, __ATOMIC_RELAXED) %
+                               (unsigned)emu_nhwq];
     s->refs = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -792,6 +825,8 @@ static int emu_submit(struct emu_stream *s, struct emu_item *it)
     pthread_mutex_unlock(&emu_mu);
     it->next = NULL;
     pthread_mutex_lock(&s->mu);
+    /* Under the stream's lock: a stream's tickets rise in its own order. */
+    it->qticket = __atomic_fetch_add(&s->hwq->next, 1, __ATOMIC_RELAXED);
     if (s->tail != NULL)
         s->tail->next = it;
     else
@@ -1300,6 +1335,53 @@ static int emu_item_run(struct emu_stream *s, struct emu_item *it)
     return WEFT_CUDA_ERR_UNKNOWN;
 }
 
+/* Waits until it is at the head of its stream's hardware queue; 702 if its turn did not come
+ * within the deadline (it then goes out of turn). */
+static int emu_hwq_turn(struct emu_stream *s, const struct emu_item *it)
+{
+    struct emu_hwq *q = s->hwq;
+    int res = WEFT_CUDA_SUCCESS;
+    pthread_mutex_lock(&q->mu);
+    if (q->head != it->qticket) {
+        struct emu_wait w;
+        char what[128];
+        snprintf(what, sizeof(what), "stream %p waiting for its turn in hardware queue %d of "
+                 "device %d (CUDA_DEVICE_MAX_CONNECTIONS %d)", (void *)s,
+                 (int)(q - emu_hwqs[s->device]), s->device, emu_nhwq);
+        emu_wait_begin(&w, what, q->head);
+        while (q->head != it->qticket) {
+            emu_cond_wait(&q->cv, &q->mu, w.start_ns, &w.warned, what);
+            if (q->head != it->qticket && emu_wait_expired(&w, q->head)) {
+                res = WEFT_CUDA_ERR_LAUNCH_TIMEOUT;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    return res;
+}
+
+/* The item left the head of its queue: the next in turn may go. */
+static void emu_hwq_leave(struct emu_stream *s, const struct emu_item *it)
+{
+    struct emu_hwq *q = s->hwq;
+    pthread_mutex_lock(&q->mu);
+    if (it->qticket != q->head) {
+        if (q->nlate < EMU_HWQ_LATE) /* else the queue stays stuck: later turns fail too */
+            q->late[q->nlate++] = it->qticket;
+    } else {
+        q->head++;
+        for (int i = 0; i < q->nlate; i++)
+            if (q->late[i] == q->head) {
+                q->late[i] = q->late[--q->nlate];
+                q->head++;
+                i = -1;
+            }
+    }
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
 static void *emu_stream_main(void *arg)
 {
     struct emu_stream *s = arg;
@@ -1315,7 +1397,17 @@ static void *emu_stream_main(void *arg)
         if (s->head == NULL)
             s->tail = NULL;
         pthread_mutex_unlock(&s->mu);
-        int err = emu_item_run(s, it);
+        /* An event wait or a host function holds its queue until it is over; other items leave
+         * the head as they start (a kernel runs beside the work queued after it). */
+        int err = emu_hwq_turn(s, it);
+        int holds = it->kind == EMU_WAIT || it->kind == EMU_HOSTFN;
+        if (!holds)
+            emu_hwq_leave(s, it);
+        int run_err = emu_item_run(s, it);
+        if (holds)
+            emu_hwq_leave(s, it);
+        if (err == WEFT_CUDA_SUCCESS)
+            err = run_err;
         emu_item_free(it);
         pthread_mutex_lock(&s->mu);
         if (err != WEFT_CUDA_SUCCESS && s->err == WEFT_CUDA_SUCCESS)
@@ -2697,6 +2789,13 @@ static void emu_init_once(void)
     }
     const char *visible = weft_param_EmuVisible();
     emu_ndev = emu_visible_parse(visible, n);
+    int64_t nq = weft_param_EmuConnections();
+    emu_nhwq = nq < 1 ? 1 : nq > EMU_MAX_HWQ ? EMU_MAX_HWQ : (int)nq;
+    for (int d = 0; d < EMU_MAX_DEV; d++)
+        for (int q = 0; q < EMU_MAX_HWQ; q++) {
+            pthread_mutex_init(&emu_hwqs[d][q].mu, NULL);
+            pthread_cond_init(&emu_hwqs[d][q].cv, NULL);
+        }
     WEFT_INFO(WEFT_LOG_INIT, "emu: emulated GPU with %d device%s%s", n, n == 1 ? "" : "s",
               weft_param_EmuSerialize() ? ", serialized blocks" : "");
     if (strcmp(visible, "all") != 0) {

@@ -446,6 +446,69 @@ static void case_destroy_deadline(void)
     OK(ops->host_free(flag));
 }
 
+/*
+ * Hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): streams a and b, made one after the other, share
+ * the device's one queue when it is 1, and have a queue each otherwise. Shared, b's copy waits
+ * behind a's host function that has not returned, and behind a's copy that waits (stream order)
+ * for a's 400 ms kernel; on its own queue it lands at once. A kernel does not hold the queue
+ * itself: b's copy queued right behind it lands while it runs.
+ */
+static void case_hwqueue(void)
+{
+    const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    int shared = env != NULL && atoi(env) == 1;
+    int release = 0;
+    uint64_t *src, *flag, host = 0;
+    OK(ops->host_alloc((void **)&src, 16));
+    OK(ops->malloc((void **)&flag, 16));
+    src[0] = 5;
+    weft_cuda_stream_t a, b;
+    OK(ops->stream_create(&a));
+    OK(ops->stream_create(&b));
+    OK(ops->launch_host_func(a, hostfn_block, &release));
+    OK(ops->memcpy_async(&host, src, 8, b));
+    usleep(300000);
+    CHECK_EQ(__atomic_load_n(&host, __ATOMIC_ACQUIRE), shared ? 0 : 5);
+    CHECK_EQ(ops->stream_query(b), shared ? WEFT_CUDA_ERR_NOT_READY : WEFT_CUDA_SUCCESS);
+    __atomic_store_n(&release, 1, __ATOMIC_RELEASE);
+    OK(ops->stream_synchronize(a));
+    OK(ops->stream_synchronize(b));
+    CHECK_EQ(host, 5);
+
+    /* a kernel alone: b's copy behind it lands while it sleeps */
+    host = 0;
+    src[0] = 6;
+    struct temu_flag_params fp = {flag, NULL, 7, 400};
+    uint64_t t0 = now_ms();
+    OK(ops->launch(&temu_sleep_store_kernel, 1, 1, 0, &fp, sizeof(fp), a));
+    OK(ops->memcpy_async(&host, src, 8, b));
+    OK(ops->stream_synchronize(b));
+    CHECK(now_ms() - t0 < 300);
+    CHECK_EQ(host, 6);
+    OK(ops->stream_synchronize(a));
+
+    /* a's copy after its kernel holds the queue until the kernel is done */
+    host = 0;
+    src[0] = 7;
+    uint64_t dummy = 0;
+    t0 = now_ms();
+    OK(ops->launch(&temu_sleep_store_kernel, 1, 1, 0, &fp, sizeof(fp), a));
+    OK(ops->memcpy_async(&dummy, flag, 8, a));
+    OK(ops->memcpy_async(&host, src, 8, b));
+    OK(ops->stream_synchronize(b));
+    uint64_t dt = now_ms() - t0;
+    CHECK(shared ? dt >= 380 : dt < 300);
+    CHECK_EQ(host, 7);
+    OK(ops->stream_synchronize(a));
+    CHECK_EQ(dummy, 7);
+    printf("hwqueue: %s queue: b's copy behind a's kernel and copy landed after %llu ms\n",
+           shared ? "one" : "its own", (unsigned long long)dt);
+    OK(ops->stream_destroy(a));
+    OK(ops->stream_destroy(b));
+    OK(ops->host_free(src));
+    OK(ops->free(flag));
+}
+
 /* cudaFree on device 0 from another thread: it waits for every stream of the device. */
 struct free_arg {
     void *p;
@@ -1398,6 +1461,7 @@ static const struct test_case cases[] = {
     {"wait_deadline", case_wait_deadline},
     {"destroy_deadline", case_destroy_deadline},
     {"destroy_during_free", case_destroy_during_free},
+    {"hwqueue", case_hwqueue},
     {"capture", case_capture},
     {"capture_join", case_capture_join},
     {"capture_forbidden", case_capture_forbidden},
