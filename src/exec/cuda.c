@@ -47,6 +47,7 @@
 #include "dev_kernel.h"
 #include "dev_ll.h"
 #include "exec/cuda.h"
+#include "exec/cuda_order.h"
 #include "transport.h"
 #include "exec/sig.h"
 #include "exec/zcopy.h"
@@ -64,6 +65,12 @@ WEFT_PARAM(CudaLlSlotBytes, "WEFT_CUDA_LL_SLOT_BYTES", 16384,
 WEFT_PARAM(CudaLlMaxBytes, "WEFT_CUDA_LL_MAX_BYTES", 65536,
            "device operations of up to this many bytes (count x element size) take the LL "
            "protocol where NCCL_PROTO allows both LL and Simple");
+WEFT_PARAM(CudaOrder, "WEFT_CUDA_ORDER", 1,
+           "1: ranks of one process on one device queue their kernels in one order, as their "
+           "streams may share hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): a call may wait for "
+           "the device's other ranks to issue theirs (exec/cuda_order.h); 0: no such wait, for "
+           "one thread issuing several ranks' calls of a device outside a group, safe only "
+           "where no two of their streams share a queue");
 WEFT_PARAM_DECL(Timeout);
 
 /* The emulated build of the kernel (kernels/coll_kernel_emu.cc), and nvcc's, where linked. */
@@ -93,6 +100,7 @@ void weft_cuda_test_kernel(void (*emu_fn)(void *), const void *device_fn)
 struct weft_cuda_clique {
     int refs; /* ranks of this process that have not left yet */
     int keep_legacy; /* a rank's p2p drain failed: legacy IPC FIFO memory is never freed */
+    struct weft_cuda_order *order; /* ranks of this process sharing a device, or NULL */
     int nranks;
     struct {
         void *mem[WEFT_DEV_NREGIONS]; /* device FIFOs, host FIFOs (or NULL) */
@@ -300,6 +308,8 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     int prev = -1;
+    if (cc->clique != NULL && cc->clique->order != NULL)
+        weft_cuda_order_leave(cc->clique->order, comm->rank);
     ops->get_device(&prev);
     ops->set_device(cc->dev);
     if (cc->stream != NULL) {
@@ -336,6 +346,7 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
                     weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g,
                                         __atomic_load_n(&q->keep_legacy, __ATOMIC_ACQUIRE));
             }
+            weft_cuda_order_free(q->order);
             free(q);
         }
     } else {
@@ -570,11 +581,29 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
         }
         clique->refs = nlocal;
         clique->nranks = nranks;
+        int *local_dev = malloc((size_t)nranks * sizeof(int));
+        if (local_dev == NULL) {
+            WEFT_WARN("rank %d: out of memory for the CUDA executor", me);
+            res = ncclSystemError;
+            free(clique);
+            goto err;
+        }
+        for (int p = 0; p < nranks; p++)
+            local_dev[p] = remote[p] ? -1 : comm->peer_info[p].cuda_dev;
+        if (weft_param_CudaOrder() != 0)
+            clique->order = weft_cuda_order_new(nranks, local_dev, &res);
+        free(local_dev);
+        if (res != ncclSuccess) {
+            free(clique);
+            goto err;
+        }
         peers[me].clique = (uint64_t)(uintptr_t)clique;
     }
     /* Nothing may fail between here and joining the clique: every local rank must join it. */
     res = weft_bootstrap_allgather(comm->bootstrap, peers, sizeof(*peers));
     if (res != ncclSuccess) {
+        if (clique != NULL)
+            weft_cuda_order_free(clique->order);
         free(clique);
         goto err;
     }
@@ -776,8 +805,12 @@ err:
 
 void weft_cuda_comm_abort(struct ncclComm *comm)
 {
-    if (comm->cuda != NULL)
-        __atomic_store_n(comm->cuda->abort_host, 1, __ATOMIC_RELEASE);
+    struct weft_cuda_comm *cc = comm->cuda;
+    if (cc == NULL)
+        return;
+    __atomic_store_n(cc->abort_host, 1, __ATOMIC_RELEASE);
+    if (cc->clique != NULL && cc->clique->order != NULL)
+        weft_cuda_order_leave(cc->clique->order, comm->rank);
 }
 
 ncclResult_t weft_cuda_comm_sync(struct ncclComm *comm)
@@ -1337,7 +1370,8 @@ uint64_t weft_cuda_zcopy_count(struct ncclComm *comm)
 }
 
 /*
- * The phase of each of comm's tasks (phase[t], -1 for other communicators' tasks), for cutting
+ * The phase of each of comm's tasks (phase[t]; other communicators' entries are left as they
+ * are), for cutting
  * a group into launches of at most WEFT_DEV_MAX_OPS operations. A launch's kernel finishes only
  * when the peers run the partners of its operations, so every rank must cut at points its peers
  * agree with: the phase of an operation is one its partners share. Collective i of the group has
@@ -1368,7 +1402,6 @@ static int weft_cuda_phases(struct ncclComm *comm, const struct weft_task *tasks
             tasks[t].coll != WEFT_COLL_RECV)
             ncoll++;
     for (int t = 0, c = 0; t < ntasks; t++) {
-        phase[t] = -1;
         if (tasks[t].comm != comm)
             continue;
         if (tasks[t].coll == WEFT_COLL_SEND || tasks[t].coll == WEFT_COLL_RECV)
@@ -1418,17 +1451,106 @@ static int weft_cuda_streams(const struct weft_task *tasks, int ntasks,
 
 #define WEFT_CUDA_MAX_STREAMS 64
 
+/* One communicator's launches of a submission, queued one step at a time. */
+struct weft_cuda_launches {
+    struct ncclComm *comm;
+    int nphases, next; /* phases, and the first not launched yet */
+    int all_zc;        /* every operation a direct candidate: one launch each */
+    int launched;      /* a kernel is queued: what comes next on its stream waits for it */
+    struct weft_cuda_order *order; /* ranks of this process on its device to keep pace with */
+    struct weft_dev_params *held;  /* its direct kernel is queued, itself not yet (or NULL) */
+};
+
+static int weft_cuda_launches_left(const struct weft_cuda_launches *L)
+{
+    return L->held != NULL || L->next < L->nphases;
+}
+
+static ncclResult_t weft_cuda_launch_params(struct weft_cuda_launches *L,
+                                            const struct weft_dev_params *params)
+{
+    const struct weft_cuda_ops *ops = weft_cuda();
+    struct weft_cuda_comm *cc = L->comm->cuda;
+    size_t bytes = offsetof(struct weft_dev_params, ops) +
+                   (size_t)params->nops * sizeof(struct weft_dev_op);
+    WEFT_CUDA_CALL(ops->launch(&cc->kernel, cc->nch, cc->nthreads, WEFT_DEV_SHARED_BYTES, params,
+                               bytes, cc->stream),
+                   "kernel launch", L->comm->rank);
+    if (L->order != NULL)
+        weft_cuda_order_launched(L->order, L->comm->rank, params);
+    return ncclSuccess;
+}
+
+/*
+ * Queues L's next kernel: as many whole phases as fit one launch (see weft_cuda_phases); a
+ * lone direct candidate queues its direct kernel first and is held, its normal kernel (which
+ * waits for the direct one on the stream) queued by the next step.
+ */
+static ncclResult_t weft_cuda_launch_step(struct weft_cuda_launches *L,
+                                          const struct weft_task *tasks, int ntasks,
+                                          const int *phase, struct weft_dev_params *params)
+{
+    struct ncclComm *comm = L->comm;
+    struct weft_cuda_comm *cc = comm->cuda;
+    L->launched = 1;
+    if (L->held != NULL) {
+        ncclResult_t res = weft_cuda_launch_params(L, L->held);
+        free(L->held);
+        L->held = NULL;
+        return res;
+    }
+    /* phases p0 .. p1-1 */
+    int p0 = L->next, p1 = p0, n = 0;
+    while (p1 < L->nphases && !(L->all_zc && p1 > p0)) {
+        int in = 0;
+        for (int t = 0; t < ntasks; t++)
+            in += tasks[t].comm == comm && phase[t] == p1;
+        if (n + in > WEFT_DEV_MAX_OPS)
+            break;
+        n += in;
+        p1++;
+    }
+    L->next = p1;
+    memset(params, 0, sizeof(*params));
+    params->comm = cc->dstate;
+    int first = -1; /* the launch's first task */
+    for (int t = 0; t < ntasks; t++) {
+        if (tasks[t].comm != comm || phase[t] < p0 || phase[t] >= p1)
+            continue;
+        if (first < 0)
+            first = t;
+        weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
+    }
+    if (params->nops == 1 && weft_cuda_zc_candidate(comm, &tasks[first])) {
+        WEFT_CHECK(weft_cuda_zc_launch(comm, &tasks[first], params));
+        size_t bytes = offsetof(struct weft_dev_params, ops) + sizeof(struct weft_dev_op);
+        if (L->order == NULL)
+            return weft_cuda_launch_params(L, params);
+        weft_cuda_order_launched_direct(L->order, comm->rank);
+        L->held = malloc(bytes);
+        if (L->held == NULL) {
+            WEFT_WARN("rank %d: out of memory launching a device operation", comm->rank);
+            return ncclSystemError;
+        }
+        memcpy(L->held, params, bytes);
+        return ncclSuccess;
+    }
+    if (cc->zpeers != NULL && weft_cuda_has_coll(params))
+        params->zc_mine = (struct weft_zc_slot *)(cc->fifo + cc->zc_off);
+    return weft_cuda_launch_params(L, params);
+}
+
 ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     ncclResult_t res = ncclSuccess;
     int prev = -1, ncomms = 0;
     ops->get_device(&prev);
-    struct ncclComm **comms = calloc((size_t)ntasks, sizeof(*comms));
+    struct weft_cuda_launches *L = calloc((size_t)ntasks, sizeof(*L));
     struct weft_dev_params *params = malloc(sizeof(*params));
     int *phase = calloc((size_t)ntasks, sizeof(int));
     weft_cuda_stream_t streams[WEFT_CUDA_MAX_STREAMS];
-    if (comms == NULL || params == NULL || phase == NULL) {
+    if (L == NULL || params == NULL || phase == NULL) {
         WEFT_WARN("out of memory launching %d device operations", ntasks);
         res = ncclSystemError;
         goto out;
@@ -1437,12 +1559,12 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
     for (int t = 0; t < ntasks; t++) {
         int seen = 0;
         for (int i = 0; i < ncomms; i++)
-            seen |= comms[i] == tasks[t].comm;
+            seen |= L[i].comm == tasks[t].comm;
         if (!seen)
-            comms[ncomms++] = tasks[t].comm;
+            L[ncomms++].comm = tasks[t].comm;
     }
     for (int i = 0; i < ncomms; i++) {
-        struct ncclComm *comm = comms[i];
+        struct ncclComm *comm = L[i].comm;
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
             WEFT_WARN("rank %d: communicator aborted", comm->rank);
             res = ncclInvalidUsage;
@@ -1450,79 +1572,74 @@ ncclResult_t weft_cuda_exec(struct weft_task *tasks, int ntasks)
         }
         WEFT_CHECK_GOTO(weft_cuda_comm_check(comm), res, out);
         /* Before anything is enqueued: the group can be cut into launches. */
-        if (weft_cuda_phases(comm, tasks, ntasks, phase, &res) < 0)
+        L[i].nphases = weft_cuda_phases(comm, tasks, ntasks, phase, &res);
+        if (L[i].nphases < 0)
             goto out;
+        /* A group whose every operation is a direct candidate (collectives only: each phase one
+         * collective) goes one launch per operation, each with its direct kernel. The same cut
+         * on every rank: candidates are decided from shared values. */
+        L[i].all_zc = 1;
+        for (int t = 0; t < ntasks && L[i].all_zc; t++)
+            L[i].all_zc = tasks[t].comm != comm || weft_cuda_zc_candidate(comm, &tasks[t]);
     }
     /* 1: the internal streams wait for their users' streams. */
     for (int i = 0; i < ncomms; i++) {
-        struct weft_cuda_comm *cc = comms[i]->cuda;
-        int me = comms[i]->rank;
+        struct weft_cuda_comm *cc = L[i].comm->cuda;
+        int me = L[i].comm->rank;
         WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, out);
-        int ns = weft_cuda_streams(tasks, ntasks, comms[i], streams, WEFT_CUDA_MAX_STREAMS);
+        int ns = weft_cuda_streams(tasks, ntasks, L[i].comm, streams, WEFT_CUDA_MAX_STREAMS);
         for (int s = 0; s < ns; s++) {
             WEFT_CUDA_CALL_GOTO(ops->event_record(cc->ev_in, streams[s]), "cudaEventRecord", me,
                                 res, out);
             WEFT_CUDA_CALL_GOTO(ops->stream_wait_event(cc->stream, cc->ev_in),
                                 "cudaStreamWaitEvent", me, res, out);
         }
+        /* Ranks of this process on this device keep pace (exec/cuda_order.h), except in a
+         * capture (nothing is queued). */
+        int capturing = 0;
+        if (cc->clique != NULL && cc->clique->order != NULL)
+            WEFT_CUDA_CALL_GOTO(ops->stream_capturing(cc->stream, &capturing),
+                                "cudaStreamIsCapturing", me, res, out);
+        if (cc->clique != NULL && !capturing)
+            L[i].order = cc->clique->order;
     }
-    /* 2: one launch per communicator (more where a group holds more than WEFT_DEV_MAX_OPS, cut
-     * at phases, see weft_cuda_phases). */
-    for (int i = 0; i < ncomms; i++) {
-        struct ncclComm *comm = comms[i];
-        struct weft_cuda_comm *cc = comm->cuda;
-        WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", comm->rank, res, out);
-        int nphases = weft_cuda_phases(comm, tasks, ntasks, phase, &res);
-        if (nphases < 0)
-            goto out;
-        /* A group whose every operation is a direct candidate (collectives only: each phase one
-         * collective) goes one launch per operation, each with its direct kernel. The same cut
-         * on every rank: candidates are decided from shared values. */
-        int all_zc = 1;
-        for (int t = 0; t < ntasks && all_zc; t++)
-            all_zc = tasks[t].comm != comm || weft_cuda_zc_candidate(comm, &tasks[t]);
-        for (int p0 = 0; p0 < nphases;) {
-            /* phases p0 .. p1-1: as many whole phases as fit */
-            int p1 = p0, n = 0;
-            while (p1 < nphases && !(all_zc && p1 > p0)) {
-                int in = 0;
-                for (int t = 0; t < ntasks; t++)
-                    in += phase[t] == p1;
-                if (n + in > WEFT_DEV_MAX_OPS)
-                    break;
-                n += in;
-                p1++;
+    /* 2: the launches (one per communicator, more where a group holds more than
+     * WEFT_DEV_MAX_OPS, cut at phases), one step per communicator in turn. A communicator's
+     * next kernel waits for its previous one on its stream, so it is queued only once the ranks
+     * of its device launched what the previous one waits for; while none can go on, the first
+     * that cannot waits for them. */
+    for (;;) {
+        int left = 0, moved = 0, stuck = -1;
+        for (int i = 0; i < ncomms; i++) {
+            if (!weft_cuda_launches_left(&L[i]))
+                continue;
+            left = 1;
+            struct ncclComm *comm = L[i].comm;
+            if (L[i].launched && L[i].order != NULL &&
+                !weft_cuda_order_ready(L[i].order, comm->rank)) {
+                stuck = stuck < 0 ? i : stuck;
+                continue;
             }
-            memset(params, 0, sizeof(*params));
-            params->comm = cc->dstate;
-            int first = -1; /* the launch's first task */
-            for (int t = 0; t < ntasks; t++) {
-                if (phase[t] < p0 || phase[t] >= p1)
-                    continue;
-                if (first < 0)
-                    first = t;
-                weft_cuda_op(comm, &tasks[t], &params->ops[params->nops++]);
-            }
-            p0 = p1;
-            if (params->nops == 1 && weft_cuda_zc_candidate(comm, &tasks[first]))
-                WEFT_CHECK_GOTO(weft_cuda_zc_launch(comm, &tasks[first], params), res, out);
-            else if (cc->zpeers != NULL && weft_cuda_has_coll(params))
-                params->zc_mine = (struct weft_zc_slot *)(cc->fifo + cc->zc_off);
-            size_t bytes = offsetof(struct weft_dev_params, ops) +
-                           (size_t)params->nops * sizeof(struct weft_dev_op);
-            WEFT_CUDA_CALL_GOTO(ops->launch(&cc->kernel, cc->nch, cc->nthreads,
-                                            WEFT_DEV_SHARED_BYTES, params, bytes, cc->stream),
-                                "kernel launch", comm->rank, res, out);
+            WEFT_CUDA_CALL_GOTO(ops->set_device(comm->cuda->dev), "cudaSetDevice", comm->rank,
+                                res, out);
+            WEFT_CHECK_GOTO(weft_cuda_launch_step(&L[i], tasks, ntasks, phase, params), res, out);
+            moved = 1;
         }
+        if (!left)
+            break;
+        if (!moved)
+            WEFT_CHECK_GOTO(weft_cuda_order_wait(L[stuck].order, L[stuck].comm), res, out);
     }
-    /* 3: the users' streams wait for the launches. */
+    /* 3: the users' streams wait for the launches (once the device's ranks kept pace). */
     for (int i = 0; i < ncomms; i++) {
-        struct weft_cuda_comm *cc = comms[i]->cuda;
-        int me = comms[i]->rank;
+        struct weft_cuda_comm *cc = L[i].comm->cuda;
+        int me = L[i].comm->rank;
+        if (L[i].order != NULL)
+            WEFT_CHECK_GOTO(weft_cuda_order_wait(L[i].order, L[i].comm), res, out);
         WEFT_CUDA_CALL_GOTO(ops->set_device(cc->dev), "cudaSetDevice", me, res, out);
         WEFT_CUDA_CALL_GOTO(ops->event_record(cc->ev_out, cc->stream), "cudaEventRecord", me, res,
                             out);
-        int ns = weft_cuda_streams(tasks, ntasks, comms[i], streams, WEFT_CUDA_MAX_STREAMS);
+        int ns = weft_cuda_streams(tasks, ntasks, L[i].comm, streams, WEFT_CUDA_MAX_STREAMS);
         for (int s = 0; s < ns; s++)
             WEFT_CUDA_CALL_GOTO(ops->stream_wait_event(streams[s], cc->ev_out),
                                 "cudaStreamWaitEvent", me, res, out);
@@ -1532,10 +1649,12 @@ out:
         ops->set_device(prev);
     if (WEFT_IS_ERROR(res))
         for (int i = 0; i < ncomms; i++)
-            weft_comm_set_error(comms[i], res);
+            weft_comm_set_error(L[i].comm, res);
+    for (int i = 0; i < ncomms; i++)
+        free(L[i].held);
     free(phase);
     free(params);
-    free(comms);
+    free(L);
     return res;
 }
 

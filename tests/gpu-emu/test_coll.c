@@ -16,6 +16,10 @@
  *   zcopy      registered device buffers go direct (WEFT_ZCOPY_MIN_BYTES set low): every
  *              candidate collective x type x op x in/out of place checked and counted
  *              (weft_zcopy_count); one rank unregistered; deregistration; a graph replayed 3 times
+ *   queues     one thread per rank, 24 operations issued back to back, synchronised at the end
+ *              (run with CUDA_DEVICE_MAX_CONNECTIONS=1: the ranks of a device share one queue)
+ *   lonely     rank 0 of 2 on one device calls alone from its own thread (WEFT_TEST_LONELY=abort,
+ *              left or timeout): its call waits for rank 1 and ends as that says
  *   graph      3 all-reduces captured into a graph, replayed 5 times, checked after each replay
  *   graph-watchdog  an all-reduce captured while another thread polls ncclCommGetAsyncError
  *   graph-memfree   an all-reduce captured while another thread calls ncclMemFree
@@ -731,6 +735,209 @@ static int case_initrank(void)
         tally(th[r].ok);
     }
     return 0;
+}
+
+/*
+ * Issue 29, finding 3: ranks of one device in one process, a thread each, issue 24 operations
+ * back to back (all-reduces and ring send/recv groups, each into its own output) and synchronise
+ * only at the end, rank r pausing 2r ms between calls so rank 0 runs ahead. With
+ * CUDA_DEVICE_MAX_CONNECTIONS=1 every stream of a device feeds one in-order queue: a rank's
+ * kernel k must not sit behind another rank's wait for its own kernel k-1 ... or the kernels spin
+ * until WEFT_TIMEOUT. Every output is checked element by element.
+ */
+#define QUEUE_OPS 24
+static int check_cuda(int err, const char *what);
+#define QUEUE_COUNT 4096
+
+static void *queues_thread(void *arg)
+{
+    struct thr *th = arg;
+    int r = th->rank, n = g_n, dev = r % g_d;
+    CU(cu->set_device(dev));
+    ncclComm_t comm;
+    if (!check(ncclCommInitRank(&comm, n, th->id, r), "ncclCommInitRank"))
+        return NULL;
+    weft_cuda_stream_t s;
+    CU(cu->stream_create(&s));
+    size_t bytes = (size_t)QUEUE_OPS * QUEUE_COUNT * sizeof(int32_t);
+    int32_t *din, *dout, *h = malloc(bytes);
+    CU(cu->malloc((void **)&din, bytes));
+    CU(cu->malloc((void **)&dout, bytes));
+    for (int k = 0; k < QUEUE_OPS; k++)
+        for (size_t i = 0; i < QUEUE_COUNT; i++)
+            h[(size_t)k * QUEUE_COUNT + i] = (int32_t)(r * 1000 + (int)i + k);
+    CU(cu->memcpy_async(din, h, bytes, s));
+    CU(cu->memset_async(dout, 0, bytes, s));
+    CU(cu->stream_synchronize(s));
+    int ok = 1;
+    for (int k = 0; k < QUEUE_OPS && ok; k++) {
+        int32_t *in = din + (size_t)k * QUEUE_COUNT, *out = dout + (size_t)k * QUEUE_COUNT;
+        if (k % 2 == 0) {
+            ok = check(ncclAllReduce(in, out, QUEUE_COUNT, ncclInt32, ncclSum, comm,
+                                     (cudaStream_t)s), "ncclAllReduce");
+        } else {
+            ok = check(ncclGroupStart(), "ncclGroupStart") &&
+                 check(ncclSend(in, QUEUE_COUNT, ncclInt32, (r + 1) % n, comm, (cudaStream_t)s),
+                       "ncclSend") &&
+                 check(ncclRecv(out, QUEUE_COUNT, ncclInt32, (r + n - 1) % n, comm,
+                                (cudaStream_t)s), "ncclRecv");
+            ok &= check(ncclGroupEnd(), "ncclGroupEnd");
+        }
+        if (r > 0)
+            usleep(2000 * (unsigned)r);
+    }
+    if (ok)
+        ok = check_cuda(cu->stream_synchronize(s), "cudaStreamSynchronize");
+    ncclResult_t async = ncclSuccess;
+    ok &= check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError") &&
+          check(async, "asynchronous error");
+    if (ok) {
+        CU(cu->memcpy_async(h, dout, bytes, s));
+        CU(cu->stream_synchronize(s));
+    }
+    for (int k = 0; k < QUEUE_OPS && ok; k++)
+        for (size_t i = 0; i < QUEUE_COUNT && ok; i++) {
+            int from = (r + n - 1) % n;
+            int32_t want = k % 2 == 0 ? 1000 * n * (n - 1) / 2 + n * ((int)i + k)
+                                      : from * 1000 + (int)i + k;
+            if (h[(size_t)k * QUEUE_COUNT + i] != want) {
+                fprintf(stderr, "FAIL queues rank %d op %d index %zu: got %d want %d\n", r, k,
+                        i, h[(size_t)k * QUEUE_COUNT + i], want);
+                ok = 0;
+            }
+        }
+    CU(cu->free(din));
+    CU(cu->free(dout));
+    free(h);
+    CU(cu->stream_destroy(s));
+    ok &= check(ok ? ncclCommDestroy(comm) : ncclCommAbort(comm), "ncclCommDestroy");
+    th->ok = ok;
+    return NULL;
+}
+
+static int case_queues(void)
+{
+    ncclUniqueId id;
+    if (!check(ncclGetUniqueId(&id), "ncclGetUniqueId"))
+        return 1;
+    pthread_t t[MAXR];
+    struct thr th[MAXR];
+    for (int r = 0; r < g_n; r++) {
+        th[r].rank = r;
+        th[r].id = id;
+        th[r].ok = 0;
+        pthread_create(&t[r], NULL, queues_thread, &th[r]);
+    }
+    for (int r = 0; r < g_n; r++) {
+        pthread_join(t[r], NULL);
+        tally(th[r].ok);
+    }
+    return 0;
+}
+
+/*
+ * The order's own waits (exec/cuda_order.h): rank 0 of 2 on one device calls ncclAllReduce alone,
+ * from a thread of its own; the call waits for rank 1 to launch its part. WEFT_TEST_LONELY says
+ * how it ends: abort (ncclCommAbort of rank 0 from this thread: the call returns within 1 s),
+ * left (rank 1's communicator aborted: ncclRemoteError within 1 s, naming rank 1), timeout
+ * (WEFT_TIMEOUT=2: ncclRemoteError after about 2 s, naming rank 1 and what it did not launch).
+ * In every case the kernel that was launched leaves too.
+ */
+struct lonely_call {
+    float *d;
+    ncclResult_t res;
+    int done; /* atomic */
+    double t_done;
+    char msg[1024];
+};
+
+static void *lonely_thread(void *arg)
+{
+    struct lonely_call *lc = arg;
+    CU(cu->set_device(g_dev[0]));
+    lc->res = ncclAllReduce(lc->d, lc->d, 1024, ncclFloat32, ncclSum, g_comms[0],
+                            g_bufs[0].stream);
+    lc->t_done = now_s();
+    snprintf(lc->msg, sizeof(lc->msg), "%s", ncclGetLastError(NULL));
+    __atomic_store_n(&lc->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int case_lonely(void)
+{
+    const char *how = getenv("WEFT_TEST_LONELY");
+    if (how == NULL || (strcmp(how, "abort") != 0 && strcmp(how, "left") != 0 &&
+                        strcmp(how, "timeout") != 0)) {
+        fprintf(stderr, "set WEFT_TEST_LONELY to abort, left or timeout\n");
+        return 1;
+    }
+    if (g_n != 2 || g_d != 1) {
+        fprintf(stderr, "lonely needs -n 2 -d 1\n");
+        return 1;
+    }
+    if (!setup_all())
+        return 1;
+    struct lonely_call lc;
+    memset(&lc, 0, sizeof(lc));
+    CU(cu->set_device(g_dev[0]));
+    CU(cu->malloc((void **)&lc.d, 1024 * sizeof(float)));
+    double t0 = now_s();
+    pthread_t th;
+    pthread_create(&th, NULL, lonely_thread, &lc);
+    usleep(500000);
+    int ok = 1;
+    if (__atomic_load_n(&lc.done, __ATOMIC_ACQUIRE)) {
+        fprintf(stderr, "FAIL lonely: rank 0's call returned (%d) without rank 1's: %s\n",
+                lc.res, lc.msg);
+        ok = 0;
+    }
+    double t1 = now_s();
+    ncclResult_t want = ncclRemoteError;
+    if (strcmp(how, "abort") == 0) {
+        ok &= check(ncclCommAbort(g_comms[0]), "ncclCommAbort");
+        g_comms[0] = NULL;
+        want = ncclInvalidUsage;
+    } else if (strcmp(how, "left") == 0) {
+        ok &= check(ncclCommAbort(g_comms[1]), "ncclCommAbort (rank 1)");
+        g_comms[1] = NULL;
+    }
+    pthread_join(th, NULL);
+    double waited = lc.t_done - t1, total = lc.t_done - t0;
+    if (lc.res != want) {
+        fprintf(stderr, "FAIL lonely %s: the call returned %d, want %d: %s\n", how, lc.res, want,
+                lc.msg);
+        ok = 0;
+    }
+    if (strcmp(how, "timeout") == 0 ? total < 1.5 || total > 10 : waited > 1.0) {
+        fprintf(stderr, "FAIL lonely %s: the call returned after %.3f s (%.3f s after the "
+                "close)\n", how, total, waited);
+        ok = 0;
+    }
+    if (strcmp(how, "abort") != 0 &&
+        (strstr(lc.msg, "rank 1") == NULL ||
+         strstr(lc.msg, strcmp(how, "left") == 0 ? "left" : "did not launch its collective #1") ==
+             NULL)) {
+        fprintf(stderr, "FAIL lonely %s: the message does not say what rank 1 failed to do: %s\n",
+                how, lc.msg);
+        ok = 0;
+    }
+    printf("lonely %s: the call returned %d after %.3f s: %s\n", how, lc.res, total, lc.msg);
+    /* The kernel launched before the wait leaves too (abort, or its own deadline). */
+    for (int r = 0; r < 2; r++)
+        if (g_comms[r] != NULL) {
+            ncclCommAbort(g_comms[r]);
+            g_comms[r] = NULL;
+        }
+    CU(cu->set_device(g_dev[0]));
+    double ts = now_s();
+    CU(cu->stream_synchronize(g_bufs[0].stream));
+    if (now_s() - ts > 1.0) {
+        fprintf(stderr, "FAIL lonely %s: the kernel left %.3f s after the abort\n", how,
+                now_s() - ts);
+        ok = 0;
+    }
+    CU(cu->free(lc.d));
+    return finish(ok);
 }
 
 /* ---- graphs ------------------------------------------------------------------------------ */
@@ -1636,6 +1843,10 @@ int main(int argc, char **argv)
         rc = case_multicomm();
     else if (strcmp(c, "initrank") == 0)
         rc = case_initrank();
+    else if (strcmp(c, "queues") == 0)
+        rc = case_queues();
+    else if (strcmp(c, "lonely") == 0)
+        rc = case_lonely();
     else if (strcmp(c, "graph") == 0)
         rc = case_graph();
     else if (strcmp(c, "graph-watchdog") == 0)

@@ -78,7 +78,7 @@ CARRY_MAX=60
 #   stage      budget  run      result file    what
 TABLE=(
     "preflight  20      default  env.txt        driver, runtime, compute mode, MIG; build; probe"
-    "multirank  120     default  multirank.log  threads and processes; a capture + watchdog"
+    "multirank  130     default  multirank.log  threads and processes; a capture + watchdog"
     "reg        45      default  multirank.log  registered buffers: zero-copy, perf -R 1"
     "torch      55      default  torch.log      PyTorch's nccl backend on Weft, 2 processes"
     "perf       50      default  perf.log       copy rate; all_reduce_perf, 1 and 2 ranks"
@@ -109,7 +109,8 @@ preflight_cases=(
 # Issue 29's findings first: the capture with a watchdog polling (item 1; not emu=: until item 1
 # is fixed the emulated GPU invalidates that capture now and then, in the moments its internal
 # stream is joined to it), first launches of kernels while another rank's kernel spins, lazily
-# and eagerly loaded (item 2), four ranks' own streams on one hardware queue (item 3), legacy IPC
+# and eagerly loaded (item 2), four ranks' own streams on one hardware queue, in one group and
+# from a thread each with operations issued back to back (item 3), legacy IPC
 # teardown between processes (item 5).
 multirank_cases=(
     "graph-watchdog|15|$C graph-watchdog -n 2"
@@ -117,6 +118,7 @@ multirank_cases=(
     "emu=initrank-4-eager|15|env CUDA_MODULE_LOADING=EAGER $T initrank -n 4 -d 1"
     "emu=threads-4|15|$T sweep -n 4 -d 1 -q"
     "emu=threads-4-1queue|15|env CUDA_DEVICE_MAX_CONNECTIONS=1 $T sweep -n 4 -d 1 -q"
+    "emu=queues-4-1queue|10|env CUDA_DEVICE_MAX_CONNECTIONS=1 WEFT_TIMEOUT=5 $T queues -n 4 -d 1"
     "emu=one-stream-4|15|$T sweep -n 4 -d 1 -s -q"
     "emu=procs-2-cumem|15|$R $M sweep -q"
     "emu=procs-2-legacy|15|env NCCL_CUMEM_ENABLE=0 $R $M sweep -q"
@@ -159,8 +161,8 @@ more_cases=(
     "emu=loopback-ll|15|env NCCL_PROTO=LL $K loopback -f"
     "emu=loopback-simple|15|env NCCL_PROTO=Simple $K loopback -f"
     "emu=ll-wrap|15|env NCCL_PROTO=LL $K wrap"
-    "emu=abort|15|$T abort -n 2 -d 1"
-    "emu=deadline|15|env WEFT_TIMEOUT=2 $T timeout -n 2 -d 1"
+    "emu=abort|15|env WEFT_CUDA_ORDER=0 $T abort -n 2 -d 1"
+    "emu=deadline|15|env WEFT_CUDA_ORDER=0 WEFT_TIMEOUT=2 $T timeout -n 2 -d 1"
     "emu=mismatch|15|$T mismatch -n 2 -d 1"
     "emu=graph-replay|15|$T graph -n 2 -d 1"
     "emu=multicomm|15|$T multicomm -n 3 -d 1"
