@@ -13,12 +13,15 @@ meson compile -C "$dir" tests/gpu-emu/test_coll tests/gpu-emu/test_emu tests/gpu
     >/dev/null ||
     { echo "tsan: build failed"; exit 1; }
 # DEVICES|program arguments
+# "devices|[VAR=value ...] program args": the emulated devices, then the case's command line.
 cases=(
     "1|test_coll sweep -n 2 -d 1 -q"
     "2|test_coll sweep -n 3 -d 2 -q"
     "2|test_coll sweep -n 4 -d 2 -s -q"
     "2|test_coll graph -n 2 -d 2"
-    "1|test_coll abort -n 2 -d 1"
+    "1|WEFT_CUDA_ORDER=0 test_coll abort -n 2 -d 1"
+    "1|CUDA_DEVICE_MAX_CONNECTIONS=1 WEFT_TIMEOUT=20 test_coll queues -n 2 -d 1"
+    "2|CUDA_DEVICE_MAX_CONNECTIONS=1 WEFT_TIMEOUT=20 test_coll queues -n 4 -d 2"
     "2|test_coll multicomm -n 3 -d 2"
     "2|test_coll initrank -n 4 -d 2"
     "2|test_coll initrank -n 3 -d 2 -b"
@@ -32,9 +35,11 @@ cases=(
 pass=0 fail=0
 for c in "${cases[@]}"; do
     ndev=${c%%|*}; cmd=${c#*|}
+    vars=()
+    while [[ $cmd == [A-Z_]*=* ]]; do vars+=("${cmd%% *}"); cmd=${cmd#* }; done
     log=$(mktemp)
     if WEFT_CUDA=emu:$ndev TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-        timeout 300 "$dir/tests/gpu-emu/"$cmd >"$log" 2>&1; then
+        timeout 300 env "${vars[@]}" "$dir/tests/gpu-emu/"$cmd >"$log" 2>&1; then
         pass=$((pass + 1)); echo "tsan ok   $cmd (emu:$ndev)"
     else
         fail=$((fail + 1)); echo "tsan FAIL $cmd (emu:$ndev):"; grep -A20 -m1 "WARNING: ThreadSanitizer" "$log" || tail -20 "$log"
