@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/cma.h"
+#include "core/cond.h"
 #include "core/fault.h"
 #include "core/group.h"
 #include "core/mem.h"
@@ -874,14 +875,7 @@ ncclResult_t weft_comm_ticket_wait(struct ncclComm *comm, uint64_t ticket)
             res = ncclSystemError;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&comm->ticket_cond, &comm->ticket_lock, &ts);
+        weft_cond_wait_ms(&comm->ticket_cond, &comm->ticket_lock, 100);
     }
     __atomic_fetch_sub(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
     if (res == ncclSuccess)

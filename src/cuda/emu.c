@@ -122,6 +122,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cond.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -665,14 +666,7 @@ static int emu_wait_expired(struct emu_wait *w, uint64_t counter)
 static void emu_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t start_ns, int *warned,
                           const char *what)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 200 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
+    weft_cond_wait_ms(cv, mu, 200);
     int64_t wd = weft_param_EmuWatchdog();
     if (wd > 0 && !*warned && emu_now_ns() - start_ns > (uint64_t)wd * 1000000000ull) {
         *warned = 1;

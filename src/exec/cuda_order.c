@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/comm.h"
+#include "core/cond.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "dev_kernel.h"
@@ -211,15 +212,7 @@ ncclResult_t weft_cuda_order_wait(struct weft_cuda_order *o, struct ncclComm *co
             res = ncclRemoteError;
             break;
         }
-        /* Abort does not signal this condition: look again every 50 ms. */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 50 * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&o->cv, &o->mu, &until);
+        weft_cond_wait_ms(&o->cv, &o->mu, 50); /* abort does not signal: look every 50 ms */
     }
     pthread_mutex_unlock(&o->mu);
     return res;

@@ -717,7 +717,8 @@ static void *initrank_thread(void *arg)
     return NULL;
 }
 
-static int case_initrank(void)
+/* Runs body on a thread per rank (one unique id for all), counting each rank's result. */
+static int run_rank_threads(void *(*body)(void *))
 {
     ncclUniqueId id;
     if (!check(ncclGetUniqueId(&id), "ncclGetUniqueId"))
@@ -728,13 +729,18 @@ static int case_initrank(void)
         th[r].rank = r;
         th[r].id = id;
         th[r].ok = 0;
-        pthread_create(&t[r], NULL, initrank_thread, &th[r]);
+        pthread_create(&t[r], NULL, body, &th[r]);
     }
     for (int r = 0; r < g_n; r++) {
         pthread_join(t[r], NULL);
         tally(th[r].ok);
     }
     return 0;
+}
+
+static int case_initrank(void)
+{
+    return run_rank_threads(initrank_thread);
 }
 
 /*
@@ -817,22 +823,7 @@ static void *queues_thread(void *arg)
 
 static int case_queues(void)
 {
-    ncclUniqueId id;
-    if (!check(ncclGetUniqueId(&id), "ncclGetUniqueId"))
-        return 1;
-    pthread_t t[MAXR];
-    struct thr th[MAXR];
-    for (int r = 0; r < g_n; r++) {
-        th[r].rank = r;
-        th[r].id = id;
-        th[r].ok = 0;
-        pthread_create(&t[r], NULL, queues_thread, &th[r]);
-    }
-    for (int r = 0; r < g_n; r++) {
-        pthread_join(t[r], NULL);
-        tally(th[r].ok);
-    }
-    return 0;
+    return run_rank_threads(queues_thread);
 }
 
 /*
