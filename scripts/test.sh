@@ -11,5 +11,5 @@ meson test -C build --print-errorlogs --num-processes 3
 # ThreadSanitizer over the emulated GPU with ranks as threads (a reduced pass; scripts/tsan.sh).
 bash scripts/tsan.sh
 # AddressSanitizer + UBSan over unit, sim and the small mp cases (a reduced pass; the full ones:
-# scripts/sanitize.sh asan|tsan, README "Tests").
+# scripts/sanitize.sh asan|tsan, docs/testing.md "Sanitizers").
 bash scripts/sanitize.sh asan --reduced

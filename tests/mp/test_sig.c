@@ -13,7 +13,7 @@
  *       group holds more operations than the recent history (WEFT_SIG_HISTORY) keeps, and nothing
  *       of it lands in the outputs.
  *   group-alike: rank 0 groups three all-reduces, the others do not: the same failure, naming
- *       rank 0's fusion agreement (ranks must group alike; README "Fusion").
+ *       rank 0's fusion agreement (ranks must group alike; docs/algorithms.md "Fusion").
  *   p2p: rank 0 sends 100 floats to rank 1, which receives 200: rank 1's call fails naming its
  *       call (rank 0 may already be done: a send ends once its data is out).
  *   skip: 4 ranks; rank 3 skips all-reduce #2 (it sleeps, then aborts). The others fail at the

@@ -395,7 +395,8 @@ static void die_comm(struct trainer *t, const char *what)
 
 static double default_tol(const struct options *o, int which)
 {
-    /* Gates from trainer.md 1.10, widened for TP / EP / DP >= 3 summation orders; see README. */
+    /* Gates from trainer.md 1.10, widened for TP / EP / DP >= 3 summation orders; see
+     * docs/training.md. */
     int lock = o->check == CHECK_LOCKSTEP;
     switch (which) {
     case 0: return o->tol_loss >= 0 ? o->tol_loss : 5e-5;
