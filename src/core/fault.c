@@ -18,7 +18,7 @@ WEFT_PARAM_STR(Fault, "WEFT_FAULT", NULL,
                "stall:sec=S, drop, corrupt (each with optional :rank=R; the last three with "
                ":peer=P:frame=K, socket data frames), note[:rank=R][:peer=P][:n=K] (a mismatch or "
                "hang note fails), devalloc:n=N, launch:n=N (emulated GPU); "
-               "README \"Fault injection\"");
+               "docs/robustness.md \"Fault injection\"");
 
 int weft_fault_state; /* 0 unread, 1 none, 2 armed */
 static struct weft_fault weft_faults[WEFT_FAULT_MAX];
