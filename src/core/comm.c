@@ -17,6 +17,7 @@
 #include "core/comm.h"
 #include "core/cma.h"
 #include "core/fault.h"
+#include "core/cuda_peer.h"
 #include "core/group.h"
 #include "core/mem.h"
 #include "core/param.h"
