@@ -5,7 +5,7 @@
  * do. One communicator may use several transports at once (shm inside a host, socket across).
  *
  * A transport's job is to give each rank, for every channel and every peer it connects to, a
- * send and a receive struct weft_conn (exec/lane.h) whose FIFO the host step engine can read and
+ * send and a receive struct weft_conn (fifo.h) whose FIFO the host step engine can read and
  * write directly: shm maps the peers' memory; socket fills local FIFOs from a proxy thread.
  *
  * Versioning: `version` comes first; slots are only ever added at the end.

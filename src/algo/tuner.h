@@ -9,7 +9,7 @@
  * Reduce, AllGather, ReduceScatter, AllReduce; collectives not named keep every algorithm).
  * Algorithms: Ring, Tree, Direct (ours), and NCCL's CollNetDirect, CollNetChain, NVLS, NVLSTree and
  * PAT, which are accepted and never chosen (we have none of them). Protocols: LL, LL128, Simple;
- * LL is the LL FIFO of every connection (exec/lane.h), which steps of up to 1008 bytes
+ * LL is the LL FIFO of every connection (fifo.h), which steps of up to 1008 bytes
  * take; LL128 and Simple are the slot FIFO, which every other slice takes. An unknown name is
  * ncclInvalidUsage at communicator creation (weft_tune_check), as in NCCL.
  */

@@ -18,6 +18,7 @@
 #include "core/cma.h"
 #include "core/cond.h"
 #include "core/fault.h"
+#include "core/cuda_peer.h"
 #include "core/group.h"
 #include "core/mem.h"
 #include "core/param.h"

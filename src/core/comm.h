@@ -16,8 +16,7 @@
 
 #include "nccl.h"
 #include "algo/tuner.h"
-#include "exec/lane.h"
-#include "exec/wait.h"
+#include "fifo.h"
 
 #define WEFT_COMM_MAGIC 0x7765667463306d6dull /* "weftc0mm" */
 #define WEFT_COMM_DEAD 0x646561642d636f6dull /* "dead-com" */

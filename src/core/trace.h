@@ -16,7 +16,7 @@
  *
  * The times an operation's record gives (struct weft_trace_op) are the executor's one
  * per-operation record (exec/sig.h, struct weft_op_rec), read on CLOCK_MONOTONIC (weft_time_ns,
- * exec/wait.h): the trace converts them to CLOCK_REALTIME with the offset between the two clocks
+ * fifo.h): the trace converts them to CLOCK_REALTIME with the offset between the two clocks
  * taken when the communicator's trace is created.
  */
 #ifndef WEFT_CORE_TRACE_H

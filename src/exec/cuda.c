@@ -39,6 +39,7 @@
 #include "core/trace.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/cuda_peer.h"
 #include "core/group.h"
 #include "core/mem.h"
 #include "core/param.h"
@@ -225,45 +226,6 @@ ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev)
     comm->cuda_dev = dev;
     comm->cuda_bound = 1;
     return ncclSuccess;
-}
-
-ncclResult_t weft_cuda_peer_identity(int dev, struct weft_peer_info *me)
-{
-    struct weft_cuda_dev_id id;
-    int err = weft_cuda()->device_id(dev, &id);
-    if (err != 0) {
-        WEFT_WARN("rank %d: the uuid and PCI bus id of device %d: %s (%d)", me->rank, dev,
-                  weft_cuda()->error_string(err), err);
-        return ncclUnhandledCudaError;
-    }
-    _Static_assert(sizeof(me->cuda_uuid) == sizeof(id.uuid), "uuid size");
-    _Static_assert(sizeof(me->cuda_bus_id) == sizeof(id.bus_id), "bus id size");
-    memcpy(me->cuda_uuid, id.uuid, sizeof(id.uuid));
-    memcpy(me->cuda_bus_id, id.bus_id, sizeof(id.bus_id));
-    me->cuda_bus_id[sizeof(me->cuda_bus_id) - 1] = '\0';
-    return ncclSuccess;
-}
-
-int weft_cuda_same_gpu(const struct ncclComm *comm, int a, int b)
-{
-    const struct weft_peer_info *pa = &comm->peer_info[a], *pb = &comm->peer_info[b];
-    return pa->cuda_dev >= 0 && pb->cuda_dev >= 0 && pa->host_hash == pb->host_hash &&
-           pa->machine_hash == pb->machine_hash &&
-           memcmp(pa->cuda_uuid, pb->cuda_uuid, sizeof(pa->cuda_uuid)) == 0;
-}
-
-int weft_cuda_peer_device(const struct ncclComm *comm, int p)
-{
-    const struct weft_peer_info *pi = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
-    int d = -1;
-    if (pi->cuda_dev < 0 || self->cuda_dev < 0 || pi->host_hash != self->host_hash ||
-        pi->machine_hash != self->machine_hash)
-        return -1;
-    if (weft_cuda_same_gpu(comm, comm->rank, p))
-        return comm->cuda_dev;
-    if (weft_cuda()->device_by_bus_id(&d, pi->cuda_bus_id) != 0)
-        return -1; /* not visible in this process (CUDA_VISIBLE_DEVICES) */
-    return d;
 }
 
 int weft_cuda_host_fifo_peers(const struct ncclComm *comm)

@@ -33,18 +33,8 @@ int weft_cuda_is_device_ptr(const void *p);
  * Before the peer exchange, so every rank learns every rank's device. */
 ncclResult_t weft_cuda_comm_bind(struct ncclComm *comm, int dev);
 
-/*
- * Device identity across processes (CUDA_VISIBLE_DEVICES numbers devices per process, so every
- * rank may be "device 0"): peer_identity fills me->cuda_uuid and cuda_bus_id for device dev
- * before the peer exchange. same_gpu: ranks a and b use one GPU (same host, same uuid).
- * peer_device: the ordinal in this process of rank p's device, or -1 (another host, no device,
- * or not visible here). host_fifo_peers: peers of this host whose FIFOs with this rank are pinned
- * host memory (no peer access), -1 without the CUDA executor; for tests and logs.
- */
-struct weft_peer_info;
-ncclResult_t weft_cuda_peer_identity(int dev, struct weft_peer_info *me);
-int weft_cuda_same_gpu(const struct ncclComm *comm, int a, int b);
-int weft_cuda_peer_device(const struct ncclComm *comm, int p);
+/* Peers of this host whose FIFOs with this rank are pinned host memory (no peer access), -1
+ * without the CUDA executor; for tests and logs. (Which GPU a peer uses: core/cuda_peer.h.) */
 int weft_cuda_host_fifo_peers(const struct ncclComm *comm);
 
 /* Collective, after the peer exchange: device FIFOs, state, stream and events, where every rank

@@ -7,7 +7,7 @@
  * what lets one thread drive several communicators, or many peers, without deadlock.
  *
  * Waiting: after a round in which no lane moved, spin a little, then yield, then sleep on the
- * doorbell of the communicator we are blocked on (see exec/wait.h). While sleeping, every wake-up
+ * doorbell of the communicator we are blocked on (see fifo.h). While sleeping, every wake-up
  * checks the abort flag, a connection failure a transport's proxy recorded (comm->net_error), the
  * deadline (WEFT_TIMEOUT) and, for a peer on this host, whether its process still exists, so a
  * dead or stuck peer becomes an error naming it instead of a hang.

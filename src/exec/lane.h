@@ -1,26 +1,12 @@
 /*
  * The step engine shared by every host-side executor: the real host executor (ranks in processes
  * or threads over shm/socket connections) and the simulator (any number of virtual ranks driven
- * round-robin by one thread over in-memory connections).
+ * round-robin by one thread over in-memory connections). It moves data through connections laid
+ * out as the FIFO contract says (fifo.h: slots, slot header, control block, doorbell).
  *
- * A connection is a FIFO of nslots slots in memory both ends can address (shared memory for
- * shm, local memory for the simulator; a proxy thread bridges it for the socket transport).
- * Step s of a connection uses slot s % nslots. Each slot begins with a header that the sender
- * writes last, with a release store of `seq = s + 1`: the flag travels with the data, so a small
- * message costs the receiver one cache line (header and payload share the slot's first line).
- * The receiver returns slots by publishing `head` (steps freed) in the control block; the sender
- * re-reads it only when its cached copy says the FIFO is full. After publishing, each side rings
- * the other's doorbell (see exec/wait.h) so a sleeping peer wakes up.
- *
- * LL (NCCL's name for its low-latency protocol): a connection may carry a second FIFO (conn->ll)
- * of WEFT_LL_SLOTS small slots (1 KiB, up to WEFT_LL_PAYLOAD bytes each). A step that fits one
- * such slot travels there when the lane allows LL (lane->ll, from NCCL_PROTO) and the connection
- * has one; every other slice takes the slot FIFO ("Simple"). The LL FIFO is deep: on a host with
- * more ranks than cores, a rank posts many small operations before it gives its core away and its
- * peers drain them in one turn each (8 ranks on 2 cores: broadcast and reduce of 32 B - 512 B
- * 1.5-3x faster; 4 ranks: 1.3-2x). Large slices keep to WEFT_STEPS slots: letting them run 32
- * deep made all-reduce of 32 KiB on 8 ranks 1.7x slower (their data left the caches). 4 KiB LL
- * slots sped up 2 KiB steps too, but cost 128 KiB of mapped memory per connection, 4x this.
+ * LL (NCCL's name for its low-latency protocol): a step that fits one slot of a connection's LL
+ * FIFO (conn->ll) travels there when the lane allows LL (lane->ll, from NCCL_PROTO) and the
+ * connection has one; every other slice takes the slot FIFO ("Simple").
  * Both ends cut the same slices from the same schedule, so they agree which FIFO each takes; the
  * sender posts slices in order, so where both FIFOs are shared memory (conn->ll_ordered) a
  * receiver that finds the other FIFO posted ahead of the one it waits on knows the peer cut a
@@ -52,86 +38,15 @@
 #include <stdint.h>
 
 #include "algo/sched.h"
-#include "dev_fifo.h" /* WEFT_STEPS, WEFT_CHUNK_SLOTS, WEFT_CACHELINE and the credit rules */
+#include "fifo.h"
 #include "redop.h"
 
-#define WEFT_SLOT_HEADER 16
-/* The LL FIFO (slots: a power of two, as WEFT_STEPS). */
-#define WEFT_LL_SLOTS 32
-#define WEFT_LL_SLOT_BYTES 1024
-#define WEFT_LL_PAYLOAD (WEFT_LL_SLOT_BYTES - WEFT_SLOT_HEADER)
-
-/* The first bytes of every slot. */
-struct weft_slot_header {
-    uint64_t seq;   /* step + 1 once the slot holds that step's data; written last (release) */
-    uint32_t bytes; /* payload bytes of the slice */
-    uint32_t sig;   /* the operation's signature hash (exec/sig.h); 0: the sender does not check */
-};
-
-/* hdr->bytes of a slot whose payload is a weft_direct_desc (no slice is ever this large). */
-#define WEFT_SLOT_DIRECT 0xffffffffu
-
-/* A direct send's slot: the step's data, in the sender's address space. */
+/* A direct send's slot (hdr->bytes WEFT_SLOT_DIRECT): the step's data, in the sender's address
+ * space. */
 struct weft_direct_desc {
     uint64_t addr;
     uint64_t bytes;
     uint32_t revoked; /* set by a sender that gave the step up (weft_lane_revoke_direct) */
-};
-
-/* How a receiver reads its sender's memory (conn->direct). */
-enum {
-    WEFT_DIRECT_NONE = 0, /* it does not: every slice travels in the FIFO */
-    WEFT_DIRECT_MEMCPY,   /* one address space (ranks as threads of one process, or self) */
-    WEFT_DIRECT_CMA,      /* another process: process_vm_readv (cross memory attach) */
-};
-
-/* Payload bytes one slot carries. */
-static inline size_t weft_slot_payload(size_t slot_bytes)
-{
-    return slot_bytes - WEFT_SLOT_HEADER;
-}
-
-/* Lives in memory both ends map (the receiver's); written by the receiver only. */
-struct weft_fifo_ctrl {
-    uint64_t head;   /* steps the receiver has freed */
-    uint32_t direct; /* WEFT_DIRECT_*: set once at setup, before the ranks agree it is done */
-    char pad0[WEFT_CACHELINE - sizeof(uint64_t) - sizeof(uint32_t)];
-};
-
-struct weft_doorbell;
-
-/* One end of one connection (each side has its own struct; they share ctrl and slots). */
-struct weft_conn {
-    struct weft_fifo_ctrl *ctrl;
-    char *slots;                    /* nslots * slot_bytes, zeroed, in the receiver's memory */
-    size_t slot_bytes;              /* multiple of 64, header included */
-    uint32_t nslots;                /* WEFT_STEPS, or WEFT_LL_SLOTS for an LL FIFO: powers of two */
-    uint64_t step;                  /* next step this end posts (send) or frees (recv) */
-    struct weft_doorbell *peer_bell; /* rung after posting; NULL: nobody to wake */
-    uint64_t head_seen;             /* sender: last value of ctrl->head it read */
-    struct weft_conn *ll;           /* the LL FIFO beside this one, same direction; NULL: none */
-    int ll_ordered;                 /* the peer's posts to the two become visible here in the
-                                     * order it made them (shm; not through a socket proxy,
-                                     * which bridges each FIFO on its own) */
-    int direct;                     /* WEFT_DIRECT_*: how the receiver reads direct sends (both
-                                     * ends; NONE: the sender never makes one) */
-    int direct_pid;                 /* receiver, WEFT_DIRECT_CMA: the sender's process */
-    uint64_t direct_until;          /* sender: the step after its last direct send */
-    uint64_t direct_reads;          /* receiver: direct sends it has read (statistics, tests) */
-};
-
-/* The slot of `step` in conn's FIFO (nslots is a power of two: a mask, not a division, which
- * cost 20 ns a slice on 2-rank 8 B all-reduce). */
-static inline struct weft_slot_header *weft_conn_slot(const struct weft_conn *conn, uint64_t step)
-{
-    size_t slot = weft_fifo_slot(step, conn->nslots);
-    return (struct weft_slot_header *)(conn->slots + slot * conn->slot_bytes);
-}
-
-/* The connections a lane may use, indexed by peer rank. */
-struct weft_peer_conns {
-    struct weft_conn *send; /* to this peer; NULL if not connected */
-    struct weft_conn *recv; /* from this peer; NULL if not connected */
 };
 
 struct weft_lane {

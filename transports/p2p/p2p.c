@@ -59,9 +59,9 @@
 #include "core/auth.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/cuda_peer.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
-#include "exec/cuda.h"
 #include "transport.h"
 
 WEFT_PARAM(CumemEnable, "NCCL_CUMEM_ENABLE", -2,

@@ -4,7 +4,7 @@
  * Each rank creates one segment (shm_open, reserved with posix_fallocate, mmap) holding its
  * doorbell and, for every channel and every rank of its host that it connects to (itself
  * included), the FIFOs *into* this rank from that rank: control block then
- * WEFT_STEPS slots, then the LL FIFO (control block, WEFT_LL_SLOTS small slots; exec/lane.h), left
+ * WEFT_STEPS slots, then the LL FIFO (control block, WEFT_LL_SLOTS small slots; fifo.h), left
  * out when NCCL_PROTO excludes LL for every collective. Every rank maps every connected peer's
  * segment, so a sender writes its slices straight into the receiver's slots and the receiver
  * reduces straight out of them. Segments are
@@ -37,6 +37,7 @@
 #include "core/comm.h"
 #include "algo/tuner.h"
 #include "core/param.h"
+#include "fifo.h"
 #include "transport.h"
 
 WEFT_PARAM(ShmSlotBytes, "WEFT_SHM_SLOT_BYTES", -1,

@@ -2,7 +2,7 @@
  * Socket transport: ranks on different hosts (or any ranks, with NCCL_SHM_DISABLE=1), over TCP.
  *
  * As on NCCL's network path, the step engine only ever touches local memory. For every FIFO
- * channel and every connected peer a rank owns two FIFOs in its own memory (exec/lane.h layout:
+ * channel and every connected peer a rank owns two FIFOs in its own memory (fifo.h layout:
  * control block, then nslots slots): the *send* FIFO, which the rank's lanes fill, and the *recv*
  * FIFO, which the lanes drain. FIFO channels 0 .. nch-1 are the channels' slot FIFOs (WEFT_STEPS
  * slots), nch .. 2 nch-1 their LL FIFOs (WEFT_LL_SLOTS small slots, for small steps; absent when
@@ -28,7 +28,7 @@
  * all of them; credits of channel c always travel on connection c % nsocks. Everything a thread
  * touches (its links, the FIFOs of its channels) is its own: no locks.
  * A proxy polls for WEFT_SOCKET_SPIN_US after its last work, then sleeps in epoll_wait on its
- * sockets and the eventfd of its doorbell (exec/wait.h): rings cost nothing while it is awake.
+ * sockets and the eventfd of its doorbell (fifo.h): rings cost nothing while it is awake.
  *
  * Wire format: socket/socket.h. Every frame is validated: version, check word, type, channel
  * range and owner thread, step == the next step expected on this connection for that channel,
@@ -66,8 +66,7 @@
 #include "core/comm.h"
 #include "core/fault.h"
 #include "core/param.h"
-#include "exec/lane.h"
-#include "exec/wait.h"
+#include "fifo.h"
 #include "socket/socket.h"
 #include "transport.h"
 
@@ -134,7 +133,7 @@ struct weft_sock_link {
 };
 
 /* One (peer, FIFO channel): the two local FIFOs and the lanes' view of them. FIFO channel c <
- * nch is channel c's slot FIFO, nch + c its LL FIFO (exec/lane.h). */
+ * nch is channel c's slot FIFO, nch + c its LL FIFO (fifo.h). */
 struct weft_sock_chan {
     struct weft_fifo_ctrl *send_ctrl;
     char *send_slots;

@@ -1,4 +1,4 @@
-/* Doorbells' system calls: futexes across processes, eventfds, membarrier (exec/wait.h). */
+/* Doorbells' system calls: futexes across processes, eventfds, membarrier (fifo.h). */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "exec/wait.h"
+#include "fifo.h"
 
 void weft_futex_wake(uint32_t *addr)
 {
