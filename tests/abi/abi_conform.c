@@ -111,6 +111,7 @@ static void on_alarm(int sig)
 }
 
 #include "abi_util.h"
+#include "../common/torchrun_env.h"
 
 static void *xcalloc(size_t n, size_t size)
 {
@@ -3145,22 +3146,6 @@ static int read_full(int fd, void *buf, size_t len)
     return 0;
 }
 
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 /* The rank bodies of the thread cases that need nothing but their world's id and size, run with
  * ranks as processes by -s N (one fresh id each, from rank 0); devsweep where a device is. */
 static const struct {
@@ -3230,8 +3215,8 @@ static int run_processes(int n, int commid, int sweep)
     }
     if (commid) {
         char v[64];
-        int port = free_port();
-        if (port < 0) {
+        int port = weft_test_free_port();
+        if (port == 0) {
             printf("FAIL: no free port for NCCL_COMM_ID\n");
             return 1;
         }

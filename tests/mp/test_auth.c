@@ -44,6 +44,7 @@
 #include "core/store.h"
 #include "socket/socket.h"
 #include "../common/id_pipe.h"
+#include "../common/torchrun_env.h"
 
 #define COUNT 4099
 #define SECRET_A "secret-of-job-a-0123456789"
@@ -280,24 +281,11 @@ static int case_rogue_init(int n)
     return wait_all(pids, n) || bad;
 }
 
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        return -1;
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 static int case_rogue_commid(void)
 {
     char addr[64];
     pid_t pids[4];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", weft_test_free_port());
     setenv("NCCL_COMM_ID", addr, 1);
     /* Another job's process (another secret) tries to join as rank 1 before the real ranks. */
     pids[3] = fork();
@@ -357,20 +345,6 @@ static int case_wrong_secret(void)
     return run_ranks(&id, 2);
 }
 
-static void torch_env(int rank, int port)
-{
-    char v[32];
-    snprintf(v, sizeof(v), "%d", rank);
-    setenv("RANK", v, 1);
-    setenv("LOCAL_RANK", v, 1);
-    setenv("WORLD_SIZE", "2", 1);
-    setenv("LOCAL_WORLD_SIZE", "2", 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    snprintf(v, sizeof(v), "%d", port);
-    setenv("MASTER_PORT", v, 1);
-    setenv("TORCHELASTIC_RUN_ID", "authtest", 1);
-}
-
 /* A client of the store under `secret` (NULL: none): 0 when it got nothing, as it must. */
 static int store_thief(int port, const char *secret)
 {
@@ -401,7 +375,7 @@ static int store_thief(int port, const char *secret)
 
 static int case_store(void)
 {
-    int port = free_port();
+    int port = weft_test_free_port();
     pid_t pids[4];
     rogue_on = 1;
     for (int p = 0; p < 4; p++) {
@@ -411,7 +385,7 @@ static int case_store(void)
         if (p >= 2) /* thieves first, while rank 0's store is up and waiting for rank 1 */
             _exit(store_thief(port, p == 2 ? SECRET_B : NULL));
         setenv("WEFT_SECRET", SECRET_A, 1);
-        torch_env(p, port);
+        weft_test_torchrun_env(p, 2, port, "authtest");
         if (p == 1)
             usleep(2500 * 1000); /* after the thieves gave up */
         int rank, nranks, local;

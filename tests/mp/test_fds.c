@@ -38,6 +38,7 @@
 #include "weft.h"
 
 #include "../common/id_pipe.h"
+#include "../common/torchrun_env.h"
 
 #define COUNT 4099
 #define RANK_NOFILE 1024
@@ -136,32 +137,8 @@ static int g_store_port; /* store mode: the launch store's port; 0: the id comes
 /* torchrun's environment for rank `rank` of n, the store at 127.0.0.1:g_store_port. */
 static void store_env(int rank, int n)
 {
-    char v[32];
-    snprintf(v, sizeof(v), "%d", rank);
-    setenv("RANK", v, 1);
-    setenv("LOCAL_RANK", v, 1);
-    snprintf(v, sizeof(v), "%d", n);
-    setenv("WORLD_SIZE", v, 1);
-    setenv("LOCAL_WORLD_SIZE", v, 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    snprintf(v, sizeof(v), "%d", g_store_port);
-    setenv("MASTER_PORT", v, 1);
-    setenv("TORCHELASTIC_RUN_ID", "fdstest", 1);
+    weft_test_torchrun_env(rank, n, g_store_port, "fdstest");
     setenv("WEFT_SECRET", "fds-test-secret-0123456789abcdef", 1);
-}
-
-/* A TCP port nobody listens on now. */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
 }
 
 static int rank_main(struct weft_test_id_pipe *ip, int rank, int n, int attacked)
@@ -256,7 +233,7 @@ int main(int argc, char **argv)
     }
     if (pipe(req) != 0 || pipe(ack) != 0 || weft_test_id_pipe_open(&ip) != 0)
         return 1;
-    if (store && (g_store_port = free_port()) == 0)
+    if (store && (g_store_port = weft_test_free_port()) == 0)
         return 1;
     fflush(NULL);
     pids[n] = fork();
