@@ -507,12 +507,9 @@ static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, struct weft_p2p_stat
     return res;
 }
 
-static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
+/* Unmaps the peers' FIFO regions still mapped (drain does it first, close whatever is left). */
+static ncclResult_t p2p_unmap_imports(struct ncclComm *comm, struct weft_p2p_state *st)
 {
-    struct weft_p2p_state *st = state;
-    (void)comm;
-    if (st == NULL)
-        return ncclSuccess;
     const struct weft_cuda_ops *ops = weft_cuda();
     ncclResult_t res = ncclSuccess;
     for (int i = 0; i < st->nranks * WEFT_DEV_NREGIONS; i++) {
@@ -521,11 +518,22 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
         int err = st->import_how[i] == WEFT_DEV_HOW_LEGACY ? ops->ipc_close_handle(st->imports[i])
                                                            : ops->mem_release(st->imports[i]);
         if (err != 0 && res == ncclSuccess) {
-            WEFT_WARN("unmapping a peer's FIFO memory %p: %s (%d)", st->imports[i],
-                      ops->error_string(err), err);
+            WEFT_WARN("rank %d: unmapping a peer's FIFO memory %p: %s (%d)", comm->rank,
+                      st->imports[i], ops->error_string(err), err);
             res = ncclUnhandledCudaError;
         }
+        st->imports[i] = NULL;
     }
+    return res;
+}
+
+static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
+{
+    struct weft_p2p_state *st = state;
+    if (st == NULL)
+        return ncclSuccess;
+    const struct weft_cuda_ops *ops = weft_cuda();
+    ncclResult_t res = p2p_unmap_imports(comm, st);
     while (st->outbox != NULL) {
         struct weft_p2p_reg *r = st->outbox;
         st->outbox = r->next;
@@ -565,21 +573,8 @@ static ncclResult_t p2p_drain(struct ncclComm *comm, void *state)
     struct weft_p2p_state *st = state;
     if (st == NULL)
         return ncclSuccess;
-    const struct weft_cuda_ops *ops = weft_cuda();
-    ncclResult_t res = ncclSuccess;
+    ncclResult_t res = p2p_unmap_imports(comm, st);
     int legacy = 0;
-    for (int i = 0; i < st->nranks * WEFT_DEV_NREGIONS; i++) {
-        if (st->imports[i] == NULL)
-            continue;
-        int err = st->import_how[i] == WEFT_DEV_HOW_LEGACY ? ops->ipc_close_handle(st->imports[i])
-                                                           : ops->mem_release(st->imports[i]);
-        if (err != 0 && res == ncclSuccess) {
-            WEFT_WARN("rank %d: unmapping a peer's FIFO memory %p: %s (%d)", comm->rank,
-                      st->imports[i], ops->error_string(err), err);
-            res = ncclUnhandledCudaError;
-        }
-        st->imports[i] = NULL; /* close has nothing left to do for it */
-    }
     for (int p = 0; p < st->nranks; p++)
         legacy |= st->info[p].how[WEFT_DEV_REGION_DEVICE] == WEFT_DEV_HOW_LEGACY;
     if (!legacy)
