@@ -1,7 +1,6 @@
 /*
  * The launch order of the ranks of one device in one process (see exec/cuda_order.h).
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +29,7 @@ struct weft_cuda_order {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t launches; /* every launch counted: progress, for the deadline */
-    int nranks, nlocal;
+    int nlocal;
     int *local;        /* [nranks]: index among this process's ranks, or -1 */
     int *rank_of;      /* [nlocal] */
     struct weft_cuda_order_rank *r; /* [nlocal] */
@@ -51,6 +50,8 @@ struct weft_cuda_order *weft_cuda_order_new(int nranks, const int *dev, ncclResu
         return NULL;
     struct weft_cuda_order *o = calloc(1, sizeof(*o));
     if (o != NULL) {
+        pthread_mutex_init(&o->mu, NULL);
+        pthread_cond_init(&o->cv, NULL);
         o->local = malloc((size_t)nranks * sizeof(int));
         o->rank_of = malloc((size_t)nlocal * sizeof(int));
         o->r = calloc((size_t)nlocal, sizeof(*o->r));
@@ -62,9 +63,6 @@ struct weft_cuda_order *weft_cuda_order_new(int nranks, const int *dev, ncclResu
         weft_cuda_order_free(o);
         return NULL;
     }
-    pthread_mutex_init(&o->mu, NULL);
-    pthread_cond_init(&o->cv, NULL);
-    o->nranks = nranks;
     o->nlocal = nlocal;
     for (int p = 0, l = 0; p < nranks; p++) {
         o->local[p] = dev[p] < 0 ? -1 : l;
@@ -83,10 +81,8 @@ void weft_cuda_order_free(struct weft_cuda_order *o)
 {
     if (o == NULL)
         return;
-    if (o->r != NULL) { /* made in full: the lock too */
-        pthread_mutex_destroy(&o->mu);
-        pthread_cond_destroy(&o->cv);
-    }
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->cv);
     free(o->local);
     free(o->rank_of);
     free(o->r);
