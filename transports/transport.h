@@ -169,6 +169,7 @@ ncclResult_t weft_dev_sock_setup(struct ncclComm *comm, const uint8_t *xhost, in
 ncclResult_t weft_dev_sock_close(struct ncclComm *comm, void *state);
 
 extern const struct weft_transport weft_transport_shm;
+extern const struct weft_transport weft_transport_net;
 extern const struct weft_transport weft_transport_socket;
 
 #endif

@@ -31,6 +31,7 @@
 #include "exec/stream.h"
 #include "exec/wait.h"
 #include "exec/zcopy.h"
+#include "net/net.h"
 #include "transport.h"
 
 int weft_host_oversubscribed;
@@ -80,6 +81,7 @@ ncclResult_t weft_comm_tune_cfg(struct weft_tune_cfg *cfg)
 /* Transports in the order they are asked; the first that can connect a pair does. */
 static const struct weft_transport *const weft_transports[] = {
     &weft_transport_shm,
+    &weft_transport_net,
     &weft_transport_socket,
 };
 #define WEFT_NTRANSPORTS ((int)(sizeof(weft_transports) / sizeof(weft_transports[0])))
@@ -326,6 +328,8 @@ ncclResult_t weft_comm_free(struct ncclComm *comm)
         comm->async_stream = NULL;
     }
     WEFT_CHECK_IGNORE(weft_comm_disconnect(comm), res);
+    weft_net_close(comm->net);
+    comm->net = NULL;
     if (comm->bootstrap != NULL)
         WEFT_CHECK_IGNORE(weft_bootstrap_close(comm->bootstrap), res);
     free(comm->peer_info);
@@ -471,11 +475,12 @@ static const char *const weft_setting_names[WEFT_NSETTINGS] = {
     "WEFT_HOST_NCHANNELS", "WEFT_SHM_SLOT_BYTES",   "WEFT_SOCKET_SLOT_BYTES",
     "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_ALGO/WEFT_ALGO",
     "NCCL_PROTO",          "WEFT_DIRECT_MAX_BYTES", "WEFT_FUSE_BYTES",
-    "WEFT_DETERMINISTIC",  "WEFT_ZCOPY_MIN_BYTES",
+    "WEFT_DETERMINISTIC",  "WEFT_ZCOPY_MIN_BYTES", "NCCL_NET/NCCL_NET_PLUGIN (the network)",
 };
-#define WEFT_SETTING_HASHED(i) ((i) == 5 || (i) == 6) /* masks fingerprinted: no value to print */
+/* masks and the network fingerprinted: no value to print */
+#define WEFT_SETTING_HASHED(i) ((i) == 5 || (i) == 6 || (i) == WEFT_SETTING_NET)
 
-void weft_comm_settings(int nchannels, int64_t *v)
+void weft_comm_settings(int nchannels, int64_t net_id, int64_t *v)
 {
     v[0] = nchannels;
     v[1] = weft_param_ShmSlotBytes();
@@ -490,6 +495,7 @@ void weft_comm_settings(int nchannels, int64_t *v)
     v[8] = weft_param_FuseBytes();
     v[9] = weft_param_Deterministic();
     v[WEFT_SETTING_ZCOPY_MIN_BYTES] = weft_param_ZcopyMinBytes();
+    v[WEFT_SETTING_NET] = net_id;
 }
 
 /*
@@ -646,7 +652,11 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     me->ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
                                                               : (int)sysconf(_SC_NPROCESSORS_ONLN);
     gethostname(me->hostname, sizeof(me->hostname) - 1);
-    weft_comm_settings(comm->nchannels, me->settings);
+    WEFT_CHECK(weft_net_open(comm->comm_hash, comm->config.trafficClass == NCCL_CONFIG_UNDEF_INT
+                                                  ? NCCL_NET_TRAFFIC_CLASS_UNDEF
+                                                  : comm->config.trafficClass,
+                             comm->config.netName, &comm->net));
+    weft_comm_settings(comm->nchannels, weft_net_id(comm->net), me->settings);
     me->pid_ns = weft_pid_ns();
     /* Whether process_vm_readv pays here (core/cma.h) is measured now, once per process, before
      * the first exchange: later peers may busy-wait beside this rank, which halved memcpy's

@@ -31,19 +31,22 @@ struct weft_stream;
 struct weft_cuda_comm;
 struct weft_reg;
 struct weft_zcopy_map;
+struct weft_net;
 
 /*
  * Settings that shape the wire or a schedule (channels, slot sizes, socket links, algorithm and
  * protocol restrictions, the direct and fusion limits): every rank must hold the same, and init
  * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
  */
-#define WEFT_NSETTINGS 11
+#define WEFT_NSETTINGS 12
 #define WEFT_SETTING_ZCOPY_MIN_BYTES 10 /* its index (weft_comm_settings) */
+#define WEFT_SETTING_NET 11             /* the network across hosts (weft_net_id) */
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
  * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. Version 6:
- * WEFT_ZCOPY_MIN_BYTES among them. Version 7: the device's uuid and PCI bus id. */
-#define WEFT_PEER_INFO_VERSION 7
+ * WEFT_ZCOPY_MIN_BYTES among them. Version 7: the device's uuid and PCI bus id. Version 8:
+ * the network among the settings. */
+#define WEFT_PEER_INFO_VERSION 8
 struct weft_peer_info {
     uint32_t version;
     int32_t rank;
@@ -116,6 +119,8 @@ struct ncclComm {
     struct weft_peer_conns *chan_peers[WEFT_MAX_CHANNELS + 1];
     struct weft_peer_conns *peers_mem;
     struct weft_doorbell *bell; /* this rank's doorbell (shm segment, or the socket transport's) */
+    struct weft_net *net; /* the network across hosts (transports/net/net.h); NULL: the
+                           * built-in socket transport */
     int proxied; /* a proxy thread of this process moves some connections' data (socket
                   * transport): a waiting rank must not hold a core it may need (exec/host.c) */
     size_t slot_bytes;          /* of every connection of this communicator */
@@ -264,7 +269,7 @@ ncclResult_t weft_comm_setup(struct ncclComm *comm, const ncclUniqueId *id);
 
 /* This process's values of the settings every rank must share (weft_peer_info.settings), for a
  * communicator of nchannels channels. */
-void weft_comm_settings(int nchannels, int64_t *settings);
+void weft_comm_settings(int nchannels, int64_t net_id, int64_t *settings);
 
 /* The tuner's knobs (NCCL_ALGO, NCCL_PROTO, WEFT_ALGO, WEFT_DIRECT_MAX_BYTES) read and parsed for
  * a communicator's weft_tune_comm (also weft-scale's); ncclInvalidUsage, with a message naming the

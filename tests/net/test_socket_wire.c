@@ -128,7 +128,7 @@ static int fake_rank(const struct wire_case *c, ncclUniqueId id)
                                     .comm_hash = weft_bootstrap_magic(&id),
                                     .flags = WEFT_PEER_NO_SHM};
     snprintf(pi[1].hostname, sizeof(pi[1].hostname), "fakehost");
-    weft_comm_settings(1, pi[1].settings); /* the real rank 0 runs with the default channels */
+    weft_comm_settings(1, 0, pi[1].settings); /* the real rank 0 runs with the default channels */
     if (weft_bootstrap_allgather(bs, pi, sizeof(pi[0])) != ncclSuccess)
         return 1;
 

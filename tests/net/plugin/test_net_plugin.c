@@ -836,9 +836,15 @@ static ncclResult_t tnet_sock_error(struct tnet_comm *c, struct tnet_req *r, con
     ncclResult_t res =
         err == ECONNRESET || err == EPIPE || err == 0 ? ncclRemoteError : ncclSystemError;
 
-    TNET_WARN("%s on fd %d, a %zu-byte %s pending (%zu bytes moved): %s", call, c->fd, r->size,
-              call[0] == 's' ? "send" : "receive", r->off,
-              err == 0 ? "connection closed by peer (EOF)" : strerror(err));
+    /* A peer may close between messages when it is done (Weft's net transport says goodbye
+     * first): the caller decides whether that is an error, so it is no warning here. */
+    if (err == 0 && r->off == 0)
+        TNET_INFO("%s on fd %d, a %zu-byte %s pending: connection closed by peer (EOF)", call,
+                  c->fd, r->size, call[0] == 's' ? "send" : "receive");
+    else
+        TNET_WARN("%s on fd %d, a %zu-byte %s pending (%zu bytes moved): %s", call, c->fd,
+                  r->size, call[0] == 's' ? "send" : "receive", r->off,
+                  err == 0 ? "connection closed by peer (EOF)" : strerror(err));
     return res;
 }
 
