@@ -51,6 +51,7 @@
 #include "core/comm.h"
 #include "core/param.h"
 #include "fifo.h"
+#include "link.h"
 #include "net.h"
 #include "transport.h"
 
@@ -69,8 +70,8 @@ WEFT_PARAM_DECL(BootstrapTimeout);
 /* One (peer, FIFO channel): the two local FIFOs, their provider connections and requests. */
 struct weft_net_fifo {
     struct weft_conn send, recv;
-    size_t bytes; /* of each FIFO's slots */
-    void *listen_comm, *send_comm, *recv_comm;
+    size_t bytes;               /* of each FIFO's slots */
+    struct weft_net_link *link; /* its provider connections (st->links) */
     void *send_mh, *recv_mh;
     uint64_t tx_posted, tx_done; /* steps handed to isend, steps whose send completed */
     uint64_t rx_posted, rx_done; /* steps with an irecv posted, steps received */
@@ -79,7 +80,6 @@ struct weft_net_fifo {
     int bye_sent;
     void *tx_req[WEFT_NET_MAX_SLOTS];
     void *rx_req[WEFT_NET_MAX_SLOTS];
-    char theirs[NCCL_NET_HANDLE_MAXSIZE]; /* the peer's listen handle (connect keeps state) */
 };
 
 struct weft_net_peer {
@@ -104,6 +104,7 @@ struct weft_net_state {
     uint64_t spin_ns, poll_max_ns;
     struct weft_net_peer *peers; /* [npeers] */
     int npeers;
+    struct weft_net_link *links; /* [npeers][nfifo] */
     struct weft_doorbell *rank_bell;
     struct weft_doorbell *own_bell; /* comm->bell when no other transport provided one */
     pthread_t tid;
@@ -182,8 +183,8 @@ static int net_fifo_progress(struct weft_net_state *st, struct weft_net_peer *p,
         if (size > f->send.slot_bytes - WEFT_NET_SKIP)
             size = f->send.slot_bytes - WEFT_NET_SKIP; /* never: the lanes fill at most a slot */
         void *req = NULL;
-        res = t->isend(f->send_comm, (char *)h + WEFT_NET_SKIP, size, st->me, f->send_mh, NULL,
-                       &req);
+        res = t->isend(f->link->send_comm, (char *)h + WEFT_NET_SKIP, size, st->me, f->send_mh,
+                       NULL, &req);
         if (res != ncclSuccess)
             return net_peer_fail(st, p, c, "isend", res), 1;
         if (req == NULL)
@@ -213,7 +214,7 @@ static int net_fifo_progress(struct weft_net_state *st, struct weft_net_peer *p,
         size_t size = f->recv.slot_bytes - WEFT_NET_SKIP;
         int tag = p->rank;
         void *req = NULL;
-        res = t->irecv(f->recv_comm, 1, &data, &size, &tag, &f->recv_mh, NULL, &req);
+        res = t->irecv(f->link->recv_comm, 1, &data, &size, &tag, &f->recv_mh, NULL, &req);
         if (res != ncclSuccess)
             return net_peer_fail(st, p, c, "irecv", res), 1;
         if (req == NULL)
@@ -289,7 +290,7 @@ static int net_flushed(struct weft_net_state *st)
             ncclResult_t res;
             int done = 0;
             if (f->bye_req == NULL) {
-                res = st->t->isend(f->send_comm, f->send.slots, 0, st->me, f->send_mh, NULL,
+                res = st->t->isend(f->link->send_comm, f->send.slots, 0, st->me, f->send_mh, NULL,
                                    &f->bye_req);
                 if (res != ncclSuccess) {
                     net_peer_fail(st, p, c, "goodbye", res);
@@ -312,10 +313,15 @@ static int net_flushed(struct weft_net_state *st)
     return flushed;
 }
 
+static int net_recheck(void *arg)
+{
+    return net_scan(arg);
+}
+
 static void *net_proxy_main(void *arg)
 {
     struct weft_net_state *st = arg;
-    uint64_t idle_since = 0, nap_ns = 20000;
+    struct weft_net_nap nap = {0, 0};
     for (;;) {
         int stop = __atomic_load_n(&st->stop, __ATOMIC_ACQUIRE);
         if (stop == WEFT_NET_STOP)
@@ -325,28 +331,10 @@ static void *net_proxy_main(void *arg)
             __atomic_store_n(&st->flushed, 1, __ATOMIC_RELEASE);
             break;
         }
-        if (work) {
-            idle_since = 0;
-            nap_ns = 20000;
-            continue;
-        }
-        uint64_t now = weft_time_ns();
-        if (idle_since == 0)
-            idle_since = now;
-        if (now - idle_since < st->spin_ns) {
-            weft_cpu_relax();
-            continue;
-        }
-        uint32_t seq = __atomic_load_n(&st->bell.seq, __ATOMIC_ACQUIRE);
-        int deaf = weft_doorbell_enter(&st->bell) != 0;
-        if (!net_scan(st) && __atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) == stop) {
-            weft_futex_wait(&st->bell.seq, seq, deaf && nap_ns > 100000 ? 100000 : nap_ns);
-            nap_ns = nap_ns * 2 > st->poll_max_ns ? st->poll_max_ns : nap_ns * 2;
-        } else {
-            idle_since = 0;
-            nap_ns = 20000;
-        }
-        weft_doorbell_leave(&st->bell);
+        if (work)
+            weft_net_nap_reset(&nap);
+        else
+            weft_net_nap(&nap, &st->bell, st->spin_ns, st->poll_max_ns, net_recheck, st);
     }
     return NULL;
 }
@@ -365,7 +353,8 @@ static void net_proxy_stop(struct weft_net_state *st, int flush)
         while (!__atomic_load_n(&st->flushed, __ATOMIC_ACQUIRE) &&
                !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
             if (weft_time_ns() > deadline) {
-                WEFT_INFO(WEFT_LOG_NET, "rank %d: NET/%s could not hand all posted data to the "
+                WEFT_INFO(WEFT_LOG_NET,
+                          "rank %d: NET/%s could not hand all posted data to the "
                           "network within %lld s; closing anyway",
                           st->me, st->net->name, (long long)secs);
                 break;
@@ -394,20 +383,16 @@ static ncclResult_t net_close(struct ncclComm *comm, void *state)
         for (int c = 0; p->fifos != NULL && c < st->nfifo; c++) {
             struct weft_net_fifo *f = &p->fifos[c];
             if (f->send_mh != NULL)
-                (void)t->deregMr(f->send_comm, f->send_mh);
+                (void)t->deregMr(f->link->send_comm, f->send_mh);
             if (f->recv_mh != NULL)
-                (void)t->deregMr(f->recv_comm, f->recv_mh);
-            if (f->send_comm != NULL)
-                (void)t->closeSend(f->send_comm);
-            if (f->recv_comm != NULL)
-                (void)t->closeRecv(f->recv_comm);
-            if (f->listen_comm != NULL)
-                (void)t->closeListen(f->listen_comm);
+                (void)t->deregMr(f->link->recv_comm, f->recv_mh);
         }
         free(p->fifos);
         if (p->mem != NULL)
             munmap(p->mem, p->mem_bytes);
     }
+    weft_net_links_close(st->net, st->links, st->npeers * st->nfifo);
+    free(st->links);
     if (st->own_bell != NULL && comm->bell == st->own_bell)
         comm->bell = NULL;
     free(st->own_bell);
@@ -426,13 +411,12 @@ static ncclResult_t net_peer_init(struct weft_net_state *st, struct weft_net_pee
 {
     struct ncclComm *comm = st->comm;
     p->rank = rank;
-    snprintf(p->where, sizeof(p->where), "peer %d (host %s)", rank,
-             comm->peer_info[rank].hostname);
+    snprintf(p->where, sizeof(p->where), "peer %d (host %s)", rank, comm->peer_info[rank].hostname);
     size_t stride = net_fifo_stride(st->slot_bytes, WEFT_STEPS);
     size_t ll_stride = net_fifo_stride(WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS);
     p->mem_bytes = (size_t)st->nch * 2 * stride + (size_t)(st->nfifo - st->nch) * 2 * ll_stride;
-    void *mem = mmap(NULL, p->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                     0);
+    void *mem =
+        mmap(NULL, p->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
         WEFT_WARN("mmap of %zu bytes for the net FIFOs of %s failed: %s", p->mem_bytes, p->where,
                   strerror(errno));
@@ -473,106 +457,6 @@ static ncclResult_t net_peer_init(struct weft_net_state *st, struct weft_net_pee
     return ncclSuccess;
 }
 
-/* Listens once per (peer, FIFO channel), swaps handles with every peer over the bootstrap. */
-static ncclResult_t net_exchange(struct weft_net_state *st)
-{
-    struct ncclComm *comm = st->comm;
-    size_t n = (size_t)st->nfifo * NCCL_NET_HANDLE_MAXSIZE;
-    char *mine = calloc(1, n);
-    ncclResult_t res = ncclSuccess;
-    if (mine == NULL) {
-        WEFT_WARN("out of memory for net handles");
-        return ncclSystemError;
-    }
-    for (int pi = 0; pi < st->npeers; pi++) {
-        struct weft_net_peer *p = &st->peers[pi];
-        memset(mine, 0, n);
-        for (int c = 0; c < st->nfifo; c++) {
-            res = st->t->listen(st->net->ctx, st->dev, mine + (size_t)c * NCCL_NET_HANDLE_MAXSIZE,
-                                &p->fifos[c].listen_comm);
-            if (res != ncclSuccess || p->fifos[c].listen_comm == NULL) {
-                WEFT_WARN("rank %d: NET/%s: listen for %s failed (error %d)", st->me,
-                          st->net->name, p->where, (int)res);
-                res = res != ncclSuccess ? res : ncclInternalError;
-                goto out;
-            }
-        }
-        WEFT_CHECK_GOTO(weft_bootstrap_send(comm->bootstrap, p->rank, WEFT_NET_TAG, mine, n), res,
-                        out);
-    }
-    for (int pi = 0; pi < st->npeers; pi++) {
-        struct weft_net_peer *p = &st->peers[pi];
-        WEFT_CHECK_GOTO(weft_bootstrap_recv(comm->bootstrap, p->rank, WEFT_NET_TAG, mine, n), res,
-                        out);
-        for (int c = 0; c < st->nfifo; c++)
-            memcpy(p->fifos[c].theirs, mine + (size_t)c * NCCL_NET_HANDLE_MAXSIZE,
-                   NCCL_NET_HANDLE_MAXSIZE);
-    }
-out:
-    free(mine);
-    return res;
-}
-
-/* Connects to every peer's handles and accepts every peer's connections, in one loop. */
-static ncclResult_t net_connect_all(struct weft_net_state *st)
-{
-    struct ncclComm *comm = st->comm;
-    const ncclNet_v11_t *t = st->t;
-    uint64_t deadline = weft_time_ns() + (uint64_t)weft_param_BootstrapTimeout() * 1000000000ull;
-    for (;;) {
-        int left = 0, moved = 0;
-        for (int pi = 0; pi < st->npeers; pi++) {
-            struct weft_net_peer *p = &st->peers[pi];
-            for (int c = 0; c < st->nfifo; c++) {
-                struct weft_net_fifo *f = &p->fifos[c];
-                ncclResult_t res;
-                if (f->send_comm == NULL) {
-                    ncclNetDeviceHandle_v11_t *dh = NULL;
-                    res = t->connect(st->net->ctx, st->dev, f->theirs, &f->send_comm, &dh);
-                    if (res != ncclSuccess) {
-                        WEFT_WARN("rank %d: NET/%s: connect to %s (FIFO channel %d) failed "
-                                  "(error %d)",
-                                  st->me, st->net->name, p->where, c, (int)res);
-                        return res;
-                    }
-                    moved |= f->send_comm != NULL;
-                }
-                if (f->recv_comm == NULL) {
-                    ncclNetDeviceHandle_v11_t *dh = NULL;
-                    res = t->accept(f->listen_comm, &f->recv_comm, &dh);
-                    if (res != ncclSuccess) {
-                        WEFT_WARN("rank %d: NET/%s: accept from %s (FIFO channel %d) failed "
-                                  "(error %d)",
-                                  st->me, st->net->name, p->where, c, (int)res);
-                        return res;
-                    }
-                    if (f->recv_comm != NULL) {
-                        (void)t->closeListen(f->listen_comm);
-                        f->listen_comm = NULL;
-                        moved = 1;
-                    }
-                }
-                left += (f->send_comm == NULL) + (f->recv_comm == NULL);
-            }
-        }
-        if (left == 0)
-            return ncclSuccess;
-        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
-            WEFT_WARN("rank %d: NET/%s: setup aborted with %d connections still open", st->me,
-                      st->net->name, left);
-            return ncclInternalError;
-        }
-        if (weft_time_ns() > deadline) {
-            WEFT_WARN("rank %d: NET/%s: %d connections not made within %lld s "
-                      "(WEFT_BOOTSTRAP_TIMEOUT): a peer is gone or unreachable",
-                      st->me, st->net->name, left, (long long)weft_param_BootstrapTimeout());
-            return ncclRemoteError;
-        }
-        if (!moved)
-            usleep(200);
-    }
-}
-
 static ncclResult_t net_register(struct weft_net_state *st)
 {
     const ncclNet_v11_t *t = st->t;
@@ -580,13 +464,14 @@ static ncclResult_t net_register(struct weft_net_state *st)
         struct weft_net_peer *p = &st->peers[pi];
         for (int c = 0; c < st->nfifo; c++) {
             struct weft_net_fifo *f = &p->fifos[c];
-            ncclResult_t res = t->regMr(f->send_comm, f->send.slots, f->bytes, NCCL_PTR_HOST,
-                                        &f->send_mh);
+            ncclResult_t res =
+                t->regMr(f->link->send_comm, f->send.slots, f->bytes, NCCL_PTR_HOST, &f->send_mh);
             if (res == ncclSuccess)
-                res = t->regMr(f->recv_comm, f->recv.slots, f->bytes, NCCL_PTR_HOST, &f->recv_mh);
+                res = t->regMr(f->link->recv_comm, f->recv.slots, f->bytes, NCCL_PTR_HOST,
+                               &f->recv_mh);
             if (res != ncclSuccess) {
-                WEFT_WARN("rank %d: NET/%s: registering the FIFOs of %s failed (error %d)",
-                          st->me, st->net->name, p->where, (int)res);
+                WEFT_WARN("rank %d: NET/%s: registering the FIFOs of %s failed (error %d)", st->me,
+                          st->net->name, p->where, (int)res);
                 return res;
             }
         }
@@ -646,8 +531,26 @@ static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             continue;
         WEFT_CHECK_GOTO(net_peer_init(st, &st->peers[np++], p), res, err);
     }
-    WEFT_CHECK_GOTO(net_exchange(st), res, err);
-    WEFT_CHECK_GOTO(net_connect_all(st), res, err);
+    st->links = calloc((size_t)st->npeers * st->nfifo + 1, sizeof(*st->links));
+    int *ranks = calloc((size_t)st->npeers + 1, sizeof(int));
+    if (st->links == NULL || ranks == NULL) {
+        free(ranks);
+        WEFT_WARN("out of memory for the net connections of %d peers", st->npeers);
+        res = ncclSystemError;
+        goto err;
+    }
+    for (int i = 0; i < st->npeers; i++) {
+        ranks[i] = st->peers[i].rank;
+        for (int c = 0; c < st->nfifo; c++)
+            st->peers[i].fifos[c].link = &st->links[(size_t)i * st->nfifo + c];
+    }
+    char who[96];
+    snprintf(who, sizeof(who), "NET/%s host FIFOs", st->net->name);
+    res = weft_net_links_open(st->net, comm->bootstrap, WEFT_NET_TAG, st->me, st->dev, ranks,
+                              st->npeers, st->nfifo, st->links, &comm->abort_flag, who);
+    free(ranks);
+    if (res != ncclSuccess)
+        goto err;
     WEFT_CHECK_GOTO(net_register(st), res, err);
     if (st->npeers > 0) {
         int rc = pthread_create(&st->tid, NULL, net_proxy_main, st);

@@ -25,11 +25,11 @@
 
 /* A communicator's network: the provider's table and its per-communicator context. */
 struct weft_net {
-    const ncclNet_v11_t *table; /* every call goes through it (v11: the plugin's own table) */
-    void *ctx;                  /* from init; handed to listen, connect, finalize */
-    const char *name;           /* the table's name, read after init */
-    int version;                /* of the plugin's table: 11 .. 8 */
-    const char *path;           /* the library it came from */
+    const ncclNet_v11_t *table;    /* every call goes through it (v11: the plugin's own table) */
+    void *ctx;                     /* from init; handed to listen, connect, finalize */
+    const char *name;              /* the table's name, read after init */
+    int version;                   /* of the plugin's table: 11 .. 8 */
+    const char *path;              /* the library it came from */
     ncclNetProperties_v11_t props; /* of device 0 */
     int ndev;
 };

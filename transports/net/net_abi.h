@@ -86,21 +86,21 @@ typedef ncclNetCommConfig_v11_t ncclNetCommConfig_v10_t;
 
 /* One device's properties. v11: 112 bytes. */
 typedef struct {
-    char *name;        /* for messages */
-    char *pciPath;     /* the device's sysfs PCI directory; NULL for a virtual one */
-    uint64_t guid;     /* equal guids: the same port */
-    int ptrSupport;    /* NCCL_PTR_* */
-    int regIsGlobal;   /* a registration is valid on every comm of the device */
-    int forceFlush;    /* receives into device memory always need iflush */
-    int speed;         /* Mbit/s */
+    char *name;      /* for messages */
+    char *pciPath;   /* the device's sysfs PCI directory; NULL for a virtual one */
+    uint64_t guid;   /* equal guids: the same port */
+    int ptrSupport;  /* NCCL_PTR_* */
+    int regIsGlobal; /* a registration is valid on every comm of the device */
+    int forceFlush;  /* receives into device memory always need iflush */
+    int speed;       /* Mbit/s */
     int port;
-    float latency;     /* microseconds; 0: the default */
+    float latency; /* microseconds; 0: the default */
     int maxComms;
-    int maxRecvs;      /* most buffers one irecv may take */
+    int maxRecvs; /* most buffers one irecv may take */
     ncclNetDeviceType netDeviceType;
     int netDeviceVersion;
     ncclNetVDeviceProps_v11_t vProps;
-    size_t maxP2pBytes;  /* largest point-to-point message, in (0, NCCL_MAX_NET_SIZE_BYTES] */
+    size_t maxP2pBytes; /* largest point-to-point message, in (0, NCCL_MAX_NET_SIZE_BYTES] */
     size_t maxCollBytes;
     int maxMultiRequestSize;
 } ncclNetProperties_v11_t;
@@ -202,8 +202,8 @@ typedef struct {
     ncclResult_t (*devices)(int *ndev);
     ncclResult_t (*getProperties)(int dev, ncclNetProperties_v10_t *props);
     ncclResult_t (*listen)(int dev, void *handle, void **listenComm);
-    ncclResult_t (*connect)(int dev, ncclNetCommConfig_v10_t *config, void *handle,
-                            void **sendComm, ncclNetDeviceHandle_v10_t **sendDevComm);
+    ncclResult_t (*connect)(int dev, ncclNetCommConfig_v10_t *config, void *handle, void **sendComm,
+                            ncclNetDeviceHandle_v10_t **sendDevComm);
     ncclResult_t (*accept)(void *listenComm, void **recvComm,
                            ncclNetDeviceHandle_v10_t **recvDevComm);
     ncclResult_t (*regMr)(void *comm, void *data, size_t size, int type, void **mhandle);

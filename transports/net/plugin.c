@@ -37,9 +37,9 @@ WEFT_PARAM_STR(NetName, "NCCL_NET", NULL,
 struct weft_net_lib {
     char path[PATH_MAX];
     void *dl;
-    int version;       /* 11 .. 8 */
-    const void *table; /* the exported ncclNetPlugin_vN */
-    int disabled;      /* init failed, no device, or another external was assigned */
+    int version;        /* 11 .. 8 */
+    const void *table;  /* the exported ncclNetPlugin_vN */
+    int disabled;       /* init failed, no device, or another external was assigned */
     ncclNet_v11_t *v11; /* what communicators call: the plugin's table (v11) or an adapter */
 };
 
@@ -138,8 +138,8 @@ static ncclResult_t weft_net_v10_listen(void *ctx, int dev, void *handle, void *
 static ncclResult_t weft_net_v10_connect(void *ctx, int dev, void *handle, void **send_comm,
                                          ncclNetDeviceHandle_v11_t **dev_comm)
 {
-    return weft_net_v10->connect(dev, &((struct weft_net_old_ctx *)ctx)->config, handle,
-                                 send_comm, dev_comm);
+    return weft_net_v10->connect(dev, &((struct weft_net_old_ctx *)ctx)->config, handle, send_comm,
+                                 dev_comm);
 }
 
 static ncclResult_t weft_net_v10_init(void **ctx, uint64_t comm_id, ncclNetCommConfig_v11_t *config,
@@ -207,8 +207,8 @@ static ncclResult_t weft_net_v9_isend(void *send_comm, void *data, size_t size, 
     return weft_net_v9->isend(send_comm, data, size, tag, mhandle, request);
 }
 
-static ncclResult_t weft_net_v9_irecv(void *recv_comm, int n, void **data, size_t *sizes,
-                                      int *tags, void **mhandles, void **phandles, void **request)
+static ncclResult_t weft_net_v9_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                                      void **mhandles, void **phandles, void **request)
 {
     (void)phandles;
     return weft_net_v9->irecv(recv_comm, n, data, sizes, tags, mhandles, request);
@@ -305,8 +305,8 @@ static ncclResult_t weft_net_v8_isend(void *send_comm, void *data, size_t size, 
     return weft_net_v8->isend(send_comm, data, (int)size, tag, mhandle, request);
 }
 
-static ncclResult_t weft_net_v8_irecv(void *recv_comm, int n, void **data, size_t *sizes,
-                                      int *tags, void **mhandles, void **phandles, void **request)
+static ncclResult_t weft_net_v8_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                                      void **mhandles, void **phandles, void **request)
 {
     (void)phandles;
     int isizes[NCCL_NET_MAX_REQUESTS];
@@ -527,21 +527,36 @@ static void weft_net_list(void)
 /* Slots every provider must fill (after init: some plugins fill their table in init). */
 static const char *weft_net_missing_slot(const ncclNet_v11_t *t, int version)
 {
-    if (t->devices == NULL) return "devices";
-    if (t->getProperties == NULL) return "getProperties";
-    if (t->listen == NULL) return "listen";
-    if (t->connect == NULL) return "connect";
-    if (t->accept == NULL) return "accept";
-    if (t->regMr == NULL) return "regMr";
-    if (t->deregMr == NULL) return "deregMr";
-    if (t->isend == NULL) return "isend";
-    if (t->irecv == NULL) return "irecv";
-    if (t->iflush == NULL) return "iflush";
-    if (t->test == NULL) return "test";
-    if (t->closeSend == NULL) return "closeSend";
-    if (t->closeRecv == NULL) return "closeRecv";
-    if (t->closeListen == NULL) return "closeListen";
-    if (version == 11 && t->finalize == NULL) return "finalize";
+    if (t->devices == NULL)
+        return "devices";
+    if (t->getProperties == NULL)
+        return "getProperties";
+    if (t->listen == NULL)
+        return "listen";
+    if (t->connect == NULL)
+        return "connect";
+    if (t->accept == NULL)
+        return "accept";
+    if (t->regMr == NULL)
+        return "regMr";
+    if (t->deregMr == NULL)
+        return "deregMr";
+    if (t->isend == NULL)
+        return "isend";
+    if (t->irecv == NULL)
+        return "irecv";
+    if (t->iflush == NULL)
+        return "iflush";
+    if (t->test == NULL)
+        return "test";
+    if (t->closeSend == NULL)
+        return "closeSend";
+    if (t->closeRecv == NULL)
+        return "closeRecv";
+    if (t->closeListen == NULL)
+        return "closeListen";
+    if (version == 11 && t->finalize == NULL)
+        return "finalize";
     return NULL;
 }
 
@@ -563,8 +578,8 @@ static ncclResult_t weft_net_try(struct weft_net_lib *lib, uint64_t comm_hash, i
     }
     const char *slot = weft_net_missing_slot(t, lib->version);
     if (slot != NULL) {
-        WEFT_WARN("NET/Plugin: %s (v%d, %s) left slot %s empty after init", t->name,
-                  lib->version, lib->path, slot);
+        WEFT_WARN("NET/Plugin: %s (v%d, %s) left slot %s empty after init", t->name, lib->version,
+                  lib->path, slot);
         why = "a required slot is empty";
         res = ncclInternalError;
         goto fail_finalize;
