@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dev_fifo.h"
 #include "nccl.h"
 
 struct ncclComm;
@@ -147,26 +148,58 @@ struct weft_dev_transport {
 extern const struct weft_dev_transport weft_dev_transport_p2p;
 
 /*
- * Device FIFOs across hosts (transports/socket/dev_socket.c): a proxy of this rank bridges the
- * connections with peers on other hosts (xhost[p] != 0) over TCP. Both ends of such a connection
- * live in this rank's pinned host memory, mapped for the device: the receive block and the head
- * word in its host FIFOs (`fifo`, the host view, dev_fifo.h layout), and for each such peer a
- * shadow (`shadow[p]`, weft_dev_sock_shadow_bytes, zeroed) that stands in for the peer's memory:
- * the kernel posts its sends to p into weft_dev_sock_send_rc (tail, bytes, sig, then the slots)
- * and frees p's steps into weft_dev_sock_recv_sc. Collective over the communicator (every rank
- * calls it when any pair of ranks is on two hosts). A peer found dead sets *dead_peer (when -1)
- * and *abort_word. Close stops the proxy (posted data is handed to TCP first, within 5 s) after
- * this rank's kernels are done; the memory stays the caller's.
+ * Device FIFOs across hosts: a bridge (a proxy of this rank) carries the connections with peers on
+ * other hosts (xhost[p] != 0). Both ends of such a connection live in this rank's pinned host
+ * memory, mapped for the device: the receive block and the head word in its host FIFOs (`fifo`,
+ * the host view, dev_fifo.h layout), and for each such peer a shadow (`shadow[p]`,
+ * weft_dev_shadow_bytes, zeroed) that stands in for the peer's memory: the kernel posts its sends
+ * to p into weft_dev_shadow_send_rc (tail, bytes, sig, then the slots) and frees p's steps into
+ * weft_dev_shadow_recv_sc. So the kernel sees an ordinary host-memory connection.
+ *
+ * setup is collective over the communicator (every rank calls it when any pair of ranks is on two
+ * hosts). A peer found dead sets *dead_peer (when -1) and *abort_word (the kernels stop). close
+ * stops the proxy (posted data is handed to the network first, within 5 s) after this rank's
+ * kernels are done; the memory stays the caller's. Which bridge a communicator uses follows its
+ * network (core/comm.c: comm->dev_bridge): the socket bridge (transports/socket/dev_socket.c)
+ * with the built-in socket transport, the net bridge (transports/net/dev_net.c) with a provider.
+ * Version 1.
  */
-size_t weft_dev_sock_shadow_bytes(int nconn, size_t slot_bytes);
-struct weft_dev_recv_ctrl *weft_dev_sock_send_rc(int nconn, size_t slot_bytes, char *shadow,
-                                                 int c);
-struct weft_dev_send_ctrl *weft_dev_sock_recv_sc(int nconn, size_t slot_bytes, char *shadow,
-                                                 int c);
-ncclResult_t weft_dev_sock_setup(struct ncclComm *comm, const uint8_t *xhost, int nconn,
-                                 size_t slot_bytes, char *fifo, char *const *shadow,
-                                 int *dead_peer, uint32_t *abort_word, void **state_p);
-ncclResult_t weft_dev_sock_close(struct ncclComm *comm, void *state);
+#define WEFT_DEV_BRIDGE_VERSION 1
+
+struct weft_dev_bridge {
+    uint32_t version;
+    const char *name;
+    ncclResult_t (*setup)(struct ncclComm *comm, const uint8_t *xhost, int nconn, size_t slot_bytes,
+                          char *fifo, char *const *shadow, int *dead_peer, uint32_t *abort_word,
+                          void **state_p);
+    ncclResult_t (*close)(struct ncclComm *comm, void *state);
+};
+
+extern const struct weft_dev_bridge weft_dev_bridge_socket;
+extern const struct weft_dev_bridge weft_dev_bridge_net;
+
+/* A shadow: nconn receive blocks (control, then the slots), then nconn head words. */
+static inline size_t weft_dev_shadow_bytes(int nconn, size_t slot_bytes)
+{
+    return (size_t)nconn *
+           (weft_dev_recv_block_bytes(slot_bytes) + sizeof(struct weft_dev_send_ctrl));
+}
+
+static inline struct weft_dev_recv_ctrl *weft_dev_shadow_send_rc(int nconn, size_t slot_bytes,
+                                                                 char *shadow, int c)
+{
+    (void)nconn;
+    return (struct weft_dev_recv_ctrl *)(shadow +
+                                         (size_t)c * weft_dev_recv_block_bytes(slot_bytes));
+}
+
+static inline struct weft_dev_send_ctrl *weft_dev_shadow_recv_sc(int nconn, size_t slot_bytes,
+                                                                 char *shadow, int c)
+{
+    return (struct weft_dev_send_ctrl *)(shadow +
+                                         (size_t)nconn * weft_dev_recv_block_bytes(slot_bytes)) +
+           c;
+}
 
 extern const struct weft_transport weft_transport_shm;
 extern const struct weft_transport weft_transport_net;

@@ -656,6 +656,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
                                                   ? NCCL_NET_TRAFFIC_CLASS_UNDEF
                                                   : comm->config.trafficClass,
                              comm->config.netName, &comm->net));
+    comm->dev_bridge = comm->net != NULL ? &weft_dev_bridge_net : &weft_dev_bridge_socket;
     weft_comm_settings(comm->nchannels, weft_net_id(comm->net), me->settings);
     me->pid_ns = weft_pid_ns();
     /* Whether process_vm_readv pays here (core/cma.h) is measured now, once per process, before

@@ -32,6 +32,7 @@ struct weft_cuda_comm;
 struct weft_reg;
 struct weft_zcopy_map;
 struct weft_net;
+struct weft_dev_bridge;
 
 /*
  * Settings that shape the wire or a schedule (channels, slot sizes, socket links, algorithm and
@@ -121,6 +122,7 @@ struct ncclComm {
     struct weft_doorbell *bell; /* this rank's doorbell (shm segment, or the socket transport's) */
     struct weft_net *net; /* the network across hosts (transports/net/net.h); NULL: the
                            * built-in socket transport */
+    const struct weft_dev_bridge *dev_bridge; /* device FIFOs across hosts: net's or socket's */
     int proxied; /* a proxy thread of this process moves some connections' data (socket
                   * transport): a waiting rank must not hold a core it may need (exec/host.c) */
     size_t slot_bytes;          /* of every connection of this communicator */

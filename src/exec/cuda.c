@@ -16,8 +16,8 @@
  *   - pinned host memory for the abort word and the stuck record;
  *   - an internal stream and two events.
  * Peers on other hosts: both ends of the connection in this rank's pinned host memory (its host
- * FIFOs, and a shadow of the peer's receive block), bridged over TCP by the device socket proxy
- * (transports/socket/dev_socket.c).
+ * FIFOs, and a shadow of the peer's receive block), carried by the communicator's device bridge
+ * (transport.h: over TCP, or over the network provider).
  * Scope: WEFT_SCOPE_GPU for peers of this process on this device, WEFT_SCOPE_SYS for the others
  * (other devices, host-memory FIFOs, other processes, other hosts).
  *
@@ -128,7 +128,7 @@ struct weft_cuda_comm {
     int fifo_how[WEFT_DEV_NREGIONS]; /* how they were made (struct weft_cuda_clique) */
     int keep_legacy; /* the p2p drain failed: its legacy IPC FIFO memory is never freed */
     void *p2p;         /* the p2p transport's state: peers' FIFO memory mapped here */
-    char *shadow;      /* pinned host: the shadows of peers on other hosts (weft_dev_sock_*) */
+    char *shadow;      /* pinned host: the shadows of peers on other hosts (transport.h, struct weft_dev_bridge) */
     void *net;         /* the device socket proxy's state (peers on other hosts), or NULL */
     struct weft_cuda_clique *clique; /* NULL until joined */
     struct weft_dev_comm *dstate; /* device */
@@ -292,7 +292,7 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
         weft_dev_transport_p2p.close(comm, cc->p2p);
     /* The proxy writes into this rank's host FIFOs and shadows: stopped before they go. */
     if (cc->net != NULL)
-        weft_dev_sock_close(comm, cc->net);
+        comm->dev_bridge->close(comm, cc->net);
     if (cc->shadow != NULL)
         ops->host_free(cc->shadow);
     if (cc->clique != NULL) {
@@ -496,7 +496,7 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
                         me, res, err);
     if (cc->hfifo != NULL)
         memset(cc->hfifo, 0, fifo_bytes);
-    size_t shadow_bytes = weft_dev_sock_shadow_bytes(nconn, cc->slot_bytes);
+    size_t shadow_bytes = weft_dev_shadow_bytes(nconn, cc->slot_bytes);
     if (nxhost > 0) {
         WEFT_CUDA_CALL_GOTO(ops->host_alloc((void **)&cc->shadow, (size_t)nxhost * shadow_bytes),
                             "cudaHostAlloc (FIFO shadows)", me, res, err);
@@ -585,8 +585,8 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     }
     /* 4: the proxy to peers on other hosts (collective when any pair is on two hosts). */
     if (multi_host)
-        WEFT_CHECK_GOTO(weft_dev_sock_setup(comm, xhost, nconn, cc->slot_bytes, cc->hfifo,
-                                            shadows, &cc->dead_peer, cc->abort_host, &cc->net),
+        WEFT_CHECK_GOTO(comm->dev_bridge->setup(comm, xhost, nconn, cc->slot_bytes, cc->hfifo,
+                                                shadows, &cc->dead_peer, cc->abort_host, &cc->net),
                         res, err);
     /* 5: the direct kernel reads and writes peers' device buffers: one host, and every pair of
      * devices maps each other's memory (reach and hosts are the same on every rank). */
@@ -661,10 +661,10 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
             k->recv_sc = (struct weft_dev_send_ctrl *)(theirs + weft_dev_head_off(
                                                                     c, me, nranks, nconn,
                                                                     cc->slot_bytes));
-            if (xhost[p]) { /* the shadow of the peer's memory (weft_dev_sock_*) */
-                k->send_rc = weft_dev_sock_send_rc(nconn, cc->slot_bytes, theirs, c);
+            if (xhost[p]) { /* the shadow of the peer's memory (transport.h, struct weft_dev_bridge) */
+                k->send_rc = weft_dev_shadow_send_rc(nconn, cc->slot_bytes, theirs, c);
                 k->send_slots = (char *)(k->send_rc + 1);
-                k->recv_sc = weft_dev_sock_recv_sc(nconn, cc->slot_bytes, theirs, c);
+                k->recv_sc = weft_dev_shadow_recv_sc(nconn, cc->slot_bytes, theirs, c);
             }
             /* .gpu scope only between kernels of this process on one device. */
             k->scope = !remote[p] && !host && peers[p].dev == cc->dev ? WEFT_DEV_SCOPE_GPU

@@ -158,10 +158,14 @@ static void net_peer_fail(struct weft_net_state *st, struct weft_net_peer *p, in
                                 "%s closed its communicator while this rank still had data for it",
                                 p->where);
     } else {
-        WEFT_WARN("rank %d: NET/%s: %s to %s failed on FIFO channel %d (error %d)", st->me,
-                  st->net->name, call, p->where, c, (int)res);
-        weft_comm_set_net_error(st->comm, ncclRemoteError, "NET/%s: %s to %s failed (error %d)",
-                                st->net->name, call, p->where, (int)res);
+        /* the provider's ncclRemoteError: the peer's end went away without our goodbye */
+        const char *how = res == ncclRemoteError ? "connection closed by the peer without a "
+                                                   "goodbye (it died or aborted)"
+                                                 : "network error";
+        WEFT_WARN("rank %d: NET/%s: %s: %s failed on FIFO channel %d (error %d): %s", st->me,
+                  st->net->name, p->where, call, c, (int)res, how);
+        weft_comm_set_net_error(st->comm, ncclRemoteError, "NET/%s: %s: %s (%s failed)",
+                                st->net->name, p->where, how, call);
     }
     weft_doorbell_ring(st->rank_bell);
 }

@@ -1,6 +1,7 @@
 /*
- * Device FIFOs across hosts (transport.h, weft_dev_sock_*): the CUDA executor's kernels of two
- * ranks on different hosts exchange device buffers through a proxy on each side.
+ * Device FIFOs across hosts over TCP (transport.h, struct weft_dev_bridge: the socket bridge, used
+ * with the built-in socket transport): the CUDA executor's kernels of two ranks on different hosts
+ * exchange device buffers through a proxy on each side.
  *
  * For a peer p on another host, both ends of this rank's connections with p live in pinned host
  * memory mapped for the device (kernels/dev_fifo.h layout, system scope):
@@ -79,37 +80,14 @@ struct weft_dev_sock {
     uint64_t *counters;
 };
 
-size_t weft_dev_sock_shadow_bytes(int nconn, size_t slot_bytes)
-{
-    return (size_t)nconn * (weft_dev_recv_block_bytes(slot_bytes) +
-                            sizeof(struct weft_dev_send_ctrl));
-}
-
 static struct weft_dev_recv_ctrl *ds_shadow_rc(const struct weft_dev_sock *s, char *shadow, int c)
 {
-    return (struct weft_dev_recv_ctrl *)(shadow + (size_t)c * weft_dev_recv_block_bytes(
-                                                                   s->slot_bytes));
+    return weft_dev_shadow_send_rc(s->nconn, s->slot_bytes, shadow, c);
 }
 
 static struct weft_dev_send_ctrl *ds_shadow_sc(const struct weft_dev_sock *s, char *shadow, int c)
 {
-    return (struct weft_dev_send_ctrl *)(shadow + (size_t)s->nconn * weft_dev_recv_block_bytes(
-                                                                         s->slot_bytes)) +
-           c;
-}
-
-struct weft_dev_recv_ctrl *weft_dev_sock_send_rc(int nconn, size_t slot_bytes, char *shadow,
-                                                 int c)
-{
-    struct weft_dev_sock s = {.nconn = nconn, .slot_bytes = slot_bytes};
-    return ds_shadow_rc(&s, shadow, c);
-}
-
-struct weft_dev_send_ctrl *weft_dev_sock_recv_sc(int nconn, size_t slot_bytes, char *shadow,
-                                                 int c)
-{
-    struct weft_dev_sock s = {.nconn = nconn, .slot_bytes = slot_bytes};
-    return ds_shadow_sc(&s, shadow, c);
+    return weft_dev_shadow_recv_sc(s->nconn, s->slot_bytes, shadow, c);
 }
 
 /* Peer p is gone (or stuck): stop the kernels, and let the executor's error name it. */
@@ -418,7 +396,9 @@ static ncclResult_t ds_connect_all(struct weft_dev_sock *s, const union weft_soc
                                 &comm->abort_flag, what);
 }
 
-ncclResult_t weft_dev_sock_setup(struct ncclComm *comm, const uint8_t *xhost, int nconn,
+static ncclResult_t ds_close(struct ncclComm *comm, void *state);
+
+static ncclResult_t ds_setup(struct ncclComm *comm, const uint8_t *xhost, int nconn,
                                  size_t slot_bytes, char *fifo, char *const *shadow,
                                  int *dead_peer, uint32_t *abort_word, void **state_p)
 {
@@ -501,11 +481,11 @@ ncclResult_t weft_dev_sock_setup(struct ncclComm *comm, const uint8_t *xhost, in
     return ncclSuccess;
 err:
     free(addrs);
-    weft_dev_sock_close(comm, s);
+    ds_close(comm, s);
     return res;
 }
 
-ncclResult_t weft_dev_sock_close(struct ncclComm *comm, void *state)
+static ncclResult_t ds_close(struct ncclComm *comm, void *state)
 {
     (void)comm;
     struct weft_dev_sock *s = state;
@@ -527,3 +507,10 @@ ncclResult_t weft_dev_sock_close(struct ncclComm *comm, void *state)
     free(s);
     return ncclSuccess;
 }
+
+const struct weft_dev_bridge weft_dev_bridge_socket = {
+    .version = WEFT_DEV_BRIDGE_VERSION,
+    .name = "socket",
+    .setup = ds_setup,
+    .close = ds_close,
+};
