@@ -31,17 +31,18 @@ obj=$(mktemp -d)
 trap 'rm -rf "$obj"' EXIT INT TERM
 
 # The driver, the collectives and the MPI backend, compiled once for every tool.
-for src in common colls devmem mpi_common; do
+objs=
+for src in common data args report colls devmem mpi_common; do
     # shellcheck disable=SC2086 # flags are word lists
     "$mpicc" $flags $inc -c "$here/$src.c" -o "$obj/$src.o" || exit 1
+    objs="$objs $obj/$src.o"
 done
 
 n=0
 for src in "$here"/mpi_*_perf.c; do
     name=$(basename "$src" .c)
     # shellcheck disable=SC2086
-    "$mpicc" $flags $inc "$src" "$obj/common.o" "$obj/colls.o" "$obj/devmem.o" \
-        "$obj/mpi_common.o" ${LDFLAGS:-} -lm -lpthread -ldl -o "$out/$name" || exit 1
+    "$mpicc" $flags $inc "$src" $objs ${LDFLAGS:-} -lm -lpthread -ldl -o "$out/$name" || exit 1
     n=$((n + 1))
 done
 echo "built $n MPI perf tools with $mpicc in $out"

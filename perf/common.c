@@ -1,15 +1,13 @@
 /*
- * The *_perf driver: flags, sweep, timing, validation and nccl-tests output. See common.h.
+ * The *_perf driver: sweep, timing, validation, the ranks' buffers and threads (perf_run); its
+ * flags are args.c's, its data data.c's, its output report.c's (common_internal.h). See common.h.
  */
-#include "common.h"
-#include "devmem.h"
+#include "common_internal.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,654 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef PERF_NO_NCCL
-#include "weft.h"
-#endif
-
-#define PERF_ALIGN 64
-#define PERF_MAX_TYPES 16
-
-/* ---------------------------------------------------------------------------------------------
- * Types and formats
- * ------------------------------------------------------------------------------------------- */
-
-/* Indexed by ncclDataType_t. exp_lo/exp_hi keep every test value (and every partial result) a
- * normal number of the format, well below its largest finite value. */
-static const struct perf_type perf_types[ncclNumTypes] = {
-    [ncclInt8] = {ncclInt8, "int8", 1, 0, 1, 0, 0, 0, 0},
-    [ncclUint8] = {ncclUint8, "uint8", 1, 0, 0, 0, 0, 0, 0},
-    [ncclInt32] = {ncclInt32, "int32", 4, 0, 1, 0, 0, 0, 0},
-    [ncclUint32] = {ncclUint32, "uint32", 4, 0, 0, 0, 0, 0, 0},
-    [ncclInt64] = {ncclInt64, "int64", 8, 0, 1, 0, 0, 0, 0},
-    [ncclUint64] = {ncclUint64, "uint64", 8, 0, 0, 0, 0, 0, 0},
-    [ncclFloat16] = {ncclFloat16, "half", 2, 1, 1, 5, 10, -6, 4},
-    [ncclFloat32] = {ncclFloat32, "float", 4, 1, 1, 8, 23, -20, 20},
-    [ncclFloat64] = {ncclFloat64, "double", 8, 1, 1, 11, 52, -40, 40},
-    [ncclBfloat16] = {ncclBfloat16, "bfloat16", 2, 1, 1, 8, 7, -10, 10},
-    [ncclFloat8e4m3] = {ncclFloat8e4m3, "f8e4m3", 1, 1, 1, 4, 3, -3, 3},
-    [ncclFloat8e5m2] = {ncclFloat8e5m2, "f8e5m2", 1, 1, 1, 5, 2, -3, 3},
-};
-
-static const char *const perf_op_names[PERF_OP_COUNT] = {"sum", "prod", "max", "min", "avg",
-                                                         "mulsum"};
-
-const struct perf_type *perf_type_get(ncclDataType_t type)
-{
-    return (int)type >= 0 && (int)type < ncclNumTypes ? &perf_types[type] : NULL;
-}
-
-const struct perf_type *perf_type_by_name(const char *name)
-{
-    static const struct {
-        const char *alias;
-        ncclDataType_t type;
-    } aliases[] = {
-        {"char", ncclInt8},         {"int", ncclInt32},          {"fp16", ncclFloat16},
-        {"float16", ncclFloat16},   {"fp32", ncclFloat32},       {"float32", ncclFloat32},
-        {"fp64", ncclFloat64},      {"float64", ncclFloat64},    {"bf16", ncclBfloat16},
-        {"fp8_e4m3", ncclFloat8e4m3}, {"fp8_e5m2", ncclFloat8e5m2}, {"e4m3", ncclFloat8e4m3},
-        {"e5m2", ncclFloat8e5m2},
-    };
-
-    for (int i = 0; i < ncclNumTypes; i++)
-        if (strcmp(name, perf_types[i].name) == 0)
-            return &perf_types[i];
-    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
-        if (strcmp(name, aliases[i].alias) == 0)
-            return &perf_types[aliases[i].type];
-    return NULL;
-}
-
-const char *perf_op_name(int op)
-{
-    return op >= 0 && op < PERF_OP_COUNT ? perf_op_names[op] : "none";
-}
-
-/*
- * Small binary floats (half, bfloat16, fp8). `ieee`: the top exponent means inf/NaN (half, bf16,
- * e5m2); otherwise (e4m3, OCP "fn") only S.1111.111 is NaN and there is no infinity. Rounding is to
- * nearest even; overflow gives inf (half, bf16) or the largest finite value (fp8, as NCCL's
- * satfinite conversions).
- */
-static uint32_t small_float_encode(double v, int ebits, int mbits, int ieee, int satfinite)
-{
-    uint32_t sign = signbit(v) ? 1u : 0u;
-    uint32_t emax_field = (1u << ebits) - 1;
-    int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias, e;
-    double a = fabs(v), r;
-    uint64_t m;
-    uint32_t biased, maxfinite;
-
-    maxfinite = ieee ? ((emax_field - 1) << mbits) | ((1u << mbits) - 1)
-                     : (emax_field << mbits) | ((1u << mbits) - 2);
-    if (isnan(v))
-        return (sign << (ebits + mbits)) | (emax_field << mbits) | ((1u << mbits) - 1);
-    if (a == 0)
-        return sign << (ebits + mbits);
-    if (isinf(v))
-        goto overflow;
-    e = ilogb(a);
-    if (e < emin)
-        e = emin;
-    r = rint(ldexp(a, mbits - e)); /* exact scaling, then round to nearest even */
-    m = (uint64_t)r;
-    if (m >= (2ull << mbits)) { /* rounded up to the next binade */
-        m >>= 1;
-        e++;
-    }
-    if (m >= (1ull << mbits)) {
-        if (e + bias > (int)emax_field)
-            goto overflow;
-        biased = (uint32_t)(e + bias);
-        m -= 1ull << mbits;
-    } else {
-        biased = 0; /* subnormal */
-    }
-    if (((biased << mbits) | (uint32_t)m) > maxfinite)
-        goto overflow;
-    return (sign << (ebits + mbits)) | (biased << mbits) | (uint32_t)m;
-overflow:
-    if (ieee && !satfinite)
-        return (sign << (ebits + mbits)) | (emax_field << mbits);
-    return (sign << (ebits + mbits)) | maxfinite;
-}
-
-static double small_float_decode(uint32_t bits, int ebits, int mbits, int ieee)
-{
-    uint32_t emax_field = (1u << ebits) - 1;
-    int bias = (1 << (ebits - 1)) - 1;
-    uint32_t m = bits & ((1u << mbits) - 1);
-    uint32_t biased = (bits >> mbits) & emax_field;
-    double sign = (bits >> (ebits + mbits)) & 1 ? -1.0 : 1.0;
-
-    if (ieee && biased == emax_field)
-        return m ? NAN : sign * INFINITY;
-    if (!ieee && biased == emax_field && m == (1u << mbits) - 1)
-        return NAN;
-    if (biased == 0)
-        return sign * ldexp((double)m, 1 - bias - mbits);
-    return sign * ldexp((double)(m | (1u << mbits)), (int)biased - bias - mbits);
-}
-
-void perf_store_double(const struct perf_type *t, void *buf, size_t idx, double v)
-{
-    switch (t->type) {
-    case ncclFloat32:
-        ((float *)buf)[idx] = (float)v;
-        break;
-    case ncclFloat64:
-        ((double *)buf)[idx] = v;
-        break;
-    case ncclFloat16:
-        ((uint16_t *)buf)[idx] = (uint16_t)small_float_encode(v, 5, 10, 1, 0);
-        break;
-    case ncclBfloat16:
-        ((uint16_t *)buf)[idx] = (uint16_t)small_float_encode(v, 8, 7, 1, 0);
-        break;
-    case ncclFloat8e4m3:
-        ((uint8_t *)buf)[idx] = (uint8_t)small_float_encode(v, 4, 3, 0, 1);
-        break;
-    case ncclFloat8e5m2:
-        ((uint8_t *)buf)[idx] = (uint8_t)small_float_encode(v, 5, 2, 1, 1);
-        break;
-    default: /* integers: two's complement truncation */
-        switch (t->size) {
-        case 1:
-            ((uint8_t *)buf)[idx] = (uint8_t)(int64_t)v;
-            break;
-        case 4:
-            ((uint32_t *)buf)[idx] = (uint32_t)(int64_t)v;
-            break;
-        default:
-            ((uint64_t *)buf)[idx] = t->is_signed ? (uint64_t)(int64_t)v : (uint64_t)v;
-            break;
-        }
-    }
-}
-
-double perf_load_double(const struct perf_type *t, const void *buf, size_t idx)
-{
-    switch (t->type) {
-    case ncclInt8:
-        return ((const int8_t *)buf)[idx];
-    case ncclUint8:
-        return ((const uint8_t *)buf)[idx];
-    case ncclInt32:
-        return ((const int32_t *)buf)[idx];
-    case ncclUint32:
-        return ((const uint32_t *)buf)[idx];
-    case ncclInt64:
-        return (double)((const int64_t *)buf)[idx];
-    case ncclUint64:
-        return (double)((const uint64_t *)buf)[idx];
-    case ncclFloat32:
-        return ((const float *)buf)[idx];
-    case ncclFloat64:
-        return ((const double *)buf)[idx];
-    case ncclFloat16:
-        return small_float_decode(((const uint16_t *)buf)[idx], 5, 10, 1);
-    case ncclBfloat16:
-        return small_float_decode(((const uint16_t *)buf)[idx], 8, 7, 1);
-    case ncclFloat8e4m3:
-        return small_float_decode(((const uint8_t *)buf)[idx], 4, 3, 0);
-    case ncclFloat8e5m2:
-        return small_float_decode(((const uint8_t *)buf)[idx], 5, 2, 1);
-    default:
-        return NAN;
-    }
-}
-
-static void store_int(const struct perf_type *t, void *buf, size_t idx, uint64_t v)
-{
-    switch (t->size) {
-    case 1:
-        ((uint8_t *)buf)[idx] = (uint8_t)v;
-        break;
-    case 4:
-        ((uint32_t *)buf)[idx] = (uint32_t)v;
-        break;
-    default:
-        ((uint64_t *)buf)[idx] = v;
-        break;
-    }
-}
-
-/* An integer of type t from raw bits: sign- or zero-extended to 64 bits. */
-static uint64_t int_extend(const struct perf_type *t, uint64_t v)
-{
-    switch (t->size) {
-    case 1:
-        return t->is_signed ? (uint64_t)(int64_t)(int8_t)v : (uint64_t)(uint8_t)v;
-    case 4:
-        return t->is_signed ? (uint64_t)(int64_t)(int32_t)v : (uint64_t)(uint32_t)v;
-    default:
-        return v;
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Test values
- *
- * Exactness argument, per op (n ranks, p = significand bits of a float type incl. the implicit one,
- * so every integer of magnitude <= 2^p is exact):
- *   sum, mulsum, int avg: values s (ints) or s * 2^e(i) (floats, e shared by all ranks at index i)
- *     with |s| <= k; at most `active` ranks contribute s != 0 at an index, and active * k * scalar
- *     <= 2^p (floats) or the type's max (ints), so every partial sum in any order is exact (floats)
- *     or never overflows (ints). int avg = exact sum / n, truncated (NCCL's integer avg).
- *   prod: +-1, or +-2 on at most `active` ranks: every partial product is a power of two in range.
- *   max, min: any exact values (ints: raw bits); the result is one of the inputs.
- *   float avg: NCCL computes sum_r x_r * c with c = (T)(1/n) (fp16/bf16/fp8 via float). Exactly two
- *     ranks (one when n == 1) contribute x = +-1 or +-2 times 2^e, e >= 0, the others 0. Each
- *     product x * c is c shifted (exact); adding zeros is exact; so every order rounds the same
- *     one sum x1*c + x2*c once. The reference forms that sum exactly in double and rounds it once.
- * ------------------------------------------------------------------------------------------- */
-
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-#define PERF_GOLDEN 0x9e3779b97f4a7c15ull
-
-/* Key of one rank's stream for one seed; rank -1 is the stream shared by all ranks. */
-static inline uint64_t stream_key(uint64_t seed, int rank)
-{
-    return mix64(seed * 0xd1b54a32d192ed03ull + (uint64_t)(int64_t)(rank + 1));
-}
-
-static inline uint64_t elem_hash(uint64_t key, size_t i)
-{
-    return mix64(key + (uint64_t)i * PERF_GOLDEN);
-}
-
-/* Uniform in [0, m) from the top 32 bits of h (m < 2^32). */
-static inline uint64_t pick(uint64_t h, uint64_t m)
-{
-    return ((h >> 32) * m) >> 32;
-}
-
-static int64_t float_type_max_int(const struct perf_type *t)
-{
-    return (int64_t)1 << (t->mant_bits + 1);
-}
-
-static void make_gen(struct perf_gen *g, const struct perf_type *t, int op, int nranks)
-{
-    int64_t budget; /* largest |partial result| allowed, in units of one value step */
-    int64_t n = nranks;
-
-    memset(g, 0, sizeof(*g));
-    g->modulus = 1;
-    g->k = 1;
-    if (t->is_float) {
-        g->e_lo = t->exp_lo;
-        g->e_span = t->exp_hi - t->exp_lo + 1;
-    }
-    switch (op) {
-    case PERF_OP_SUM:
-    case PERF_OP_MULSUM:
-    case PERF_OP_AVG:
-        if (op == PERF_OP_AVG && t->is_float) {
-            g->e_lo = 0; /* x * c stays normal and exact */
-            g->e_span = t->exp_hi + 1;
-            g->k = 2;
-            break;
-        }
-        if (t->is_float)
-            budget = float_type_max_int(t);
-        else if (t->size == 8)
-            budget = INT64_MAX; /* uint64 too: the reference sums in 64 bits */
-        else
-            budget = t->is_signed ? (int64_t)((1ull << (8 * t->size - 1)) - 1)
-                                  : (int64_t)((1ull << (8 * t->size)) - 1);
-        if (op == PERF_OP_MULSUM)
-            budget /= 2;
-        if (budget / n >= 1) {
-            g->k = budget / n < 100 ? budget / n : 100;
-        } else {
-            g->k = 1;
-            g->modulus = (uint32_t)((n + budget - 1) / budget);
-        }
-        break;
-    case PERF_OP_PROD: {
-        int64_t doublings;
-        if (t->is_float)
-            doublings = t->type == ncclFloat8e4m3 ? 8 : (t->exp_bits == 5 ? 15 : 100);
-        else
-            doublings = 8 * (int64_t)t->size - (t->is_signed ? 2 : 1);
-        if (n > doublings)
-            g->modulus = (uint32_t)((n + doublings - 1) / doublings);
-        break;
-    }
-    default: /* max, min, none */
-        if (t->is_float) {
-            int64_t lim = float_type_max_int(t) - 1;
-            g->k = lim < 1000 ? lim : 1000;
-        } else {
-            g->raw = 1;
-        }
-        break;
-    }
-}
-
-static inline int gen_active(const struct perf_gen *g, int rank, size_t i)
-{
-    return g->modulus == 1 || ((size_t)rank + i) % g->modulus == 0;
-}
-
-/* The two contributors of a float avg at index i (shared hash he). */
-static inline void avg_pair(int nranks, size_t i, uint64_t he, int *a1, int *a2)
-{
-    *a1 = (int)(i % (size_t)nranks);
-    if (nranks == 1) {
-        *a2 = -1;
-        return;
-    }
-    *a2 = (int)((*a1 + 1 + (int)(((he & 0xffffffffull) * (uint64_t)(nranks - 1)) >> 32)) %
-                nranks);
-}
-
-/* Integer-valued part s of a value (floats: times 2^e); h is the rank's hash at i. */
-static inline int64_t gen_s(const struct perf_gen *g, const struct perf_type *t, int op, int rank,
-                            size_t i, uint64_t h)
-{
-    switch (op) {
-    case PERF_OP_SUM:
-    case PERF_OP_MULSUM:
-    case PERF_OP_AVG:
-        if (!gen_active(g, rank, i))
-            return 0;
-        if (t->is_signed)
-            return (int64_t)pick(h, 2 * (uint64_t)g->k + 1) - g->k;
-        return (int64_t)pick(h, (uint64_t)g->k + 1);
-    case PERF_OP_PROD: {
-        int64_t mag = gen_active(g, rank, i) ? 2 : 1;
-        return t->is_signed && (h & 1) ? -mag : mag;
-    }
-    default:
-        if (g->raw)
-            return (int64_t)h;
-        return (int64_t)pick(h, 2 * (uint64_t)g->k + 1) - g->k;
-    }
-}
-
-static inline int64_t mulsum_scalar(int rank)
-{
-    return rank % 2 ? 2 : 1;
-}
-
-/* (T)(1/n) for float avg, via float as NCCL does, as a double. */
-static double avg_scalar(const struct perf_type *t, int nranks)
-{
-    unsigned char tmp[8];
-
-    if (t->type == ncclFloat64)
-        return 1.0 / nranks;
-    perf_store_double(t, tmp, 0, (double)(float)(1.0 / nranks));
-    return perf_load_double(t, tmp, 0);
-}
-
-void perf_fill(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed, int rank,
-               size_t first, size_t n, void *buf)
-{
-    const struct perf_type *t = op->type;
-    const struct perf_gen *g = &op->gen;
-    uint64_t key = stream_key(seed, rank), keye = stream_key(seed, -1);
-    double pow2[128];
-
-    if (!t->is_float) {
-        for (size_t k = 0; k < n; k++) {
-            size_t i = first + k;
-            store_int(t, buf, k, (uint64_t)gen_s(g, t, op->op, rank, i, elem_hash(key, i)));
-        }
-        return;
-    }
-    for (int e = 0; e < g->e_span && e < 128; e++)
-        pow2[e] = ldexp(1.0, g->e_lo + e);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = first + k;
-        uint64_t h = elem_hash(key, i);
-        double v;
-
-        if (op->op == PERF_OP_PROD) {
-            v = (double)gen_s(g, t, op->op, rank, i, h);
-        } else {
-            uint64_t he = elem_hash(keye, i);
-            int64_t s;
-            if (op->op == PERF_OP_AVG) {
-                int a1, a2;
-                avg_pair(ctx->nranks, i, he, &a1, &a2);
-                s = 0;
-                if (rank == a1 || rank == a2) {
-                    s = (h & 2) ? 2 : 1;
-                    if (h & 1)
-                        s = -s;
-                }
-            } else {
-                s = gen_s(g, t, op->op, rank, i, h);
-            }
-            v = (double)s * pow2[pick(he, (uint64_t)g->e_span)];
-        }
-        perf_store_double(t, buf, k, v);
-    }
-}
-
-static void fill_reduced_int(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
-                             size_t first, size_t n, void *buf)
-{
-    const struct perf_type *t = op->type;
-    const struct perf_gen *g = &op->gen;
-    int nr = ctx->nranks;
-    uint64_t *keys = malloc((size_t)nr * sizeof(*keys));
-
-    if (keys == NULL) {
-        fprintf(stderr, "perf: out of memory\n");
-        exit(1);
-    }
-    for (int r = 0; r < nr; r++)
-        keys[r] = stream_key(seed, r);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = first + k;
-        uint64_t acc = 0;
-
-        switch (op->op) {
-        case PERF_OP_SUM:
-        case PERF_OP_AVG:
-        case PERF_OP_MULSUM:
-            for (int r = 0; r < nr; r++) {
-                uint64_t v = (uint64_t)gen_s(g, t, op->op, r, i, elem_hash(keys[r], i));
-                acc += op->op == PERF_OP_MULSUM ? v * (uint64_t)mulsum_scalar(r) : v;
-            }
-            if (op->op == PERF_OP_AVG)
-                acc = t->is_signed ? (uint64_t)((int64_t)acc / nr) : acc / (uint64_t)nr;
-            break;
-        case PERF_OP_PROD:
-            acc = 1;
-            for (int r = 0; r < nr; r++)
-                acc *= (uint64_t)gen_s(g, t, op->op, r, i, elem_hash(keys[r], i));
-            break;
-        case PERF_OP_MAX:
-        case PERF_OP_MIN:
-            for (int r = 0; r < nr; r++) {
-                uint64_t v = int_extend(t, (uint64_t)gen_s(g, t, op->op, r, i,
-                                                           elem_hash(keys[r], i)));
-                int better;
-                if (r == 0) {
-                    acc = v;
-                    continue;
-                }
-                if (t->is_signed)
-                    better = op->op == PERF_OP_MAX ? (int64_t)v > (int64_t)acc
-                                                   : (int64_t)v < (int64_t)acc;
-                else
-                    better = op->op == PERF_OP_MAX ? v > acc : v < acc;
-                if (better)
-                    acc = v;
-            }
-            break;
-        default: /* none: rank 0's value (not used by collectives) */
-            acc = (uint64_t)gen_s(g, t, op->op, 0, i, elem_hash(keys[0], i));
-            break;
-        }
-        store_int(t, buf, k, acc);
-    }
-    free(keys);
-}
-
-static void fill_reduced_float(const struct perf_ctx *ctx, const struct perf_op *op,
-                               uint64_t seed, size_t first, size_t n, void *buf)
-{
-    const struct perf_type *t = op->type;
-    const struct perf_gen *g = &op->gen;
-    int nr = ctx->nranks;
-    uint64_t keye = stream_key(seed, -1);
-    uint64_t *keys = malloc((size_t)nr * sizeof(*keys));
-    double c = op->op == PERF_OP_AVG ? avg_scalar(t, nr) : 0;
-
-    if (keys == NULL) {
-        fprintf(stderr, "perf: out of memory\n");
-        exit(1);
-    }
-    for (int r = 0; r < nr; r++)
-        keys[r] = stream_key(seed, r);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = first + k;
-        uint64_t he = elem_hash(keye, i);
-        double scale = ldexp(1.0, g->e_lo + (int)pick(he, (uint64_t)g->e_span));
-        double v = 0;
-        int64_t acc = 0;
-
-        switch (op->op) {
-        case PERF_OP_SUM:
-        case PERF_OP_MULSUM:
-            for (int r = 0; r < nr; r++) {
-                int64_t s = gen_s(g, t, op->op, r, i, elem_hash(keys[r], i));
-                acc += op->op == PERF_OP_MULSUM ? s * mulsum_scalar(r) : s;
-            }
-            v = (double)acc * scale; /* exact: |acc| <= 2^p */
-            break;
-        case PERF_OP_AVG: {
-            int a[2];
-            avg_pair(nr, i, he, &a[0], &a[1]);
-            for (int j = 0; j < 2; j++) {
-                uint64_t h;
-                double s;
-                if (a[j] < 0)
-                    continue;
-                h = elem_hash(keys[a[j]], i);
-                s = (h & 2) ? 2 : 1;
-                if (h & 1)
-                    s = -s;
-                v += s * scale * c; /* both products exact; the sum rounds once, as T's would */
-            }
-            break;
-        }
-        case PERF_OP_PROD:
-            v = 1;
-            for (int r = 0; r < nr; r++)
-                v *= (double)gen_s(g, t, op->op, r, i, elem_hash(keys[r], i));
-            break;
-        case PERF_OP_MAX:
-        case PERF_OP_MIN:
-            for (int r = 0; r < nr; r++) {
-                int64_t s = gen_s(g, t, op->op, r, i, elem_hash(keys[r], i));
-                if (r == 0 || (op->op == PERF_OP_MAX ? s > acc : s < acc))
-                    acc = s;
-            }
-            v = (double)acc * scale;
-            break;
-        default:
-            v = (double)gen_s(g, t, op->op, 0, i, elem_hash(keys[0], i)) * scale;
-            break;
-        }
-        perf_store_double(t, buf, k, v);
-    }
-    free(keys);
-}
-
-void perf_fill_reduced(const struct perf_ctx *ctx, const struct perf_op *op, uint64_t seed,
-                       size_t first, size_t n, void *buf)
-{
-    if (op->type->is_float)
-        fill_reduced_float(ctx, op, seed, first, n, buf);
-    else
-        fill_reduced_int(ctx, op, seed, first, n, buf);
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Driver state and helpers
  * ------------------------------------------------------------------------------------------- */
-
-#define PERF_MAX_THREADS 64
-
-struct perf_args {
-    size_t min_bytes, max_bytes, step_bytes;
-    long step_factor;
-    int iters, warmup, agg, cycles, check, root, blocking, average, unalign, timeout_s;
-    double time_target; /* -S: seconds each timed run of a size aims at (0: -n iterations) */
-    int repeats;        /* -k: timed runs per row; the row shows their median */
-    int report_cputime, parallel_init, stream_null;
-    int nthreads, ngpus, graph_launches, host_buffers;
-    int local_register; /* -R 1: buffers from the backend's reg_alloc (ncclMemAlloc, registered) */
-    const char *json_path;
-    int ntypes;
-    const struct perf_type *types[PERF_MAX_TYPES];
-    int nops;
-    int ops[PERF_OP_COUNT];
-};
-
-/* One rank's buffers. On device buffers `stage` is the host copy that data is made and checked
- * in; on host buffers the driver works on the buffers themselves. */
-struct perf_slot {
-    struct perf_ctx *ctx;
-    char *send_base, *recv_base; /* 64-byte aligned (device: as cudaMalloc returned) */
-    void *send_alloc, *recv_alloc;
-    void *send_reg, *recv_reg; /* -R 1: registration handles (send_alloc/recv_alloc: reg_alloc's) */
-    char *stage, *expect;
-    void *stage_alloc, *expect_alloc;
-    ncclRedOp_t nccl_op; /* this communicator's op of the current test (mulsum: its PreMulSum) */
-    perf_graph_t graph;
-    /* expected-values cache */
-    int exp_valid;
-    uint64_t exp_seed;
-    const struct perf_type *exp_type;
-    int exp_op, exp_root;
-    size_t exp_count, exp_n;
-};
-
-/* One driving thread (-t): its team of -g ranks. Thread 0 is the process's main thread. */
-struct perf_state {
-    const struct perf_coll *coll;
-    perf_run_fn run;
-    const char *prog; /* program name, for the header, footer and messages */
-    const struct perf_backend *be;
-    const struct perf_devmem *dm; /* device runtime when dev_bufs */
-    struct perf_args a;
-    struct perf_ctx proc;   /* what be->init said about this process */
-    struct perf_team team;
-    struct perf_slot *slots; /* [team.n] */
-    int thread;
-    int nteams;             /* teams in the job */
-    int dev_bufs;
-    int is_main;            /* global rank 0's thread: prints */
-    int require_device;     /* WEFT_PERF_DEVICE: 1 device buffers and executor, 2 buffers */
-    char host[256];
-    size_t buf_bytes;    /* usable bytes of send/recv (rotation space) */
-    size_t expect_bytes;
-    uint64_t row_seed;   /* advances per table row, identically on every rank */
-    /* results */
-    double bw_sum;
-    long bw_count;
-    long local_errors; /* measurements where a rank of this team saw a wrong element */
-    int rc;
-    FILE *json;
-    int verbose;
-};
 
 /* -T watchdog: aborts every rank of every team of the process. */
 static _Atomic double watchdog_armed_at; /* 0: disarmed */
@@ -683,7 +36,7 @@ static double now_s(void)
 }
 
 /* nccl-tests' failure line, then exit: the other ranks are stopped by weftrun (or mpirun). */
-static void perf_fail(const struct perf_state *st, const char *file, int line, ncclResult_t res)
+void perf_fail(const struct perf_state *st, const char *file, int line, ncclResult_t res)
 {
     const char *base = strrchr(file, '/');
     const char *last = st->be->last_error();
@@ -694,15 +47,8 @@ static void perf_fail(const struct perf_state *st, const char *file, int line, n
     exit(1);
 }
 
-#define PERF_CHECK(st, call)                                                                       \
-    do {                                                                                           \
-        ncclResult_t perf_res_ = (call);                                                           \
-        if (perf_res_ != ncclSuccess && perf_res_ != ncclInProgress)                               \
-            perf_fail((st), __FILE__, __LINE__, perf_res_);                                        \
-    } while (0)
-
 /* nccl-tests' CUDA failure line ("Cuda failure file:line 'text'"), then exit. */
-static void perf_cuda_fail(const struct perf_state *st, const char *file, int line, int err)
+void perf_cuda_fail(const struct perf_state *st, const char *file, int line, int err)
 {
     const char *base = strrchr(file, '/');
 
@@ -711,13 +57,6 @@ static void perf_cuda_fail(const struct perf_state *st, const char *file, int li
     fflush(stdout);
     exit(1);
 }
-
-#define PERF_CUDACHECK(st, call)                                                                   \
-    do {                                                                                           \
-        int perf_err_ = (call);                                                                    \
-        if (perf_err_ != 0)                                                                        \
-            perf_cuda_fail((st), __FILE__, __LINE__, perf_err_);                                   \
-    } while (0)
 
 static void *watchdog_main(void *arg)
 {
@@ -756,36 +95,6 @@ static void watchdog_disarm(const struct perf_state *st)
 {
     if (st->a.timeout_s > 0)
         atomic_store(&watchdog_armed_at, 0.0);
-}
-
-/* nccl-tests' number layout: 2, 1 or 0 decimals by the number of integer digits, else exponent. */
-static void format_num(double v, int width, char *out, size_t n)
-{
-    int digits = 0;
-
-    if (!isfinite(v) || v < 0) {
-        snprintf(out, n, "%*.2f", width, v);
-        return;
-    }
-    for (double p = 1; v >= p && digits < 40; p *= 10)
-        digits++;
-    if (digits < width - 2)
-        snprintf(out, n, "%*.2f", width, v);
-    else if (digits < width - 1)
-        snprintf(out, n, "%*.1f", width, v);
-    else if (digits < width + 1)
-        snprintf(out, n, "%*.0f", width, v);
-    else if (width >= 7)
-        snprintf(out, n, "%*.1e", width, v);
-    else
-        snprintf(out, n, "%*.0e", width, v);
-}
-
-/* Makes rank i's device current on this thread (device buffers only). */
-static void slot_use(struct perf_state *st, int i)
-{
-    if (st->dev_bufs)
-        PERF_CUDACHECK(st, st->dm->set_device(st->team.ctx[i].device));
 }
 
 /* Waits for every rank's stream. On host buffers the calls were complete when they returned. */
@@ -851,7 +160,7 @@ static char *rank_buffer(struct perf_state *st, int i, size_t bytes, void **allo
 
     if (!st->dev_bufs)
         return aligned_buffer(bytes, alloc_p);
-    slot_use(st, i);
+    perf_slot_use(st, i);
     PERF_CUDACHECK(st, st->dm->malloc(&p, bytes ? bytes : PERF_ALIGN));
     PERF_CUDACHECK(st, st->dm->memset(p, 0, bytes));
     *alloc_p = p;
@@ -866,7 +175,7 @@ static void rank_buffer_free(struct perf_state *st, int i, void *alloc)
         free(alloc);
         return;
     }
-    slot_use(st, i);
+    perf_slot_use(st, i);
     PERF_CUDACHECK(st, st->dm->free(alloc));
 }
 
@@ -929,81 +238,6 @@ static void run_op(struct perf_state *st, const struct perf_op *op, size_t iter)
     }
 }
 
-/* Lays rank i's input at send: made on the host, copied in on device buffers. What init_data
- * leaves unwritten keeps the buffer's bytes, as on host memory. */
-static void fill_send(struct perf_state *st, int i, const struct perf_op *op, uint64_t seed,
-                      char *send)
-{
-    struct perf_slot *sl = &st->slots[i];
-    size_t bytes = op->c.send_count * op->type->size;
-
-    if (!st->dev_bufs) {
-        st->coll->init_data(sl->ctx, op, seed, send);
-        return;
-    }
-    slot_use(st, i);
-    PERF_CUDACHECK(st, st->dm->memcpy(sl->stage, send, bytes));
-    st->coll->init_data(sl->ctx, op, seed, sl->stage);
-    PERF_CUDACHECK(st, st->dm->memcpy(send, sl->stage, bytes));
-}
-
-static int64_t count_wrong(struct perf_state *st, int i, const struct perf_op *op,
-                           const char *got, const char *want, size_t n)
-{
-    size_t ts = op->type->size;
-    int64_t wrong = 0;
-    int shown = 0;
-
-    if (memcmp(got, want, n * ts) == 0)
-        return 0;
-    for (size_t k = 0; k < n; k++) {
-        if (memcmp(got + k * ts, want + k * ts, ts) == 0)
-            continue;
-        wrong++;
-        if (st->verbose && shown < 4) {
-            uint64_t gb = 0, wb = 0;
-            memcpy(&gb, got + k * ts, ts);
-            memcpy(&wb, want + k * ts, ts);
-            fprintf(stderr,
-                    "[rank %d] %s %s %s count %zu%s: element %zu is 0x%0*" PRIx64
-                    " (%.17g), expected 0x%0*" PRIx64 " (%.17g)\n",
-                    st->team.ctx[i].rank, st->prog, op->type->name, perf_op_name(op->op),
-                    op->c.count, op->in_place ? " in-place" : "", k, (int)(2 * ts), gb,
-                    perf_load_double(op->type, got, k), (int)(2 * ts), wb,
-                    perf_load_double(op->type, want, k));
-            shown++;
-        }
-    }
-    return wrong;
-}
-
-/* Rank i's wrong elements after a validation op (copied out first on device buffers). */
-static int64_t check_rank(struct perf_state *st, int i, const struct perf_op *op, uint64_t seed,
-                          const char *recv)
-{
-    struct perf_slot *sl = &st->slots[i];
-    size_t ts = op->type->size;
-
-    if (!(sl->exp_valid && sl->exp_seed == seed && sl->exp_type == op->type &&
-          sl->exp_op == op->op && sl->exp_root == op->root && sl->exp_count == op->c.count)) {
-        sl->exp_n = st->coll->expected(sl->ctx, op, seed, sl->expect);
-        sl->exp_valid = 1;
-        sl->exp_seed = seed;
-        sl->exp_type = op->type;
-        sl->exp_op = op->op;
-        sl->exp_root = op->root;
-        sl->exp_count = op->c.count;
-    }
-    if (sl->exp_n == 0)
-        return 0;
-    if (st->dev_bufs) {
-        slot_use(st, i);
-        PERF_CUDACHECK(st, st->dm->memcpy(sl->stage, recv, sl->exp_n * ts));
-        recv = sl->stage;
-    }
-    return count_wrong(st, i, op, recv, sl->expect, sl->exp_n);
-}
-
 /* One validation round; returns wrong elements summed over ranks. */
 static int64_t check_once(struct perf_state *st, const struct perf_op *op, uint64_t seed)
 {
@@ -1017,13 +251,13 @@ static int64_t check_once(struct perf_state *st, const struct perf_op *op, uint6
     for (int i = 0; i < st->team.n; i++) {
         char *at = st->slots[i].recv_base + (size_t)st->a.unalign * ts;
         if (st->dev_bufs) {
-            slot_use(st, i);
+            perf_slot_use(st, i);
             PERF_CUDACHECK(st, st->dm->memset(at, 0xa5, poison));
         } else {
             memset(at, 0xa5, poison);
         }
         call_buffers(st, i, op, 0, &send, &recv);
-        fill_send(st, i, op, seed, send);
+        perf_fill_send(st, i, op, seed, send);
     }
     watchdog_arm(st);
     run_op(st, op, 0);
@@ -1033,20 +267,13 @@ static int64_t check_once(struct perf_state *st, const struct perf_op *op, uint6
     for (int i = 0; i < st->team.n; i++) {
         int64_t w;
         call_buffers(st, i, op, 0, &send, &recv);
-        w = check_rank(st, i, op, seed, recv);
+        w = perf_check_rank(st, i, op, seed, recv);
         if (w)
             st->local_errors++;
         wrong += w;
     }
     return sum_int64(st, wrong);
 }
-
-struct perf_result {
-    double time_us, algbw, busbw; /* time_us: the median of the repeats */
-    int64_t wrong; /* -1: not checked */
-    double time_min_us, time_max_us; /* the fastest and slowest repeat */
-    int iters;                       /* timed iterations per repeat */
-};
 
 /* The driving threads of this process (pthread barrier; nothing with one thread). */
 static pthread_barrier_t perf_threads_barrier;
@@ -1187,7 +414,7 @@ static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
     if (a->check) {
         for (int i = 0; i < st->team.n; i++) {
             call_buffers(st, i, op, 0, &send, &recv);
-            fill_send(st, i, op, seed ^ 0x99, send);
+            perf_fill_send(st, i, op, seed ^ 0x99, send);
         }
     }
     watchdog_arm(st);
@@ -1227,62 +454,6 @@ static void bench(struct perf_state *st, struct perf_op *op, uint64_t seed,
     st->bw_count++;
 }
 
-static void json_number(FILE *f, const char *key, double v, const char *fmt)
-{
-    fprintf(f, ",\"%s\":", key);
-    if (isfinite(v))
-        fprintf(f, fmt, v);
-    else
-        fputs("null", f);
-}
-
-static void json_line(struct perf_state *st, const struct perf_op *op, const struct perf_result *r)
-{
-    FILE *f = st->json;
-    size_t ts = op->type->size;
-    size_t bytes = (op->c.send_count > op->c.recv_count ? op->c.send_count : op->c.recv_count) * ts;
-
-    /* The fields and their order are documented in common.h: keep them stable. */
-    fprintf(f, "{\"library\":\"%s\",\"collective\":\"%s\",\"nranks\":%d,\"bytes\":%zu,"
-               "\"count\":%zu",
-            st->team.ctx[0].library, st->coll->name, st->team.ctx[0].nranks, bytes, op->c.count);
-    fprintf(f, ",\"type\":\"%s\",\"op\":\"%s\",\"root\":%d,\"inplace\":%s", op->type->name,
-            perf_op_name(op->op), op->root, op->in_place ? "true" : "false");
-    json_number(f, "time_us", r->time_us, "%.3f");
-    json_number(f, "algbw", r->algbw, "%.6f");
-    json_number(f, "busbw", r->busbw, "%.6f");
-    if (r->wrong >= 0)
-        fprintf(f, ",\"wrong\":%" PRId64, r->wrong);
-    else
-        fputs(",\"wrong\":null", f);
-    fprintf(f, ",\"memory\":\"%s\"", st->dev_bufs ? "device" : "host");
-    fprintf(f, ",\"iters\":%d,\"repeats\":%d", r->iters, st->a.repeats);
-    json_number(f, "time_us_min", r->time_min_us, "%.3f");
-    json_number(f, "time_us_max", r->time_max_us, "%.3f");
-    fputs("}\n", f);
-    fflush(f);
-}
-
-static void append_body(char *line, size_t n, const struct perf_result *r)
-{
-    char t[32], ab[32], bb[32];
-    size_t len = strlen(line);
-
-    format_num(r->time_us, 7, t, sizeof(t));
-    format_num(r->algbw, 6, ab, sizeof(ab));
-    format_num(r->busbw, 6, bb, sizeof(bb));
-    if (r->wrong >= 0)
-        snprintf(line + len, n - len, "  %7s  %6s  %6s  %6g", t, ab, bb, (double)r->wrong);
-    else
-        snprintf(line + len, n - len, "  %7s  %6s  %6s  %6s", t, ab, bb, "N/A");
-}
-
-/* -S or -k: rows end with each half's iterations per repeat and spread of the repeats. */
-static int perf_timing_columns(const struct perf_args *a)
-{
-    return a->time_target > 0 || a->repeats > 1;
-}
-
 /* Warm-up, then -N cycles of the size sweep, for one (type, op, root). */
 static void time_test(struct perf_state *st, const struct perf_type *t, int op_kind, int root)
 {
@@ -1295,7 +466,7 @@ static void time_test(struct perf_state *st, const struct perf_type *t, int op_k
     op.type = t;
     op.op = op_kind;
     op.root = root;
-    make_gen(&op.gen, t, op_kind, nranks);
+    perf_make_gen(&op.gen, t, op_kind, nranks);
     for (int i = 0; i < st->team.n; i++) {
         struct perf_op mine = op;
         PERF_CHECK(st, st->be->op_create(&st->team.ctx[i], &mine));
@@ -1331,9 +502,9 @@ static void time_test(struct perf_state *st, const struct perf_type *t, int op_k
                 op.c = c;
                 op.in_place = ip;
                 bench(st, &op, seed, &res[ip]);
-                append_body(line, sizeof(line), &res[ip]);
+                perf_append_body(line, sizeof(line), &res[ip]);
                 if (st->json)
-                    json_line(st, &op, &res[ip]);
+                    perf_json_line(st, &op, &res[ip]);
             }
             if (perf_timing_columns(a)) /* (slowest - fastest repeat) / median, per half */
                 for (int ip = 0; ip < 2; ip++) {
@@ -1381,425 +552,8 @@ ncclResult_t perf_copy(const struct perf_ctx *ctx, void *dst, const void *src, s
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Arguments
- * ------------------------------------------------------------------------------------------- */
-
-static void usage(const char *prog)
-{
-    printf("USAGE: %s \n\t"
-           "[-t,--nthreads <num threads>] \n\t"
-           "[-g,--ngpus <gpus per thread>] \n\t"
-           "[-b,--minbytes <min size in bytes>] \n\t"
-           "[-e,--maxbytes <max size in bytes>] \n\t"
-           "[-i,--stepbytes <increment size>] \n\t"
-           "[-f,--stepfactor <increment factor>] \n\t"
-           "[-n,--iters <iteration count>] \n\t"
-           "[-m,--agg_iters <aggregated iteration count>] \n\t"
-           "[-w,--warmup_iters <warmup iteration count>] \n\t"
-           "[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)] \n\t"
-           "[-p,--parallel_init <0/1>] (no effect: each thread inits its own ranks)\n\t"
-           "[-c,--check <check iteration count>] \n\t"
-           "[-o,--op <sum/prod/min/max/avg/mulsum/all>] \n\t"
-           "[-d,--datatype <nccltype/all>] \n\t"
-           "[-r,--root <root>] \n\t"
-           "[-z,--blocking <0/1/2/3>] \n\t"
-           "[-y,--stream_null <0/1>] (device buffers; host buffers use the NULL stream)\n\t"
-           "[-T,--timeout <time in seconds>] \n\t"
-           "[-G,--cudagraph <num graph launches>] (device buffers)\n\t"
-           "[-C,--report_cputime <0/1>] \n\t"
-           "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
-           "[-J,--output_file <file> JSON lines, one per measurement] \n\t"
-           "[-u,--unalign <num elements>] \n\t"
-           "[-H,--host_buffers <0/1> host memory even where a GPU is (default: 0)] \n\t"
-           "[-R,--local_register <0/1> 1: buffers from ncclMemAlloc, registered with "
-           "ncclCommRegister (device memory where a GPU is; -H 1: Weft with WEFT_CUDA=0; "
-           "default: 0)] \n\t"
-           "[-S,--time_target <seconds>] iterations per size for timed runs of about this long "
-           "(replaces -n; default 0: -n)\n\t"
-           "[-k,--repeats <1-64>] timed runs per row: the row shows their median time and "
-           "their spread (default 1)\n\t"
-           "[-h,--help]\n"
-           "Run under weftrun: weftrun -n <processes> %s ...; ranks = processes x -t x -g, rank\n"
-           "i of a process on GPU i mod (GPUs of the host), several ranks may share one.\n"
-           "Buffers are device memory where a GPU backend is (Weft: WEFT_CUDA=emu:N or a GPU;\n"
-           "another libnccl.so.2: the CUDA runtime), host memory otherwise or with -H 1.\n"
-           "Not supported: -R 2 (symmetric registration), -D (device API).\n",
-           prog, prog);
-}
-
-static int parse_size(const char *text, size_t *out)
-{
-    char *end;
-    double v;
-    double unit = 1;
-
-    errno = 0;
-    v = strtod(text, &end);
-    if (end == text || errno != 0 || v < 0)
-        return -1;
-    while (*end == ' ')
-        end++;
-    switch (*end) {
-    case 'G':
-    case 'g':
-        unit = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 'M':
-    case 'm':
-        unit = 1024.0 * 1024;
-        end++;
-        break;
-    case 'K':
-    case 'k':
-        unit = 1024.0;
-        end++;
-        break;
-    case '\0':
-        break;
-    default:
-        return -1;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v * unit > 9.0e18)
-        return -1;
-    *out = (size_t)(v * unit);
-    return 0;
-}
-
-static int parse_long(const char *text, long *out)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(text, &end, 0);
-    if (end == text || *end != '\0' || errno != 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-#define PERF_ARG_ERROR(...)                                                                        \
-    do {                                                                                           \
-        if (is_main) {                                                                             \
-            fprintf(stderr, "%s: ", prog);                                                         \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-        return 2;                                                                                  \
-    } while (0)
-
-/* Returns 0 to run, 2 for a usage error (printed on the main rank), -1 after --help. */
-static int parse_args(struct perf_args *a, int argc, char **argv, const char *prog, int is_main,
-                      const struct perf_backend *be)
-{
-    static const struct option longopts[] = {
-        {"nthreads", required_argument, 0, 't'},
-        {"ngpus", required_argument, 0, 'g'},
-        {"minbytes", required_argument, 0, 'b'},
-        {"maxbytes", required_argument, 0, 'e'},
-        {"stepbytes", required_argument, 0, 'i'},
-        {"stepfactor", required_argument, 0, 'f'},
-        {"iters", required_argument, 0, 'n'},
-        {"agg_iters", required_argument, 0, 'm'},
-        {"warmup_iters", required_argument, 0, 'w'},
-        {"run_cycles", required_argument, 0, 'N'},
-        {"parallel_init", required_argument, 0, 'p'},
-        {"check", required_argument, 0, 'c'},
-        {"op", required_argument, 0, 'o'},
-        {"datatype", required_argument, 0, 'd'},
-        {"root", required_argument, 0, 'r'},
-        {"blocking", required_argument, 0, 'z'},
-        {"stream_null", required_argument, 0, 'y'},
-        {"timeout", required_argument, 0, 'T'},
-        {"cudagraph", required_argument, 0, 'G'},
-        {"report_cputime", required_argument, 0, 'C'},
-        {"average", required_argument, 0, 'a'},
-        {"local_register", required_argument, 0, 'R'},
-        {"cta_policy", required_argument, 0, 'x'},
-        {"device_implementation", required_argument, 0, 'D'},
-        {"output_file", required_argument, 0, 'J'},
-        {"unalign", required_argument, 0, 'u'},
-        {"host_buffers", required_argument, 0, 'H'},
-        {"host-buffers", required_argument, 0, 'H'},
-        {"time_target", required_argument, 0, 'S'},
-        {"repeats", required_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *type_arg = "float", *op_arg = "sum";
-    long v;
-    int c;
-
-    memset(a, 0, sizeof(*a));
-    a->min_bytes = a->max_bytes = 32u << 20;
-    a->step_bytes = 1u << 20;
-    a->step_factor = 1;
-    a->iters = 20;
-    a->repeats = 1;
-    a->warmup = 1;
-    a->agg = 1;
-    a->cycles = 1;
-    a->check = 1;
-    a->average = 1;
-    a->nthreads = 1;
-    a->ngpus = 1;
-
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv,
-                            "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:x:D:J:u:H:S:k:h", longopts,
-                            NULL)) != -1) {
-        if (c == 'h') {
-            if (is_main)
-                usage(prog);
-            return -1;
-        }
-        if (c == '?' || c == ':') {
-            if (optopt)
-                PERF_ARG_ERROR("invalid or incomplete option '-%c' (see -h)", optopt);
-            PERF_ARG_ERROR("invalid option '%s' (see -h)", argv[optind - 1]);
-        }
-        switch (c) {
-        case 'b':
-            if (parse_size(optarg, &a->min_bytes))
-                PERF_ARG_ERROR("invalid size specified for 'minbytes': '%s'", optarg);
-            continue;
-        case 'e':
-            if (parse_size(optarg, &a->max_bytes))
-                PERF_ARG_ERROR("invalid size specified for 'maxbytes': '%s'", optarg);
-            continue;
-        case 'i':
-            if (parse_size(optarg, &a->step_bytes))
-                PERF_ARG_ERROR("invalid size specified for 'stepbytes': '%s'", optarg);
-            continue;
-        case 'o':
-            op_arg = optarg;
-            continue;
-        case 'd':
-            type_arg = optarg;
-            continue;
-        case 'J':
-            a->json_path = optarg;
-            continue;
-        case 'S': {
-            char *end;
-            errno = 0;
-            a->time_target = strtod(optarg, &end);
-            if (end == optarg || *end != '\0' || errno != 0 || !(a->time_target >= 0) ||
-                a->time_target > 3600)
-                PERF_ARG_ERROR("-S needs seconds in [0, 3600], got '%s'", optarg);
-            continue;
-        }
-        default:
-            break;
-        }
-        if (parse_long(optarg, &v) || v < INT32_MIN || v > INT32_MAX)
-            PERF_ARG_ERROR("option -%c needs an integer, got '%s'", c, optarg);
-        switch (c) {
-        case 't':
-        case 'g':
-            if (v != 1 && !(be->caps & PERF_BE_DEVICE))
-                PERF_ARG_ERROR("-%c %ld: %s runs one rank per process (threads and GPUs per "
-                               "process must be 1)", c, v, be->name);
-            if (c == 't' && (v < 1 || v > PERF_MAX_THREADS))
-                PERF_ARG_ERROR("-t must be in [1, %d], got %ld", PERF_MAX_THREADS, v);
-            if (c == 'g' && (v < 1 || v > 1024))
-                PERF_ARG_ERROR("-g must be in [1, 1024], got %ld", v);
-            if (c == 't')
-                a->nthreads = (int)v;
-            else
-                a->ngpus = (int)v;
-            break;
-        case 'H':
-            a->host_buffers = v != 0;
-            break;
-        case 'f':
-            if (v < 1)
-                PERF_ARG_ERROR("-f must be >= 1, got %ld", v);
-            a->step_factor = v;
-            break;
-        case 'n':
-            if (v < 1)
-                PERF_ARG_ERROR("-n must be >= 1, got %ld", v);
-            a->iters = (int)v;
-            break;
-        case 'm':
-            if (v < 1)
-                PERF_ARG_ERROR("-m must be >= 1, got %ld", v);
-            a->agg = (int)v;
-            break;
-        case 'w':
-            if (v < 0)
-                PERF_ARG_ERROR("-w must be >= 0, got %ld", v);
-            a->warmup = (int)v;
-            break;
-        case 'k':
-            if (v < 1 || v > 64)
-                PERF_ARG_ERROR("-k must be in [1, 64], got %ld", v);
-            a->repeats = (int)v;
-            break;
-        case 'N':
-            if (v < 0)
-                PERF_ARG_ERROR("-N must be >= 0, got %ld", v);
-            a->cycles = (int)v;
-            break;
-        case 'p':
-            a->parallel_init = (int)v;
-            break;
-        case 'c':
-            if (v < 0)
-                PERF_ARG_ERROR("-c must be >= 0, got %ld", v);
-            a->check = (int)v;
-            break;
-        case 'r':
-            if (v < -1)
-                PERF_ARG_ERROR("-r must be a rank or -1 (all roots), got %ld", v);
-            a->root = (int)v;
-            break;
-        case 'z':
-            if (v < 0 || v > 3)
-                PERF_ARG_ERROR("-z must be 0, 1, 2 or 3, got %ld", v);
-            a->blocking = (int)v;
-            break;
-        case 'y':
-            a->stream_null = (int)v;
-            break;
-        case 'T':
-            if (v < 0)
-                PERF_ARG_ERROR("-T must be >= 0, got %ld", v);
-            a->timeout_s = (int)v;
-            break;
-        case 'C':
-            a->report_cputime = v != 0;
-            break;
-        case 'a':
-            if (v < 0 || v > 3)
-                PERF_ARG_ERROR("-a must be 0 (rank 0), 1 (avg), 2 (min) or 3 (max), got %ld", v);
-            a->average = (int)v;
-            break;
-        case 'u':
-            if (v < 0 || v > 4096)
-                PERF_ARG_ERROR("-u must be in [0, 4096] elements, got %ld", v);
-            a->unalign = (int)v;
-            break;
-        case 'x':
-            break; /* CTA policy: no meaning on host memory */
-        case 'G':
-            if (v < 0)
-                PERF_ARG_ERROR("-G must be >= 0, got %ld", v);
-            if (v != 0 && !(be->caps & PERF_BE_DEVICE))
-                PERF_ARG_ERROR("-G %ld: CUDA graphs need device buffers, which %s does not use",
-                               v, be->name);
-            a->graph_launches = (int)v;
-            break;
-        case 'R':
-            if (v != 0 && v != 1)
-                PERF_ARG_ERROR("-R %ld: only -R 0 and -R 1 (local registration) are supported",
-                               v);
-            if (v == 1 && be->reg_alloc == NULL)
-                PERF_ARG_ERROR("-R 1: %s has no buffer registration in the perf tools",
-                               be->name);
-            a->local_register = (int)v;
-            break;
-        case 'D':
-            if (v != 0)
-                PERF_ARG_ERROR("-D %ld: device-API kernels are not supported by the perf tools",
-                               v);
-            break;
-        default:
-            PERF_ARG_ERROR("unexpected option -%c", c);
-        }
-    }
-    if (optind < argc)
-        PERF_ARG_ERROR("unexpected argument '%s' (see -h)", argv[optind]);
-    /* A capture cannot hold the synchronisations -z asks for after each iteration. */
-    if (a->graph_launches > 0 && a->blocking != 0)
-        PERF_ARG_ERROR("-G %d cannot be combined with -z %d", a->graph_launches, a->blocking);
-    if (a->min_bytes > a->max_bytes)
-        PERF_ARG_ERROR("invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", a->min_bytes,
-                       a->max_bytes);
-    if (a->step_factor <= 1 && a->step_bytes == 0 && a->min_bytes < a->max_bytes)
-        PERF_ARG_ERROR("-i 0 with -f 1 would never reach maxbytes");
-
-    /* "all" takes what the backend can run; a type or op named alone must be supported. */
-    if (strcmp(type_arg, "all") == 0) {
-        for (int i = 0; i < ncclNumTypes; i++)
-            if (be->supports(&perf_types[i], PERF_OP_NONE))
-                a->types[a->ntypes++] = &perf_types[i];
-    } else {
-        const struct perf_type *t = perf_type_by_name(type_arg);
-        if (t == NULL)
-            PERF_ARG_ERROR("invalid type '%s' (int8 uint8 int32 uint32 int64 uint64 half float "
-                           "double bfloat16 f8e4m3 f8e5m2 all)", type_arg);
-        if (!be->supports(t, PERF_OP_NONE))
-            PERF_ARG_ERROR("type '%s' is not supported by %s", type_arg, be->name);
-        a->types[a->ntypes++] = t;
-    }
-    if (strcmp(op_arg, "all") == 0) {
-        for (int i = 0; i < PERF_OP_COUNT; i++)
-            if (be->supports(NULL, i))
-                a->ops[a->nops++] = i;
-    } else {
-        int found = -1;
-        for (int i = 0; i < PERF_OP_COUNT; i++)
-            if (strcmp(op_arg, perf_op_names[i]) == 0)
-                found = i;
-        if (found < 0)
-            PERF_ARG_ERROR("invalid op '%s' (sum prod max min avg mulsum all)", op_arg);
-        if (!be->supports(NULL, found))
-            PERF_ARG_ERROR("op '%s' is not supported by %s", op_arg, be->name);
-        a->ops[a->nops++] = found;
-    }
-    return 0;
-}
-
-/* ---------------------------------------------------------------------------------------------
  * Main
  * ------------------------------------------------------------------------------------------- */
-
-struct perf_rank_info {
-    int32_t pid;
-    int32_t device;
-    char host[56];
-    char desc[64];
-};
-
-static void print_devices(struct perf_state *st)
-{
-    size_t n = (size_t)st->team.ctx[0].nranks;
-    struct perf_rank_info *in = calloc((size_t)st->team.n, sizeof(*in));
-    struct perf_rank_info *out = calloc(n, sizeof(*out));
-
-    if (in == NULL || out == NULL) {
-        fprintf(stderr, "perf: out of memory\n");
-        exit(1);
-    }
-    for (int i = 0; i < st->team.n; i++) {
-        const struct perf_ctx *ctx = &st->team.ctx[i];
-        in[i].pid = (int32_t)getpid();
-        in[i].device = st->dev_bufs ? ctx->device : ctx->local_rank;
-        snprintf(in[i].host, sizeof(in[i].host), "%.55s", st->host);
-        if (st->dev_bufs)
-            st->dm->describe(ctx->device, in[i].desc, sizeof(in[i].desc));
-        else
-            snprintf(in[i].desc, sizeof(in[i].desc), "[host] host memory");
-    }
-    PERF_CHECK(st, st->be->allgather(&st->team, in, out, sizeof(*in)));
-    if (st->is_main) {
-        printf("# Using devices\n");
-        for (size_t r = 0; r < n; r++) {
-            out[r].host[sizeof(out[r].host) - 1] = '\0';
-            out[r].desc[sizeof(out[r].desc) - 1] = '\0';
-            printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n", (int)r, 0,
-                   (int)out[r].pid, out[r].host, (int)out[r].device, out[r].desc);
-        }
-    }
-    free(in);
-    free(out);
-}
 
 static void allocate_buffers(struct perf_state *st)
 {
@@ -1831,7 +585,7 @@ static void allocate_buffers(struct perf_state *st)
                                 "without a CUDA device (run with WEFT_CUDA=0)\n");
                 exit(2);
             }
-            slot_use(st, i);
+            perf_slot_use(st, i);
             PERF_CHECK(st, st->be->reg_alloc(sl->ctx, buf + slack, &sl->send_alloc,
                                              &sl->send_reg));
             PERF_CHECK(st, st->be->reg_alloc(sl->ctx, buf + slack, &sl->recv_alloc,
@@ -1912,7 +666,7 @@ static void team_create(struct perf_state *st)
         ctx->stream = NULL;
         st->slots[i].ctx = ctx;
         if (st->dev_bufs && !a->stream_null) {
-            slot_use(st, i);
+            perf_slot_use(st, i);
             PERF_CUDACHECK(st, st->dm->stream_create(&ctx->stream));
         }
     }
@@ -1922,37 +676,12 @@ static void team_destroy(struct perf_state *st)
 {
     for (int i = 0; i < st->team.n; i++) {
         if (st->team.ctx[i].stream != NULL) {
-            slot_use(st, i);
+            perf_slot_use(st, i);
             PERF_CUDACHECK(st, st->dm->stream_destroy(st->team.ctx[i].stream));
         }
     }
     free(st->team.ctx);
     free(st->slots);
-}
-
-/* Prints the table header (main thread, once the device lines are out). */
-static void print_table_header(const struct perf_state *st)
-{
-    const char *tname = st->a.report_cputime ? "cputime" : "time";
-
-    printf("#\n");
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
-           "        \n",
-           "", "", "", "", "");
-    int tc = perf_timing_columns(&st->a);
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "size",
-           "count", "type", "redop", "root", tname, "algbw", "busbw", "#wrong", tname, "algbw",
-           "busbw", "#wrong", tc ? "     iters  spread     iters  spread" : " ");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-           "", tc ? "    (oop)     (%)      (ip)     (%)" : " ");
-    if (tc && st->a.time_target > 0)
-        printf("# time: the median of %d timed run(s) per half, each of about %g s (iterations per "
-               "size from a calibration, -S); spread: (slowest - fastest) / median\n",
-               st->a.repeats, st->a.time_target);
-    else if (tc)
-        printf("# time: the median of %d timed runs of %d iterations per half; spread: (slowest "
-               "- fastest) / median\n", st->a.repeats, st->a.iters);
 }
 
 /*
@@ -2006,13 +735,13 @@ static void *thread_main(void *arg)
         st->rc = 77;
         return NULL;
     }
-    print_devices(st);
+    perf_print_devices(st);
     allocate_buffers(st);
     /* Allocations may wait for the device (cudaMalloc, cudaMemset), where a collective of another
      * thread's ranks could already wait for this thread: none starts before all are done. */
     threads_sync(st);
     if (st->is_main)
-        print_table_header(st);
+        perf_print_table_header(st);
 
     for (int ti = 0; ti < st->a.ntypes; ti++) {
         int nops = (coll->flags & PERF_COLL_REDUCE) ? st->a.nops : 1;
@@ -2081,7 +810,7 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
     st->be = be;
     /* Only the main rank reports usage errors and prints the table. */
     is_main = be->early_rank() == 0;
-    rc = parse_args(&st->a, argc, argv, prog, is_main, be);
+    rc = perf_parse_args(&st->a, argc, argv, prog, is_main, be);
     if (rc != 0) {
         free(st);
         return rc < 0 ? 0 : usage_exit(is_main, rc);
@@ -2226,431 +955,3 @@ int perf_run(int argc, char **argv, const struct perf_coll *coll, perf_run_fn ru
     free(sts);
     return rc;
 }
-
-#ifndef PERF_NO_NCCL
-/* ---------------------------------------------------------------------------------------------
- * NCCL backend
- *
- * Binds to whichever libnccl.so.2 is loaded. weftLaunchInfo is a weak reference: with Weft's
- * library it gives rank, size and unique id under any launcher; with another library (NVIDIA's,
- * through LD_LIBRARY_PATH) it is absent and the process must be the whole job (one process,
- * -t x -g ranks, id from ncclGetUniqueId). The helper collectives are small ncclAllReduce calls
- * on a scratch buffer of the ranks' kind: device memory on device buffers (NVIDIA's library
- * takes no plain host memory), the host otherwise.
- * ------------------------------------------------------------------------------------------- */
-
-#pragma weak weftLaunchInfo
-
-static ncclUniqueId nccl_job_id; /* this process's id, made or received by init */
-
-/* Per rank (ctx->be_state): the helper collectives' buffer. A grown one keeps the old until
- * comm_fini: cudaFree waits for the whole device, where another thread's ranks may have a
- * collective in flight that waits for this thread. */
-#define NCCL_SCRATCH_RETIRED 8
-struct nccl_rank_state {
-    void *scratch;
-    size_t cap;
-    void *retired[NCCL_SCRATCH_RETIRED];
-    int nretired;
-};
-
-/* Sized at comm_init for every helper the driver calls (its all-gather of rank lines). */
-#define NCCL_SCRATCH_PER_RANK 256
-
-/* Job sizes other launchers announce: a job of several processes cannot run without Weft's
- * launch helper (nothing here could hand them one unique id). */
-static int nccl_env_job_size(void)
-{
-    static const char *const vars[] = {"WEFT_NRANKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                                       "SLURM_NTASKS", "WORLD_SIZE"};
-
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-        const char *v = getenv(vars[i]);
-        if (v != NULL && atoi(v) > 1)
-            return atoi(v);
-    }
-    return 1;
-}
-
-static char nccl_be_error[256];
-
-static ncclResult_t nccl_be_init(struct perf_ctx *ctx, char *version_line, size_t len)
-{
-    int libver = 0;
-    ncclResult_t res;
-
-    ctx->local_rank = 0;
-    if (weftLaunchInfo != NULL) {
-        res = weftLaunchInfo(&ctx->rank, &ctx->nranks, &ctx->local_rank, &nccl_job_id);
-        if (res != ncclSuccess)
-            return res;
-    } else {
-        if (nccl_env_job_size() > 1) {
-            snprintf(nccl_be_error, sizeof(nccl_be_error),
-                     "this libnccl.so.2 is not Weft's (no weftLaunchInfo): run one process and "
-                     "-t/-g ranks in it, a %d-process job needs Weft", nccl_env_job_size());
-            return ncclInvalidUsage;
-        }
-        ctx->rank = 0;
-        ctx->nranks = 1;
-        res = ncclGetUniqueId(&nccl_job_id);
-        if (res != ncclSuccess)
-            return res;
-    }
-    res = ncclGetVersion(&libver);
-    if (res != ncclSuccess)
-        return res;
-    snprintf(version_line, len,
-             "# weft perf (nccl-tests 2.19.6 compatible) nccl-headers=%d nccl-library=%d",
-             NCCL_VERSION_CODE, libver);
-    ctx->comm = NULL;
-    ctx->stream = NULL;
-    ctx->library = weftLaunchInfo != NULL ? "weft" : "nccl";
-    return ncclSuccess;
-}
-
-static int nccl_be_early_rank(void)
-{
-    int rank = 0;
-
-    if (weftLaunchInfo == NULL)
-        return 0;
-    return weftLaunchInfo(&rank, NULL, NULL, NULL) == ncclSuccess ? rank : 0;
-}
-
-static ncclResult_t nccl_be_fini(struct perf_ctx *ctx)
-{
-    (void)ctx;
-    return ncclSuccess;
-}
-
-static ncclResult_t nccl_be_cuda_error(const char *what, int err)
-{
-    snprintf(nccl_be_error, sizeof(nccl_be_error), "%s: %s", what,
-             perf_devmem_get(NULL)->error_string(err));
-    return ncclUnhandledCudaError;
-}
-
-static ncclResult_t nccl_scratch(struct perf_ctx *ctx, size_t bytes, void **p_p);
-
-/* One group of ncclCommInitRank, each on its rank's device (current at the call, as NCCL binds
- * it), as nccl-tests' ncclGroupStart + ncclCommInitRank per GPU. */
-static ncclResult_t nccl_be_comm_init(struct perf_team *team)
-{
-    const struct perf_devmem *dm = perf_devmem_get(NULL);
-    ncclResult_t res = ncclSuccess, end = ncclSuccess;
-
-    for (int i = 0; i < team->n; i++) {
-        void *p;
-        team->ctx[i].be_state = calloc(1, sizeof(struct nccl_rank_state));
-        if (team->ctx[i].be_state == NULL)
-            return ncclSystemError;
-        res = nccl_scratch(&team->ctx[i],
-                           (size_t)team->ctx[i].nranks * NCCL_SCRATCH_PER_RANK + 64, &p);
-        if (res != ncclSuccess)
-            return res;
-    }
-    if (team->n > 1)
-        res = ncclGroupStart();
-    for (int i = 0; i < team->n && res == ncclSuccess; i++) {
-        struct perf_ctx *ctx = &team->ctx[i];
-        int err = ctx->dev_bufs ? dm->set_device(ctx->device) : 0;
-        if (err != 0)
-            res = nccl_be_cuda_error("cudaSetDevice", err);
-        else
-            res = ncclCommInitRank(&ctx->comm, ctx->nranks, nccl_job_id, ctx->rank);
-    }
-    if (team->n > 1)
-        end = ncclGroupEnd(); /* always closed, so that a failure leaves no group open */
-    return res != ncclSuccess ? res : end;
-}
-
-static ncclResult_t nccl_be_comm_device(const struct perf_ctx *ctx, int *dev_p)
-{
-    return ncclCommCuDevice(ctx->comm, dev_p);
-}
-
-static void nccl_scratch_free(const struct perf_ctx *ctx, void *p)
-{
-    const struct perf_devmem *dm = perf_devmem_get(NULL);
-
-    if (p == NULL)
-        return;
-    if (!ctx->dev_bufs) {
-        free(p);
-        return;
-    }
-    dm->set_device(ctx->device);
-    dm->free(p);
-}
-
-static ncclResult_t nccl_be_comm_fini(struct perf_team *team)
-{
-    ncclResult_t res = ncclSuccess;
-
-    for (int i = 0; i < team->n; i++) {
-        struct perf_ctx *ctx = &team->ctx[i];
-        struct nccl_rank_state *rs = ctx->be_state;
-        ncclResult_t r = ncclCommDestroy(ctx->comm);
-
-        if (res == ncclSuccess)
-            res = r;
-        if (rs != NULL) {
-            nccl_scratch_free(ctx, rs->scratch);
-            for (int k = 0; k < rs->nretired; k++)
-                nccl_scratch_free(ctx, rs->retired[k]);
-        }
-        free(rs);
-        ctx->be_state = NULL;
-    }
-    return res;
-}
-
-/* Rank i's scratch of at least bytes, of the rank's memory kind. */
-static ncclResult_t nccl_scratch(struct perf_ctx *ctx, size_t bytes, void **p_p)
-{
-    const struct perf_devmem *dm = perf_devmem_get(NULL);
-    struct nccl_rank_state *rs = ctx->be_state;
-    void *p = NULL;
-    int err;
-
-    if (rs->cap >= bytes) {
-        *p_p = rs->scratch;
-        return ncclSuccess;
-    }
-    if (rs->scratch != NULL && rs->nretired == NCCL_SCRATCH_RETIRED) {
-        snprintf(nccl_be_error, sizeof(nccl_be_error), "helper scratch grown too often");
-        return ncclInternalError;
-    }
-    if (!ctx->dev_bufs) {
-        p = malloc(bytes);
-        if (p == NULL)
-            return ncclSystemError;
-    } else {
-        err = dm->set_device(ctx->device);
-        if (err == 0)
-            err = dm->malloc(&p, bytes);
-        if (err != 0)
-            return nccl_be_cuda_error("cudaMalloc", err);
-    }
-    if (rs->scratch != NULL)
-        rs->retired[rs->nretired++] = rs->scratch;
-    rs->scratch = p;
-    rs->cap = bytes;
-    *p_p = p;
-    return ncclSuccess;
-}
-
-/*
- * In place over all ranks: buf holds team->n blocks of `bytes` (the team's ranks in order), each
- * replaced by the all-reduce of count elements. One group over the team, then each stream waited
- * for, so it is blocking on device buffers as on host ones.
- */
-static ncclResult_t nccl_team_allreduce(const struct perf_team *team, void *buf, size_t count,
-                                        ncclDataType_t type, ncclRedOp_t op)
-{
-    const struct perf_devmem *dm = perf_devmem_get(NULL);
-    size_t bytes = count * perf_type_get(type)->size;
-    ncclResult_t res = ncclSuccess, end = ncclSuccess;
-    void **at = calloc((size_t)team->n, sizeof(*at));
-    int err = 0;
-
-    if (at == NULL)
-        return ncclSystemError;
-    for (int i = 0; i < team->n && res == ncclSuccess; i++) {
-        struct perf_ctx *ctx = &team->ctx[i];
-        res = nccl_scratch(ctx, bytes ? bytes : 1, &at[i]);
-        if (res == ncclSuccess && ctx->dev_bufs)
-            err = dm->memcpy(at[i], (char *)buf + (size_t)i * bytes, bytes);
-        else if (res == ncclSuccess)
-            memcpy(at[i], (char *)buf + (size_t)i * bytes, bytes);
-        if (err != 0)
-            res = nccl_be_cuda_error("cudaMemcpy", err);
-    }
-    if (res != ncclSuccess)
-        goto out;
-    if (team->n > 1)
-        res = ncclGroupStart();
-    for (int i = 0; i < team->n && res == ncclSuccess; i++)
-        res = ncclAllReduce(at[i], at[i], count, type, op, team->ctx[i].comm, team->ctx[i].stream);
-    if (team->n > 1)
-        end = ncclGroupEnd();
-    if (res == ncclSuccess)
-        res = end;
-    for (int i = 0; i < team->n && res == ncclSuccess; i++) {
-        const struct perf_ctx *ctx = &team->ctx[i];
-        if (!ctx->dev_bufs) {
-            memcpy((char *)buf + (size_t)i * bytes, at[i], bytes);
-            continue;
-        }
-        err = dm->stream_synchronize(ctx->stream);
-        if (err == 0)
-            err = dm->memcpy((char *)buf + (size_t)i * bytes, at[i], bytes);
-        if (err != 0)
-            res = nccl_be_cuda_error("cudaStreamSynchronize/cudaMemcpy", err);
-    }
-out:
-    free(at);
-    return res;
-}
-
-static ncclResult_t nccl_be_barrier(const struct perf_team *team)
-{
-    int32_t v[team->n];
-
-    /* Every rank's contribution is needed before anyone's result: a barrier. */
-    for (int i = 0; i < team->n; i++)
-        v[i] = 1;
-    return nccl_team_allreduce(team, v, 1, ncclInt32, ncclSum);
-}
-
-/* A team's value counts once in a sum (its first rank gives it, the others the identity); min
- * and max are the same whichever ranks repeat it. */
-static ncclResult_t nccl_be_reduce_double(const struct perf_team *team, double *v, int op)
-{
-    double in[team->n];
-    ncclResult_t res;
-
-    for (int i = 0; i < team->n; i++)
-        in[i] = op == PERF_OP_SUM && i > 0 ? 0.0 : *v;
-    res = nccl_team_allreduce(team, in, 1, ncclFloat64, (ncclRedOp_t)op);
-    if (res == ncclSuccess)
-        *v = in[0];
-    return res;
-}
-
-static ncclResult_t nccl_be_sum_int64(const struct perf_team *team, int64_t *v)
-{
-    int64_t in[team->n];
-    ncclResult_t res;
-
-    for (int i = 0; i < team->n; i++)
-        in[i] = i == 0 ? *v : 0;
-    res = nccl_team_allreduce(team, in, 1, ncclInt64, ncclSum);
-    if (res == ncclSuccess)
-        *v = in[0];
-    return res;
-}
-
-/* Through all-reduce, so that it needs nothing but ncclAllReduce: every rank fills its own
- * slot and zeros the others; a byte sum puts each slot together. */
-static ncclResult_t nccl_be_allgather(const struct perf_team *team, const void *in, void *out,
-                                      size_t bytes)
-{
-    size_t total = bytes * (size_t)team->ctx[0].nranks;
-    char *tmp = calloc((size_t)team->n, total ? total : 1);
-    ncclResult_t res;
-
-    if (tmp == NULL)
-        return ncclSystemError;
-    for (int i = 0; i < team->n; i++)
-        memcpy(tmp + (size_t)i * total + bytes * (size_t)team->ctx[i].rank,
-               (const char *)in + (size_t)i * bytes, bytes);
-    res = nccl_team_allreduce(team, tmp, total, ncclUint8, ncclSum);
-    if (res == ncclSuccess)
-        memcpy(out, tmp, total);
-    free(tmp);
-    return res;
-}
-
-static ncclResult_t nccl_be_group_start(void)
-{
-    return ncclGroupStart();
-}
-
-static ncclResult_t nccl_be_group_end(void)
-{
-    return ncclGroupEnd();
-}
-
-static ncclResult_t nccl_be_op_create(const struct perf_ctx *ctx, struct perf_op *op)
-{
-    uint64_t scalar = 0;
-
-    if (op->op != PERF_OP_MULSUM) {
-        op->nccl_op = op->op >= 0 ? (ncclRedOp_t)op->op : ncclSum;
-        return ncclSuccess;
-    }
-    /* nccl-tests' PreMulSum scalars: 1 on even ranks, 2 on odd ranks, read at creation. */
-    perf_store_double(op->type, &scalar, 0, (double)mulsum_scalar(ctx->rank));
-    return ncclRedOpCreatePreMulSum(&op->nccl_op, &scalar, op->type->type,
-                                    ncclScalarHostImmediate, ctx->comm);
-}
-
-static ncclResult_t nccl_be_op_destroy(const struct perf_ctx *ctx, struct perf_op *op)
-{
-    if (op->op != PERF_OP_MULSUM)
-        return ncclSuccess;
-    return ncclRedOpDestroy(op->nccl_op, ctx->comm);
-}
-
-static int nccl_be_supports(const struct perf_type *t, int op)
-{
-    (void)t;
-    (void)op;
-    return 1;
-}
-
-static const char *nccl_be_last_error(void)
-{
-    const char *last = ncclGetLastError(NULL);
-
-    return nccl_be_error[0] != '\0' && (last == NULL || last[0] == '\0') ? nccl_be_error : last;
-}
-
-static ncclResult_t nccl_be_abort(const struct perf_ctx *ctx)
-{
-    return ctx->comm != NULL ? ncclCommAbort(ctx->comm) : ncclSuccess;
-}
-
-/* -R 1 (nccl-tests' --local_register): ncclMemAlloc'd (on the calling thread's current device
- * where there is one), registered on the rank's communicator. */
-static ncclResult_t nccl_be_reg_alloc(const struct perf_ctx *ctx, size_t bytes, void **p_p,
-                                      void **handle_p)
-{
-    ncclResult_t res = ncclMemAlloc(p_p, bytes);
-    if (res != ncclSuccess)
-        return res;
-    res = ncclCommRegister(ctx->comm, *p_p, bytes, handle_p);
-    if (res != ncclSuccess)
-        ncclMemFree(*p_p);
-    return res;
-}
-
-static ncclResult_t nccl_be_reg_free(const struct perf_ctx *ctx, void *p, void *handle)
-{
-    ncclResult_t res = ncclCommDeregister(ctx->comm, handle);
-    ncclResult_t res2 = ncclMemFree(p);
-    return res != ncclSuccess ? res : res2;
-}
-
-const struct perf_backend perf_nccl_backend = {
-    .name = "NCCL",
-    .caps = PERF_BE_DEVICE,
-    .init = nccl_be_init,
-    .early_rank = nccl_be_early_rank,
-    .fini = nccl_be_fini,
-    .comm_init = nccl_be_comm_init,
-    .comm_fini = nccl_be_comm_fini,
-    .reg_alloc = nccl_be_reg_alloc,
-    .reg_free = nccl_be_reg_free,
-    .comm_device = nccl_be_comm_device,
-    .barrier = nccl_be_barrier,
-    .reduce_double = nccl_be_reduce_double,
-    .sum_int64 = nccl_be_sum_int64,
-    .allgather = nccl_be_allgather,
-    .group_start = nccl_be_group_start,
-    .group_end = nccl_be_group_end,
-    .op_create = nccl_be_op_create,
-    .op_destroy = nccl_be_op_destroy,
-    .supports = nccl_be_supports,
-    .error_string = ncclGetErrorString,
-    .last_error = nccl_be_last_error,
-    .abort = nccl_be_abort,
-};
-
-int perf_main(int argc, char **argv, const struct perf_coll *coll, perf_run_fn run)
-{
-    return perf_run(argc, argv, coll, run, &perf_nccl_backend);
-}
-#endif /* PERF_NO_NCCL */

@@ -13,9 +13,9 @@
  *
  * perf_main parses the nccl-tests flags, finds rank/size/unique id with weftLaunchInfo (run the
  * tool under weftrun), creates the communicators, sweeps sizes x types x ops x roots, and prints
- * the nccl-tests table. Built with -DPERF_NO_NCCL, common.c leaves out everything that links
- * against NCCL, and perf_run drives another library through a struct perf_backend (the MPI peer
- * tools).
+ * the nccl-tests table. Built with -DPERF_NO_NCCL (the driver: common.c, data.c, args.c and
+ * report.c, without nccl_backend.c), nothing links against NCCL, and perf_run drives another
+ * library through a struct perf_backend (the MPI peer tools).
  *
  * Ranks and devices (NCCL backend). A process runs -t threads, each driving -g ranks: rank =
  * (process * t + thread) * g + i of processes * t * g, on device (host-local index) mod (devices),

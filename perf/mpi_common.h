@@ -8,11 +8,12 @@
  *
  *     int main(int argc, char **argv) { return perf_mpi_main(argc, argv, &perf_coll_x, run); }
  *
- * Built with common.c under -DPERF_NO_NCCL (meson when an MPI dependency is found, or
- * build-mpi-tools.sh with any mpicc wrapper). MPI has no avg, PreMulSum, half, bfloat16 or fp8:
- * naming one with -o/-d is a usage error (exit 2), and "all" leaves them out. In place is
- * MPI_IN_PLACE where MPI has it. MPI errors return (MPI_ERRORS_RETURN) and are reported with MPI's
- * text in nccl-tests' failure line ("Test MPI failure ...").
+ * Built with the driver (common.c, data.c, args.c, report.c) under -DPERF_NO_NCCL (meson when
+ * an MPI dependency is found, or build-mpi-tools.sh with any mpicc wrapper). MPI has no avg,
+ * PreMulSum, half, bfloat16 or fp8: naming one with -o/-d is a usage error (exit 2), and "all"
+ * leaves them out. In place is MPI_IN_PLACE where MPI has it. MPI errors return
+ * (MPI_ERRORS_RETURN) and are reported with MPI's text in nccl-tests' failure line ("Test MPI
+ * failure ...").
  */
 #ifndef WEFT_PERF_MPI_COMMON_H
 #define WEFT_PERF_MPI_COMMON_H

@@ -1013,7 +1013,7 @@ bool parse_size(const char *s, size_t *out)
     return true;
 }
 
-/* The flags of common.c that decide rows and buffer rotation (errors are left to the driver). */
+/* The flags of args.c that decide rows and buffer rotation (errors are left to the driver). */
 void read_sweep(int argc, char **argv, Sweep *s)
 {
     static const option longopts[] = {

@@ -36,7 +36,7 @@
 
 int weft_host_oversubscribed;
 
-WEFT_PARAM_DECL(Timeout); /* exec/host.c */
+WEFT_PARAM_DECL(Timeout); /* exec/host_watch.c */
 WEFT_PARAM(HostNChannels, "WEFT_HOST_NCHANNELS", 1,
            "channels per collective on host memory (1..16); host ranks run one thread each");
 WEFT_PARAM(CommBlocking, "NCCL_COMM_BLOCKING", -1,
@@ -467,7 +467,7 @@ WEFT_PARAM_DECL(ShmSlotBytes);    /* transports/shm */
 WEFT_PARAM_DECL(SocketSlotBytes); /* transports/socket */
 WEFT_PARAM_DECL(SocketNthreads);
 WEFT_PARAM_DECL(NsocksPerthread);
-WEFT_PARAM_DECL(FuseBytes);       /* exec/host.c */
+WEFT_PARAM_DECL(FuseBytes);       /* exec/host_plan.c */
 WEFT_PARAM_DECL(ZcopyMinBytes);   /* exec/zcopy.c */
 
 /* The knobs of WEFT_NSETTINGS, in the order of weft_peer_info.settings. */

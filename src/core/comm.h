@@ -148,7 +148,7 @@ struct ncclComm {
     int revoked;
     uint64_t op_seq;                  /* operations issued, for error messages */
     struct weft_sig_comm *sig;        /* signatures and recent operations (exec/sig.h) */
-    struct weft_exec_cache *exec_cache; /* the last few operations' schedules (exec/host.c) */
+    struct weft_exec_cache *exec_cache; /* the last few operations' schedules (exec/host_cache.c) */
     struct weft_trace *trace;         /* WEFT_TRACE_FILE's records (core/trace.h); NULL: none */
     int busy;                         /* API calls inside (weft_comm_enter), and batches queued
                                        * on host streams: abort and destroy wait for 0 */

@@ -66,11 +66,11 @@ ncclResult_t weft_group_simulate_end(ncclSimInfo_t *info);
  */
 ncclResult_t weft_submit(struct weft_task *tasks, int ntasks);
 
-/* Runs tasks to completion in the calling thread (exec/host.c); the caller holds comm->busy of
+/* Runs tasks to completion in the calling thread (exec/host_plan.c); the caller holds comm->busy of
  * every communicator of the tasks (core/submit.c). */
 ncclResult_t weft_exec_tasks(struct weft_task *tasks, int ntasks);
 
-/* Frees comm's schedule cache (exec/host.c). */
+/* Frees comm's schedule cache (exec/host_cache.c). */
 void weft_exec_cache_free(struct ncclComm *comm);
 
 /* Steps this rank has received as direct (single-copy) sends on comm (exec/lane.h): for tests. */

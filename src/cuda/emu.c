@@ -168,7 +168,7 @@ WEFT_PARAM(EmuConnections, "CUDA_DEVICE_MAX_CONNECTIONS", 8,
            "spread over (1 to 32); work queued behind a blocked item of another stream waits");
 
 WEFT_PARAM_DECL(CudaCaptureMode);
-WEFT_PARAM_DECL(Timeout); /* exec/host.c: the deadline of the host waits below */
+WEFT_PARAM_DECL(Timeout); /* exec/host_watch.c: the deadline of the host waits below */
 
 #define EMU_MAX_DEV 64
 #define EMU_MAX_BLOCK 1024

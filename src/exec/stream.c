@@ -8,7 +8,7 @@
 #include "exec/stream.h"
 #include "exec/wait.h"
 
-WEFT_PARAM_DECL(Timeout); /* exec/host.c */
+WEFT_PARAM_DECL(Timeout); /* exec/host_watch.c */
 
 #define WEFT_STREAM_MAGIC 0x7765667473747265ull /* "weftstre" */
 #define WEFT_MAX_STREAMS 4096
