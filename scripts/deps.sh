@@ -7,8 +7,9 @@ set -euo pipefail
 #   libopenmpi-dev           mpi.h and libmpi for the MPI peer tools (perf/mpi_*_perf)
 #   iproute2, util-linux     the net suite's namespaces and veth pairs (ip, unshare)
 #   g++                      C++ header checks, the emulated GPU's kernels
+#   iperf3                   the net benchmarks' TCP ceiling (net-allreduce-vs-iperf3)
 pkgs=(meson ninja-build gcc g++ pkg-config binutils python3 openmpi-bin mpich libopenmpi-dev
-      iproute2 util-linux "$@")
+      iproute2 util-linux iperf3 "$@")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
