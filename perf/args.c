@@ -1,7 +1,7 @@
 /*
  * The perf driver's arguments: nccl-tests' flags (see common.h).
  */
-#include "common_internal.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -13,7 +13,7 @@
  * Arguments
  * ------------------------------------------------------------------------------------------- */
 
-static void usage(const char *prog)
+static void perf_usage(const char *prog)
 {
     printf("USAGE: %s \n\t"
            "[-t,--nthreads <num threads>] \n\t"
@@ -56,7 +56,7 @@ static void usage(const char *prog)
            prog, prog);
 }
 
-static int parse_size(const char *text, size_t *out)
+static int perf_parse_size(const char *text, size_t *out)
 {
     char *end;
     double v;
@@ -183,7 +183,7 @@ int perf_parse_args(struct perf_args *a, int argc, char **argv, const char *prog
                             NULL)) != -1) {
         if (c == 'h') {
             if (is_main)
-                usage(prog);
+                perf_usage(prog);
             return -1;
         }
         if (c == '?' || c == ':') {
@@ -193,15 +193,15 @@ int perf_parse_args(struct perf_args *a, int argc, char **argv, const char *prog
         }
         switch (c) {
         case 'b':
-            if (parse_size(optarg, &a->min_bytes))
+            if (perf_parse_size(optarg, &a->min_bytes))
                 PERF_ARG_ERROR("invalid size specified for 'minbytes': '%s'", optarg);
             continue;
         case 'e':
-            if (parse_size(optarg, &a->max_bytes))
+            if (perf_parse_size(optarg, &a->max_bytes))
                 PERF_ARG_ERROR("invalid size specified for 'maxbytes': '%s'", optarg);
             continue;
         case 'i':
-            if (parse_size(optarg, &a->step_bytes))
+            if (perf_parse_size(optarg, &a->step_bytes))
                 PERF_ARG_ERROR("invalid size specified for 'stepbytes': '%s'", optarg);
             continue;
         case 'o':

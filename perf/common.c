@@ -1,8 +1,8 @@
 /*
  * The *_perf driver: sweep, timing, validation, the ranks' buffers and threads (perf_run); its
- * flags are args.c's, its data data.c's, its output report.c's (common_internal.h). See common.h.
+ * flags are args.c's, its data data.c's, its output report.c's (driver.h). See common.h.
  */
-#include "common_internal.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <inttypes.h>

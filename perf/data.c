@@ -2,7 +2,7 @@
  * The perf driver's data (see common.h, "Data"): datatypes and their formats, test values, and
  * filling and checking a rank's buffers.
  */
-#include "common_internal.h"
+#include "driver.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -8,7 +8,7 @@
  * on a scratch buffer of the ranks' kind: device memory on device buffers (NVIDIA's library
  * takes no plain host memory), the host otherwise.
  * ------------------------------------------------------------------------------------------- */
-#include "common_internal.h"
+#include "driver.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * The perf driver's report: the numbers of the nccl-tests table, its device lines and header, and
  * the -J JSON lines (see common.h, "Output").
  */
-#include "common_internal.h"
+#include "driver.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -1096,7 +1096,7 @@ std::vector<size_t> measured_sizes(const Sweep &s)
     return v;
 }
 
-const char *json_path(int argc, char **argv)
+const char *gloo_json_path(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "-J") == 0 || strcmp(argv[i], "--output_file") == 0) && i + 1 < argc)
@@ -1228,7 +1228,7 @@ int main(int argc, char **argv)
 
     read_sweep(nargs, args.data(), &R.sweep);
     R.measured_counts_bytes = measured_sizes(R.sweep);
-    const char *jpath = json_path(nargs, args.data());
+    const char *jpath = gloo_json_path(nargs, args.data());
 
     int rc = perf_run(nargs, args.data(), R.def->coll, gp_run, &gloo_backend);
 

@@ -14,7 +14,7 @@
  *
  * This file is the run loop and its waits. The group's plan and the entry point weft_exec_tasks
  * are host_plan.c's, the caches and the building of lanes host_cache.c's, the checks of a blocked
- * run host_watch.c's; host_internal.h holds what they share.
+ * run host_watch.c's; host_run.h holds what they share.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -24,7 +24,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
-#include "exec/host_internal.h"
+#include "exec/host_run.h"
 #include "exec/lane.h"
 #include "exec/sig.h"
 #include "exec/wait.h"

@@ -1,6 +1,6 @@
 /*
  * The host executor's lanes (see host.c): taken from the caches, or built from the schedules
- * (src/algo) and stored in the schedule cache. The caches are described in host_internal.h, with
+ * (src/algo) and stored in the schedule cache. The caches are described in host_run.h, with
  * what every operation calls of them (lookups, and the group cache's store).
  */
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 #include "core/comm.h"
 #include "core/param.h"
 #include "exec/arena.h"
-#include "exec/host_internal.h"
+#include "exec/host_run.h"
 #include "exec/lane.h"
 #include "exec/zcopy.h"
 

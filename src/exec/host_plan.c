@@ -12,7 +12,7 @@
 #include "core/param.h"
 #include "core/trace.h"
 #include "exec/arena.h"
-#include "exec/host_internal.h"
+#include "exec/host_run.h"
 #include "exec/lane.h"
 #include "exec/sig.h"
 #include "exec/wait.h"

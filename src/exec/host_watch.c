@@ -9,7 +9,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
-#include "exec/host_internal.h"
+#include "exec/host_run.h"
 #include "exec/sig.h"
 
 WEFT_PARAM(Timeout, "WEFT_TIMEOUT", 300,

@@ -130,7 +130,7 @@ static void test_all_pairs(ncclComm_t comm, size_t count, unsigned seed)
 }
 
 /* Several messages to the same peer in one group are matched in issue order. Sizes repeat, and
- * the test runs 3 times: the schedule cache (exec/host_internal.h, 4 entries) serves tasks of a
+ * the test runs 3 times: the schedule cache (exec/host_run.h, 4 entries) serves tasks of a
  * group from entries that later tasks of the same group replace. */
 static void test_ordered_same_peer(ncclComm_t comm)
 {
@@ -156,7 +156,7 @@ static void test_ordered_same_peer(ncclComm_t comm)
 }
 
 /* Groups that repeat, as a pipeline step's do: the executor keeps a group's lanes ready and runs
- * them in place (exec/host_internal.h: two groups of a communicator, replaced in turn). Four
+ * them in place (exec/host_run.h: two groups of a communicator, replaced in turn). Four
  * shapes in an order that hits, misses and replaces entries; every time fresh buffers and values,
  * and the all-reduce alternates max and sum (same shape, another operator), all checked. Shape 3
  * sends two messages of one size to the same peer: they must arrive in order, hit or miss. */
