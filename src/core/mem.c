@@ -1,5 +1,5 @@
-/* ncclMemAlloc (device memory on a GPU, memfd host memory otherwise), its registry, and
- * registration handles. */
+/* ncclMemAlloc (device memory on a GPU, memfd host memory otherwise), its registry, and the
+ * lookups of registered buffers (core/register.c makes and drops registrations). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,7 +11,6 @@
 #include "core/comm.h"
 #include "core/mem.h"
 #include "core/param.h"
-#include "exec/cuda.h"
 #include "cuda/cuda_ops.h"
 
 WEFT_PARAM_DECL(CumemEnable); /* transports/p2p: NCCL_CUMEM_ENABLE */
@@ -194,24 +193,8 @@ int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p, size_t *bloc
     return fd;
 }
 
-#define WEFT_REG_MAGIC 0x7765667472656731ull /* "weftreg1" */
 
-/* A registration: on its communicator's list (comm->regs, under comm->reg_lock). */
-struct weft_reg {
-    uint64_t magic;
-    struct ncclComm *comm;
-    struct weft_reg *next;
-    char *buff;
-    size_t size;
-    /* Device buffers inside an ncclMemAlloc allocation on a communicator spanning processes:
-     * the allocation offered to the peers (exec/cuda.c), or share_id 0. */
-    uint64_t share_id;
-    char *share_base;
-};
-
-/* The device ncclMemAlloc block holding [ptr, ptr + size): 1 and its base, size and whether it
- * came from cuMem; 0 when none does. */
-static int weft_mem_device_block(const void *ptr, size_t size, char **base_p, size_t *bytes_p,
+int weft_mem_device_block(const void *ptr, size_t size, char **base_p, size_t *bytes_p,
                                  int *cumem_p)
 {
     const char *p = ptr;
@@ -230,69 +213,7 @@ static int weft_mem_device_block(const void *ptr, size_t size, char **base_p, si
     return found;
 }
 
-ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, void **handle_p)
-{
-    if (handle_p == NULL) {
-        WEFT_WARN("ncclCommRegister: handle is NULL");
-        return ncclInvalidArgument;
-    }
-    if (buff == NULL && size > 0) {
-        WEFT_WARN("ncclCommRegister: buff is NULL with size %zu", size);
-        return ncclInvalidArgument;
-    }
-    struct weft_reg *r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        WEFT_WARN("ncclCommRegister: out of memory");
-        return ncclSystemError;
-    }
-    r->magic = WEFT_REG_MAGIC;
-    r->comm = comm;
-    r->buff = buff;
-    r->size = size;
-    size_t offset;
-    int fd = size > 0 ? weft_mem_lookup(buff, size, &offset, NULL) : -1;
-    char *base = NULL;
-    size_t bytes = 0;
-    int cumem = 0;
-    if (size > 0 && weft_mem_device_block(buff, size, &base, &bytes, &cumem)) {
-        r->share_id = weft_cuda_reg_share(comm, base, bytes, cumem);
-        r->share_base = base;
-        fd = r->share_id != 0 ? 0 : -1; /* for the log line */
-    }
-    pthread_mutex_lock(&comm->reg_lock);
-    r->next = comm->regs;
-    comm->regs = r;
-    pthread_mutex_unlock(&comm->reg_lock);
-    WEFT_INFO(WEFT_LOG_REG, "rank %d: registered %p (%zu bytes, %s)", comm->rank, buff, size,
-              fd >= 0 ? "shareable" : "private");
-    *handle_p = r;
-    return ncclSuccess;
-}
 
-ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle)
-{
-    if (handle == NULL)
-        return ncclSuccess;
-    /* Found on this communicator's list, or refused without being dereferenced (another
-     * communicator's handle, one already deregistered, or garbage). */
-    pthread_mutex_lock(&comm->reg_lock);
-    struct weft_reg **it = &comm->regs;
-    while (*it != NULL && *it != handle)
-        it = &(*it)->next;
-    struct weft_reg *r = *it;
-    if (r != NULL)
-        *it = r->next;
-    pthread_mutex_unlock(&comm->reg_lock);
-    if (r == NULL) {
-        WEFT_WARN("ncclCommDeregister: %p is not a registration handle of this communicator",
-                  handle);
-        return ncclInvalidArgument;
-    }
-    weft_cuda_reg_unshare(comm, r->share_id);
-    r->magic = 0;
-    free(r);
-    return ncclSuccess;
-}
 
 int weft_mem_reg_find(struct ncclComm *comm, const void *ptr, size_t bytes, uint64_t *id_p,
                       size_t *off_p)

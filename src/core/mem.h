@@ -28,6 +28,28 @@ ncclResult_t weft_mem_free(void *ptr);
  * not NULL, the allocation's mapped size); -1 otherwise. */
 int weft_mem_lookup(const void *ptr, size_t size, size_t *offset_p, size_t *block_p);
 
+/* The device ncclMemAlloc block holding [ptr, ptr + size): 1 and its base, size and whether it
+ * came from cuMem; 0 when none does. */
+int weft_mem_device_block(const void *ptr, size_t size, char **base_p, size_t *bytes_p,
+                          int *cumem_p);
+
+#define WEFT_REG_MAGIC 0x7765667472656731ull /* "weftreg1" */
+
+/* A registration: on its communicator's list (comm->regs, under comm->reg_lock). */
+struct weft_reg {
+    uint64_t magic;
+    struct ncclComm *comm;
+    struct weft_reg *next;
+    char *buff;
+    size_t size;
+    /* Device buffers inside an ncclMemAlloc allocation on a communicator spanning processes:
+     * the allocation offered to the peers (exec/cuda.c), or share_id 0. */
+    uint64_t share_id;
+    char *share_base;
+};
+
+/* ncclCommRegister and ncclCommDeregister (core/register.c): a registration on comm->regs; a
+ * device buffer in an ncclMemAlloc allocation is offered to the peers (exec/cuda.c). */
 ncclResult_t weft_mem_register(struct ncclComm *comm, void *buff, size_t size, void **handle_p);
 ncclResult_t weft_mem_deregister(struct ncclComm *comm, void *handle);
 /* 1 when [ptr, ptr + bytes) lies inside one buffer registered on comm. Any thread. */

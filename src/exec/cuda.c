@@ -38,7 +38,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/trace.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/cuda_peer.h"
 #include "core/group.h"
 #include "core/mem.h"

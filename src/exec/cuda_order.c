@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/cond.h"
 #include "core/log.h"
 #include "core/param.h"

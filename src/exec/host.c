@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/param.h"
 #include "exec/host_run.h"
 #include "exec/lane.h"

@@ -9,7 +9,7 @@
 #include "algo/sched.h"
 #include "algo/tuner.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/param.h"
 #include "exec/arena.h"
 #include "exec/host_run.h"

@@ -7,7 +7,7 @@
 
 #include "algo/tuner.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/group.h"
 #include "core/param.h"
 #include "core/trace.h"

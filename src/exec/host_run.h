@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/group.h"
 #include "exec/lane.h"
 #include "exec/sig.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/param.h"
 #include "exec/host_run.h"
 #include "exec/sig.h"

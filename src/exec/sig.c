@@ -9,7 +9,7 @@
 #include "algo/sched.h"
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/fault.h"
 #include "exec/wait.h"
 #include "core/group.h"

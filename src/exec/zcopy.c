@@ -18,12 +18,11 @@
 #include "core/auth.h"
 #include "core/check.h"
 #include "core/cma.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/group.h"
 #include "core/mem.h"
 #include "core/param.h"
 #include "exec/arena.h"
-#include "exec/cuda.h"
 #include "exec/lane.h"
 #include "exec/zcopy.h"
 
@@ -538,11 +537,6 @@ void weft_zcopy_fini(struct ncclComm *comm)
         free(m);
     }
     pthread_mutex_unlock(&comm->reg_lock);
-}
-
-uint64_t weft_zcopy_count(struct ncclComm *comm)
-{
-    return __atomic_load_n(&comm->zcopy_ops, __ATOMIC_RELAXED) + weft_cuda_zcopy_count(comm);
 }
 
 uint64_t weft_zcopy_cma_count(struct ncclComm *comm)

@@ -85,8 +85,6 @@ int weft_zcopy_next(struct weft_zcopy_op *zc, struct weft_lane *lane);
 /* Unmaps the peers' buffers mapped for comm (at comm free). */
 void weft_zcopy_fini(struct ncclComm *comm);
 
-/* Collectives comm has run zero-copy (for tests). */
-uint64_t weft_zcopy_count(struct ncclComm *comm);
 /* All-gathers that ran zero-copy reading some peers' unregistered inputs (process_vm_readv). */
 uint64_t weft_zcopy_cma_count(struct ncclComm *comm);
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "socket/socket.h"
+#include "socket/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

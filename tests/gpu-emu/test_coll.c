@@ -49,6 +49,7 @@
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
 #include "emu_check.h"
+#include "core/comm.h"
 #include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"

@@ -66,6 +66,7 @@
 #include "../common/elem.h"
 #include "cuda/cuda_ops.h"
 #include "exec/cuda.h"
+#include "core/comm.h"
 #include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"

@@ -42,7 +42,7 @@
 #include "bootstrap/wire.h"
 #include "core/auth.h"
 #include "core/store.h"
-#include "socket/socket.h"
+#include "socket/wire.h"
 #include "../common/id_pipe.h"
 #include "../common/torchrun_env.h"
 

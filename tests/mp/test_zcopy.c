@@ -32,6 +32,7 @@
 #include "../common/id_pipe.h"
 #include "../common/time_scale.h"
 #include "mp_test.h"
+#include "core/comm.h"
 #include "exec/zcopy.h"
 #include "nccl.h"
 #include "redop.h"

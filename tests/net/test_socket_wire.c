@@ -1,5 +1,5 @@
 /*
- * The socket transport checks every frame: a peer that breaks the wire format (socket/socket.h)
+ * The socket transport checks every frame: a peer that breaks the wire format (socket/wire.h)
  * fails the operation with ncclRemoteError and a message naming the peer, its host and the fault,
  * instead of corrupting memory or hanging.
  *
@@ -31,7 +31,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
 #include "core/comm.h"
-#include "socket/socket.h"
+#include "socket/wire.h"
 
 #define SLOT_BYTES 65536
 
@@ -154,7 +154,7 @@ static int fake_rank(const struct wire_case *c, ncclUniqueId id)
             weft_socket_accept(lfd, &fd) != ncclSuccess)
             return 1;
     }
-    /* The acceptor's side of the handshake (socket/socket.h), with the id's secret. */
+    /* The acceptor's side of the handshake (socket/wire.h), with the id's secret. */
     struct weft_sock_challenge ch = {.version = WEFT_SOCK_VERSION, .type = WEFT_SOCK_CHALLENGE,
                                      .comm_hash = weft_bootstrap_magic(&id)};
     struct weft_auth_nonces nonces;

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "dev_fifo.h"

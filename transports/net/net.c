@@ -48,7 +48,7 @@
 #include "algo/tuner.h"
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/param.h"
 #include "fifo.h"
 #include "link.h"

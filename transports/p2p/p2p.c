@@ -58,7 +58,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/auth.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/cuda_peer.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"

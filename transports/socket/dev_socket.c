@@ -17,7 +17,7 @@
  * shadow and WEFT_STEPS more in the receiver's block.
  *
  * Wire: one TCP connection per pair of ranks, the lower rank connecting, with the socket
- * transport's handshake (socket/socket.h: challenge, hello with MAC, accept; hello nthreads =
+ * transport's handshake (socket/wire.h: challenge, hello with MAC, accept; hello nthreads =
  * nsocks = 1, nchannels = the executor's connection channels, ll_fifos = WEFT_DEV_SOCK_HELLO,
  * slot_bytes = the device slot size) and its frames: DATA (step, bytes, sig; the payload
  * follows), CREDIT (step = steps the receiving kernel freed), BYE. A connection carries each
@@ -40,10 +40,10 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/param.h"
 #include "dev_fifo.h"
-#include "socket/socket.h"
+#include "socket/wire.h"
 #include "transport.h"
 
 WEFT_PARAM_DECL(BootstrapTimeout);

@@ -30,7 +30,7 @@
  * A proxy polls for WEFT_SOCKET_SPIN_US after its last work, then sleeps in epoll_wait on its
  * sockets and the eventfd of its doorbell (fifo.h): rings cost nothing while it is awake.
  *
- * Wire format: socket/socket.h. Every frame is validated: version, check word, type, channel
+ * Wire format: socket/wire.h. Every frame is validated: version, check word, type, channel
  * range and owner thread, step == the next step expected on this connection for that channel,
  * step inside the receive window, bytes <= slot payload; credits must advance and stay inside the
  * window. A bad frame, EOF or reset without BYE fails the peer: the proxy logs the cause, records
@@ -63,11 +63,11 @@
 #include "bootstrap/socket.h"
 #include "algo/tuner.h"
 #include "core/check.h"
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/fault.h"
 #include "core/param.h"
 #include "fifo.h"
-#include "socket/socket.h"
+#include "socket/wire.h"
 #include "transport.h"
 
 WEFT_PARAM(SocketSlotBytes, "WEFT_SOCKET_SLOT_BYTES", 524288,

@@ -1,4 +1,4 @@
-/* The socket transport's handshake and frame parsers (socket/socket.h): pure, and fuzzed; and
+/* The socket transport's handshake and frame parsers (socket/wire.h): pure, and fuzzed; and
  * both sides of the handshake, shared by the host and device socket transports. */
 #include <poll.h>
 #include <stddef.h>
@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
-#include "socket/socket.h"
+#include "socket/wire.h"
 
 const char *weft_sock_challenge_parse(const void *bytes, size_t len, uint64_t comm_hash,
                                       struct weft_auth_nonces *nonces)

@@ -34,8 +34,8 @@
  * kernel's FIFO (bytes at most the slot size, sig the slot's signature word), CREDIT the steps
  * the receiving kernel freed, and every channel's steps travel in order.
  */
-#ifndef WEFT_TRANSPORTS_SOCKET_H
-#define WEFT_TRANSPORTS_SOCKET_H
+#ifndef WEFT_TRANSPORTS_SOCKET_WIRE_H
+#define WEFT_TRANSPORTS_SOCKET_WIRE_H
 
 #include <stdint.h>
 
