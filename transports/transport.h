@@ -2,27 +2,81 @@
  * Transports as tables. Each transport fills one struct weft_transport with designated
  * initialisers; the communicator picks one per peer (src/core/comm.c, weft_comm_connect) and never
  * tests a name or a NULL slot: every slot is filled, with a stub where a transport has nothing to
- * do. One communicator may use several transports at once (shm inside a host, socket across).
+ * do. One communicator may use several transports at once (shm inside a host, net or socket
+ * across).
  *
  * A transport's job is to give each rank, for every channel and every peer it connects to, a
  * send and a receive struct weft_conn (fifo.h) whose FIFO the host step engine can read and
- * write directly: shm maps the peers' memory; socket fills local FIFOs from a proxy thread.
+ * write directly: shm maps the peers' memory; socket and net fill local FIFOs from a proxy thread.
+ * It gets what it needs in a context (struct weft_transport_ctx, the communicator's, valid until
+ * close) and hands back what it made in an output (struct weft_transport_out), which the core
+ * copies into the communicator: no transport reads or writes struct ncclComm.
  *
  * Versioning: `version` comes first; slots are only ever added at the end.
  * Version 2: setup/close carry the transport's per-communicator state; slot_bytes added.
+ * Version 3: a context in, an output out; peer_departed and peer_lock_fd.
  */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dev_fifo.h"
+#include "fifo.h"
 #include "nccl.h"
 
 struct ncclComm;
+struct weft_bootstrap;
+struct weft_peer_info;
+struct weft_net;
 
-#define WEFT_TRANSPORT_VERSION 2
+#define WEFT_TRANSPORT_VERSION 3
+
+/* What the core gives every host transport of a communicator (read-only for them). */
+struct weft_transport_ctx {
+    int rank, nranks;
+    uint64_t comm_hash;
+    const struct weft_peer_info *peers; /* [nranks], as exchanged at init */
+    struct weft_bootstrap *bootstrap;
+    volatile uint32_t *abort_flag;        /* set by ncclCommAbort: every wait ends */
+    volatile ncclResult_t *async_error;   /* an operation failed (0: none) */
+    int nchannels;    /* connection channels: 0 .. nchannels (the last is point-to-point) */
+    int ll;           /* an LL FIFO beside each channel's FIFO (NCCL_PROTO allows LL somewhere) */
+    size_t slot_bytes; /* of every connection (the largest any transport in use wants) */
+    int oversubscribed; /* more ranks than cores on this host: proxies must not spin */
+    const struct weft_net *net; /* the network across hosts (transports/net), NULL: built in */
+    struct weft_doorbell *bell; /* the rank's doorbell when an earlier transport made one */
+    /* A connection failed (any thread, typically a proxy): the first call records msg for the
+     * rank's waits, which fail their operation with res. The caller logged the cause and rings
+     * the rank's doorbell. */
+    void (*fail)(void *arg, ncclResult_t res, const char *msg);
+    void *fail_arg;
+};
+
+/* Records a connection failure through ctx->fail, formatted. */
+static inline void weft_transport_fail(const struct weft_transport_ctx *ctx, ncclResult_t res,
+                                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline void weft_transport_fail(const struct weft_transport_ctx *ctx, ncclResult_t res,
+                                       const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ctx->fail(ctx->fail_arg, res, msg);
+}
+
+/* What setup hands back. The core owns chan_peers and clears the rest before each setup. */
+struct weft_transport_out {
+    struct weft_peer_conns *const *chan_peers; /* [nchannels + 1][nranks]: fill the entries of
+                                                * the peers in peer_mask */
+    struct weft_doorbell *bell; /* a doorbell this transport made for the rank (ctx->bell NULL) */
+    int proxied;                /* a proxy thread of this process moves some of its data */
+};
 
 struct weft_transport {
     uint32_t version;
@@ -33,32 +87,41 @@ struct weft_transport {
      * rank gives the same answer for every pair: the communicator asks the transports in a fixed
      * order and takes the first that says yes. Non-blocking, called by the init thread.
      */
-    int (*can_connect)(const struct ncclComm *comm, int a, int b);
+    int (*can_connect)(const struct weft_transport_ctx *ctx, int a, int b);
     /*
      * The slot size (bytes, header included) this transport wants, after checking its knob
      * (ncclInvalidArgument with a message when the knob is out of range). Every connection of a
-     * communicator uses one slot size, comm->slot_bytes: the largest wanted by the transports in
+     * communicator uses one slot size, ctx->slot_bytes: the largest wanted by the transports in
      * use, because both ends of every connection must cut steps into the same slices.
      * Non-blocking; called by the init thread before setup.
      */
-    ncclResult_t (*slot_bytes)(const struct ncclComm *comm, size_t *bytes_p);
+    ncclResult_t (*slot_bytes)(const struct weft_transport_ctx *ctx, size_t *bytes_p);
     /*
      * Collective over the communicator (uses its bootstrap): every rank calls it when any pair of
      * ranks uses this transport, with peer_mask possibly all zero. Creates this rank's resources
-     * and connects to the peers with peer_mask[peer] != 0, filling comm->chan_peers[c][peer] (the
-     * communicator owns the arrays) for every channel c in 0 .. comm->nchannels (the last is
-     * point-to-point), with slots of comm->slot_bytes. Sets comm->bell when it is still NULL (a
-     * doorbell the rank sleeps on and peers or proxies ring). Blocks until the peers have done
-     * the same, bounded by the bootstrap deadline and abort flag. *state_p is set only on
-     * success; it is handed back to close. Called once per communicator by its init thread.
+     * and connects to the peers with peer_mask[peer] != 0, filling out->chan_peers[c][peer] for
+     * every channel c in 0 .. ctx->nchannels, with slots of ctx->slot_bytes; makes the rank's
+     * doorbell (out->bell) when ctx->bell is NULL and it has one to offer (a doorbell the rank
+     * sleeps on and peers or proxies ring). Blocks until the peers have done the same, bounded by
+     * the bootstrap deadline and the abort flag. *state_p is set only on success; it is handed
+     * back to close and the other slots. Called once per communicator by its init thread.
      */
-    ncclResult_t (*setup)(struct ncclComm *comm, const uint8_t *peer_mask, void **state_p);
+    ncclResult_t (*setup)(const struct weft_transport_ctx *ctx, const uint8_t *peer_mask,
+                          struct weft_transport_out *out, void **state_p);
     /*
-     * Frees what setup created (state may be NULL). Waits for no peer acknowledgement (peers may be
-     * dead): data this rank posted before is handed to the network first, bounded by a short
-     * deadline and skipped after ncclCommAbort. Transports close in reverse setup order.
+     * Frees what setup created (state may be NULL; its doorbell too: the core stops using it
+     * first). Waits for no peer acknowledgement (peers may be dead): data this rank posted before
+     * is handed to the network first, bounded by a short deadline and skipped after
+     * ncclCommAbort. Transports close in reverse setup order.
      */
-    ncclResult_t (*close)(struct ncclComm *comm, void *state);
+    ncclResult_t (*close)(const struct weft_transport_ctx *ctx, void *state);
+    /* ---- version 3: a peer's liveness, for the waits' messages (any thread) ---- */
+    /* 1 once peer p, which this transport connects, destroyed the communicator after its part
+     * was done (a clean departure); 0 when it did not or nobody can tell. */
+    int (*peer_departed)(void *state, int p);
+    /* A descriptor on which peer p's process holds a lock while it lives (F_OFD_GETLK tells,
+     * across PID namespaces), or -1. */
+    int (*peer_lock_fd)(void *state, int p);
 };
 
 /*
@@ -204,5 +267,17 @@ static inline struct weft_dev_send_ctrl *weft_dev_shadow_recv_sc(int nconn, size
 extern const struct weft_transport weft_transport_shm;
 extern const struct weft_transport weft_transport_net;
 extern const struct weft_transport weft_transport_socket;
+
+/* Stubs for transports without the version 3 slots' notion. */
+static inline int weft_transport_never_departed(void *state, int p)
+{
+    (void)state, (void)p;
+    return 0;
+}
+static inline int weft_transport_no_lock_fd(void *state, int p)
+{
+    (void)state, (void)p;
+    return -1;
+}
 
 #endif

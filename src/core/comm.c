@@ -285,8 +285,12 @@ static ncclResult_t weft_config_parse(const ncclConfig_t *user, ncclConfig_t *ou
 static ncclResult_t weft_comm_disconnect(struct ncclComm *comm)
 {
     ncclResult_t res = ncclSuccess;
+    /* nobody asks a closed transport about its peers, or sleeps on its doorbell */
+    free(comm->peer_transport);
+    comm->peer_transport = NULL;
+    comm->bell = NULL;
     for (int t = comm->ntransports - 1; t >= 0; t--) {
-        WEFT_CHECK_IGNORE(comm->transports[t]->close(comm, comm->transport_states[t]), res);
+        WEFT_CHECK_IGNORE(comm->transports[t]->close(&comm->tctx, comm->transport_states[t]), res);
         comm->transports[t] = NULL;
         comm->transport_states[t] = NULL;
     }
@@ -341,7 +345,7 @@ static ncclResult_t weft_comm_choose(struct ncclComm *comm, int *choice, int *us
     for (int a = 0; a < nranks; a++) {
         for (int b = a; b < nranks; b++) {
             int t = 0;
-            while (t < WEFT_NTRANSPORTS && !weft_transports[t]->can_connect(comm, a, b))
+            while (t < WEFT_NTRANSPORTS && !weft_transports[t]->can_connect(&comm->tctx, a, b))
                 t++;
             if (t == WEFT_NTRANSPORTS) {
                 WEFT_WARN("rank %d: no transport connects rank %d (host %s) with rank %d "
@@ -559,6 +563,31 @@ static uint64_t weft_pid_ns(void)
 
 
 
+/* weft_transport_ctx.fail: a proxy's connection failure, for the rank's waits. */
+static void weft_comm_transport_fail(void *arg, ncclResult_t res, const char *msg)
+{
+    weft_comm_set_net_error(arg, res, "%s", msg);
+}
+
+/* What the transports get (transport.h): copied from the communicator once peers are known. */
+static void weft_comm_transport_ctx(struct ncclComm *comm)
+{
+    comm->tctx = (struct weft_transport_ctx){
+        .rank = comm->rank,
+        .nranks = comm->nranks,
+        .comm_hash = comm->comm_hash,
+        .peers = comm->peer_info,
+        .bootstrap = comm->bootstrap,
+        .abort_flag = &comm->abort_flag,
+        .async_error = &comm->async_error,
+        .nchannels = comm->nchannels,
+        .oversubscribed = comm->oversubscribed,
+        .net = comm->net,
+        .fail = weft_comm_transport_fail,
+        .fail_arg = comm,
+    };
+}
+
 /* Exchanges peer info and connects every peer with the first transport that reaches it. */
 static ncclResult_t weft_comm_connect(struct ncclComm *comm)
 {
@@ -629,6 +658,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
     }
     for (int c = 0; c < nch; c++)
         comm->chan_peers[c] = &comm->peers_mem[(size_t)c * nranks];
+    weft_comm_transport_ctx(comm);
     int used[WEFT_NTRANSPORTS];
     WEFT_CHECK_GOTO(weft_comm_choose(comm, choice, used), res, out);
     /* One slot size for every connection: both ends of each must slice steps alike. */
@@ -637,11 +667,21 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
         size_t bytes;
         if (!used[t])
             continue;
-        WEFT_CHECK_GOTO(weft_transports[t]->slot_bytes(comm, &bytes), res, out);
+        WEFT_CHECK_GOTO(weft_transports[t]->slot_bytes(&comm->tctx, &bytes), res, out);
         if (bytes > comm->slot_bytes)
             comm->slot_bytes = bytes;
     }
+    comm->tctx.slot_bytes = comm->slot_bytes;
     WEFT_CHECK_GOTO(weft_comm_hosts(comm), res, out);
+    comm->tctx.ll = weft_tune_ll_any(&comm->tune.cfg); /* the tuner's knobs, agreed */
+    comm->peer_transport = malloc((size_t)nranks * sizeof(int));
+    if (comm->peer_transport == NULL) {
+        WEFT_WARN("out of memory for the transports of %d ranks", nranks);
+        res = ncclSystemError;
+        goto out;
+    }
+    for (int p = 0; p < nranks; p++)
+        comm->peer_transport[p] = -1;
     for (int t = 0; t < WEFT_NTRANSPORTS; t++) {
         if (!used[t])
             continue;
@@ -651,11 +691,18 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
             npeers += mask[p];
         }
         const struct weft_transport *tl = weft_transports[t];
+        struct weft_transport_out made = {.chan_peers = comm->chan_peers};
         void *state = NULL;
-        WEFT_CHECK_GOTO(tl->setup(comm, mask, &state), res, out);
-        comm->transports[comm->ntransports] = tl;
-        comm->transport_states[comm->ntransports] = state;
-        comm->ntransports++;
+        WEFT_CHECK_GOTO(tl->setup(&comm->tctx, mask, &made, &state), res, out);
+        int k = comm->ntransports++;
+        comm->transports[k] = tl;
+        comm->transport_states[k] = state;
+        for (int p = 0; p < nranks; p++)
+            if (mask[p])
+                comm->peer_transport[p] = k;
+        if (comm->bell == NULL && made.bell != NULL)
+            comm->bell = comm->tctx.bell = made.bell;
+        comm->proxied |= made.proxied;
         WEFT_INFO(WEFT_LOG_INIT, "rank %d: transport %s connects %d of %d ranks (slot %zu bytes)",
                   comm->rank, tl->name, npeers, nranks, comm->slot_bytes);
     }

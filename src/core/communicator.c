@@ -48,15 +48,21 @@ static int weft_pid_alive(int pid)
     return !(paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
+int weft_comm_peer_departed(const struct ncclComm *comm, int p)
+{
+    int t = comm->peer_transport != NULL ? comm->peer_transport[p] : -1;
+    return t >= 0 && comm->transports[t]->peer_departed(comm->transport_states[t], p);
+}
+
 int weft_comm_peer_alive(const struct ncclComm *comm, int p)
 {
     const struct weft_peer_info *peer = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
     if (p == comm->rank || peer->host_hash != self->host_hash)
         return 1;
-    int fd = comm->peer_alive_fd != NULL ? comm->peer_alive_fd[p] : -1;
+    int t = comm->peer_transport != NULL ? comm->peer_transport[p] : -1;
+    int fd = t >= 0 ? comm->transports[t]->peer_lock_fd(comm->transport_states[t], p) : -1;
     /* A peer that destroyed the communicator dropped its lock with it: only its pid tells. */
-    int departed = comm->peer_departed != NULL && comm->peer_departed[p] != NULL &&
-                   __atomic_load_n(comm->peer_departed[p], __ATOMIC_ACQUIRE);
+    int departed = weft_comm_peer_departed(comm, p);
     if (fd >= 0 && !departed) {
         /* The peer's lock on its segment goes when its last descriptor does, at its exit. */
         struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};

@@ -15,6 +15,7 @@
 #include "nccl.h"
 #include "algo/tuner.h"
 #include "fifo.h"
+#include "transport.h"
 
 #define WEFT_COMM_MAGIC 0x7765667463306d6dull /* "weftc0mm" */
 #define WEFT_COMM_DEAD 0x646561642d636f6dull /* "dead-com" */
@@ -102,14 +103,9 @@ struct ncclComm {
 
     struct weft_bootstrap *bootstrap;
     struct weft_peer_info *peer_info; /* [nranks] */
-    /* [nranks] or NULL: where a local peer marks that it destroyed this communicator (set by
-     * the shm transport, NULL entries for peers it does not reach). A peer process that is gone
-     * after marking left cleanly, having finished its part; one gone without marking crashed. */
-    const uint32_t **peer_departed;
-    /* [nranks] or NULL: a descriptor of each local peer's shared-memory segment, on which the
-     * peer holds a lock while its process lives (set by the shm transport, -1 for peers it does
-     * not reach). Unlike a pid it answers across PID namespaces. See weft_comm_peer_alive. */
-    int *peer_alive_fd;
+    /* [nranks] or NULL: the index in transports[] of the transport that connects each peer (-1:
+     * none), whose peer_departed and peer_lock_fd slots answer for it. */
+    int *peer_transport;
 
     /*
      * connections: chan_peers[c][peer]; c == nchannels is the point-to-point channel. The arrays
@@ -124,6 +120,9 @@ struct ncclComm {
     int proxied; /* a proxy thread of this process moves some connections' data (socket
                   * transport): a waiting rank must not hold a core it may need (exec/host.c) */
     size_t slot_bytes;          /* of every connection of this communicator */
+    /* what the transports get (transport.h), valid from the setup of the first to the close of
+     * the last */
+    struct weft_transport_ctx tctx;
     /* transports set up, in setup order (closed in reverse), with their states */
     const struct weft_transport *transports[WEFT_MAX_TRANSPORTS];
     void *transport_states[WEFT_MAX_TRANSPORTS];
@@ -208,6 +207,12 @@ struct ncclComm {
  * Any thread; a few system calls.
  */
 int weft_comm_peer_alive(const struct ncclComm *comm, int p);
+
+/*
+ * 1 once peer p destroyed the communicator after its part was done (its transport saw it leave
+ * cleanly: a peer process gone after that crashed no operation); 0 otherwise. Any thread.
+ */
+int weft_comm_peer_departed(const struct ncclComm *comm, int p);
 
 /*
  * Where peer p runs, for messages: "in this process", "pid 123 on this host" or "pid 123 on

@@ -863,8 +863,7 @@ static int weft_cuda_find_dead(const struct ncclComm *comm, int left_too)
     for (int p = 0; p < comm->nranks; p++) {
         if (weft_comm_peer_alive(comm, p))
             continue;
-        int departed = comm->peer_departed != NULL && comm->peer_departed[p] != NULL &&
-                       __atomic_load_n(comm->peer_departed[p], __ATOMIC_ACQUIRE);
+        int departed = weft_comm_peer_departed(comm, p);
         if (!departed)
             return p;
         if (left < 0 && left_too)
@@ -976,8 +975,7 @@ ncclResult_t weft_cuda_comm_check(struct ncclComm *comm)
     if (dead < 0 && state == WEFT_DEV_TIMEOUT)
         dead = weft_cuda_find_dead(comm, 1);
     if (dead >= 0 && (state == WEFT_DEV_TIMEOUT || state == WEFT_DEV_ABORTED)) {
-        int left = comm->peer_departed != NULL && comm->peer_departed[dead] != NULL &&
-                   __atomic_load_n(comm->peer_departed[dead], __ATOMIC_ACQUIRE);
+        int left = weft_comm_peer_departed(comm, dead);
         WEFT_WARN("rank %d: peer %d (%s) %s while this rank's kernel waited %s in %s "
                   "(operation %llu)",
                   comm->rank, dead, weft_comm_peer_where(comm, dead, where, sizeof(where)),

@@ -83,8 +83,7 @@ ncclResult_t weft_host_check_stuck(struct weft_exec_lane *lanes, int nlanes,
             weft_comm_peer_alive(comm, p))
             continue;
         /* It destroyed the communicator before exiting: its part is done, not a crash. */
-        if (comm->peer_departed != NULL && comm->peer_departed[p] != NULL &&
-            __atomic_load_n(comm->peer_departed[p], __ATOMIC_ACQUIRE))
+        if (weft_comm_peer_departed(comm, p))
             continue;
         WEFT_WARN("rank %d: peer %d (pid %d, host %s) exited while this rank waited for %s from "
                   "peer %d in %s (operation %llu)",

@@ -96,7 +96,7 @@ enum { WEFT_NET_RUN = 0, WEFT_NET_FLUSH, WEFT_NET_STOP };
 struct weft_net_state {
     /* the proxy's doorbell, alone in its cache line */
     struct weft_doorbell bell __attribute__((aligned(WEFT_CACHELINE)));
-    struct ncclComm *comm;
+    const struct weft_transport_ctx *ctx;
     const struct weft_net *net;
     const ncclNet_v11_t *t;
     int me, nch, nfifo, dev;
@@ -106,19 +106,19 @@ struct weft_net_state {
     int npeers;
     struct weft_net_link *links; /* [npeers][nfifo] */
     struct weft_doorbell *rank_bell;
-    struct weft_doorbell *own_bell; /* comm->bell when no other transport provided one */
+    struct weft_doorbell *own_bell; /* the rank's doorbell when no other transport had one */
     pthread_t tid;
     int started;
     int stop;
     int flushed; /* the proxy saw every posted send complete while flushing */
 };
 
-static int net_can_connect(const struct ncclComm *comm, int a, int b)
+static int net_can_connect(const struct weft_transport_ctx *ctx, int a, int b)
 {
-    return a != b && comm->net != NULL; /* shm is asked first; a rank and itself: socket */
+    return a != b && ctx->net != NULL; /* shm is asked first; a rank and itself: socket */
 }
 
-static ncclResult_t net_slot_bytes(const struct ncclComm *comm, size_t *bytes_p)
+static ncclResult_t net_slot_bytes(const struct weft_transport_ctx *ctx, size_t *bytes_p)
 {
     int64_t slot = weft_param_SocketSlotBytes();
     if (slot < 4096 || slot % 64 != 0 || slot > (1 << 30)) { /* header included */
@@ -126,10 +126,10 @@ static ncclResult_t net_slot_bytes(const struct ncclComm *comm, size_t *bytes_p)
                   (long long)slot);
         return ncclInvalidArgument;
     }
-    if (comm->net != NULL && (size_t)slot > comm->net->props.maxP2pBytes) {
+    if (ctx->net != NULL && (size_t)slot > ctx->net->props.maxP2pBytes) {
         WEFT_WARN("NET/%s: WEFT_SOCKET_SLOT_BYTES %lld is above the network's largest message "
                   "(%zu bytes)",
-                  comm->net->name, (long long)slot, comm->net->props.maxP2pBytes);
+                  ctx->net->name, (long long)slot, ctx->net->props.maxP2pBytes);
         return ncclInvalidArgument;
     }
     *bytes_p = (size_t)slot;
@@ -154,7 +154,7 @@ static void net_peer_fail(struct weft_net_state *st, struct weft_net_peer *p, in
         WEFT_WARN("rank %d: NET/%s: %s closed its communicator while this rank still had data "
                   "for it (FIFO channel %d): the ranks issued different operations",
                   st->me, st->net->name, p->where, c);
-        weft_comm_set_net_error(st->comm, ncclRemoteError,
+        weft_transport_fail(st->ctx, ncclRemoteError,
                                 "%s closed its communicator while this rank still had data for it",
                                 p->where);
     } else {
@@ -164,7 +164,7 @@ static void net_peer_fail(struct weft_net_state *st, struct weft_net_peer *p, in
                                                  : "network error";
         WEFT_WARN("rank %d: NET/%s: %s: %s failed on FIFO channel %d (error %d): %s", st->me,
                   st->net->name, p->where, call, c, (int)res, how);
-        weft_comm_set_net_error(st->comm, ncclRemoteError, "NET/%s: %s: %s (%s failed)",
+        weft_transport_fail(st->ctx, ncclRemoteError, "NET/%s: %s: %s (%s failed)",
                                 st->net->name, p->where, how, call);
     }
     weft_doorbell_ring(st->rank_bell);
@@ -347,15 +347,15 @@ static void net_proxy_stop(struct weft_net_state *st, int flush)
 {
     if (!st->started)
         return;
-    struct ncclComm *comm = st->comm;
+    const struct weft_transport_ctx *ctx = st->ctx;
     int64_t secs = weft_param_SocketFlushTimeout();
-    if (flush && !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) && secs > 0) {
+    if (flush && !__atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE) && secs > 0) {
         __atomic_store_n(&st->stop, WEFT_NET_FLUSH, __ATOMIC_RELEASE);
         __atomic_fetch_add(&st->bell.seq, 1, __ATOMIC_SEQ_CST);
         weft_futex_wake(&st->bell.seq);
         uint64_t deadline = weft_time_ns() + (uint64_t)secs * 1000000000ull;
         while (!__atomic_load_n(&st->flushed, __ATOMIC_ACQUIRE) &&
-               !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+               !__atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE)) {
             if (weft_time_ns() > deadline) {
                 WEFT_INFO(WEFT_LOG_NET,
                           "rank %d: NET/%s could not hand all posted data to the "
@@ -375,7 +375,7 @@ static void net_proxy_stop(struct weft_net_state *st, int flush)
 
 /* ---- setup and close ----------------------------------------------------------------------- */
 
-static ncclResult_t net_close(struct ncclComm *comm, void *state)
+static ncclResult_t net_close(const struct weft_transport_ctx *ctx, void *state)
 {
     struct weft_net_state *st = state;
     if (st == NULL)
@@ -397,8 +397,6 @@ static ncclResult_t net_close(struct ncclComm *comm, void *state)
     }
     weft_net_links_close(st->net, st->links, st->npeers * st->nfifo);
     free(st->links);
-    if (st->own_bell != NULL && comm->bell == st->own_bell)
-        comm->bell = NULL;
     free(st->own_bell);
     free(st->peers);
     free(st);
@@ -411,11 +409,12 @@ static size_t net_fifo_stride(size_t slot, uint32_t nslots)
 }
 
 /* The local FIFOs of one peer, entered into the communicator's connection table. */
-static ncclResult_t net_peer_init(struct weft_net_state *st, struct weft_net_peer *p, int rank)
+static ncclResult_t net_peer_init(struct weft_net_state *st, struct weft_transport_out *out,
+                                   struct weft_net_peer *p, int rank)
 {
-    struct ncclComm *comm = st->comm;
+    const struct weft_transport_ctx *ctx = st->ctx;
     p->rank = rank;
-    snprintf(p->where, sizeof(p->where), "peer %d (host %s)", rank, comm->peer_info[rank].hostname);
+    snprintf(p->where, sizeof(p->where), "peer %d (host %s)", rank, ctx->peers[rank].hostname);
     size_t stride = net_fifo_stride(st->slot_bytes, WEFT_STEPS);
     size_t ll_stride = net_fifo_stride(WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS);
     p->mem_bytes = (size_t)st->nch * 2 * stride + (size_t)(st->nfifo - st->nch) * 2 * ll_stride;
@@ -455,8 +454,8 @@ static ncclResult_t net_peer_init(struct weft_net_state *st, struct weft_net_pee
             f->send.ll = &p->fifos[st->nch + c].send;
             f->recv.ll = &p->fifos[st->nch + c].recv;
         }
-        comm->chan_peers[c][rank].send = &f->send;
-        comm->chan_peers[c][rank].recv = &f->recv;
+        out->chan_peers[c][rank].send = &f->send;
+        out->chan_peers[c][rank].recv = &f->recv;
     }
     return ncclSuccess;
 }
@@ -483,7 +482,8 @@ static ncclResult_t net_register(struct weft_net_state *st)
     return ncclSuccess;
 }
 
-static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, void **state_p)
+static ncclResult_t net_setup(const struct weft_transport_ctx *ctx, const uint8_t *peer_mask,
+                             struct weft_transport_out *out, void **state_p)
 {
     ncclResult_t res = ncclSuccess;
     struct weft_net_state *st = NULL;
@@ -493,23 +493,23 @@ static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     }
     memset(st, 0, sizeof(*st));
     weft_doorbell_init(&st->bell, WEFT_BELL_FUTEX, -1);
-    st->comm = comm;
-    st->net = comm->net;
-    st->t = comm->net->table;
-    st->me = comm->rank;
-    st->nch = comm->nchannels + 1;
-    st->nfifo = weft_tune_ll_any(&comm->tune.cfg) ? 2 * st->nch : st->nch;
-    st->slot_bytes = comm->slot_bytes;
+    st->ctx = ctx;
+    st->net = ctx->net;
+    st->t = ctx->net->table;
+    st->me = ctx->rank;
+    st->nch = ctx->nchannels + 1;
+    st->nfifo = ctx->ll ? 2 * st->nch : st->nch;
+    st->slot_bytes = ctx->slot_bytes;
     int64_t spin = weft_param_SocketSpinUs();
-    st->spin_ns = (uint64_t)(spin >= 0 ? spin : comm->oversubscribed ? 0 : 50) * 1000ull;
+    st->spin_ns = (uint64_t)(spin >= 0 ? spin : ctx->oversubscribed ? 0 : 50) * 1000ull;
     int64_t poll_max = weft_param_NetPollMaxUs();
     st->poll_max_ns = (uint64_t)(poll_max < 20 ? 20 : poll_max) * 1000ull;
     /* devices in turn over the ranks of this host (topology will choose the nearest) */
     int local = 0;
-    for (int r = 0; r < comm->rank; r++)
-        local += comm->peer_info[r].host_hash == comm->peer_info[comm->rank].host_hash;
+    for (int r = 0; r < ctx->rank; r++)
+        local += ctx->peers[r].host_hash == ctx->peers[ctx->rank].host_hash;
     st->dev = local % st->net->ndev;
-    if (comm->bell == NULL) {
+    if (ctx->bell == NULL) {
         if (posix_memalign((void **)&st->own_bell, WEFT_CACHELINE, sizeof(*st->own_bell)) != 0) {
             st->own_bell = NULL;
             WEFT_WARN("out of memory for a doorbell");
@@ -517,12 +517,12 @@ static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             goto err;
         }
         weft_doorbell_init(st->own_bell, WEFT_BELL_FUTEX, -1);
-        comm->bell = st->own_bell;
+        out->bell = st->own_bell;
     }
-    st->rank_bell = comm->bell;
-    comm->proxied = 1;
-    for (int p = 0; p < comm->nranks; p++)
-        st->npeers += p != comm->rank && peer_mask[p];
+    st->rank_bell = ctx->bell != NULL ? ctx->bell : out->bell;
+    out->proxied = 1;
+    for (int p = 0; p < ctx->nranks; p++)
+        st->npeers += p != ctx->rank && peer_mask[p];
     st->peers = calloc((size_t)st->npeers + 1, sizeof(*st->peers));
     if (st->peers == NULL) {
         WEFT_WARN("out of memory for %d net peers", st->npeers);
@@ -530,10 +530,10 @@ static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         goto err;
     }
     int np = 0;
-    for (int p = 0; p < comm->nranks; p++) {
-        if (p == comm->rank || !peer_mask[p])
+    for (int p = 0; p < ctx->nranks; p++) {
+        if (p == ctx->rank || !peer_mask[p])
             continue;
-        WEFT_CHECK_GOTO(net_peer_init(st, &st->peers[np++], p), res, err);
+        WEFT_CHECK_GOTO(net_peer_init(st, out, &st->peers[np++], p), res, err);
     }
     st->links = calloc((size_t)st->npeers * st->nfifo + 1, sizeof(*st->links));
     int *ranks = calloc((size_t)st->npeers + 1, sizeof(int));
@@ -550,8 +550,8 @@ static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     }
     char who[96];
     snprintf(who, sizeof(who), "NET/%s host FIFOs", st->net->name);
-    res = weft_net_links_open(st->net, comm->bootstrap, WEFT_NET_TAG, st->me, st->dev, ranks,
-                              st->npeers, st->nfifo, st->links, &comm->abort_flag, who);
+    res = weft_net_links_open(st->net, ctx->bootstrap, WEFT_NET_TAG, st->me, st->dev, ranks,
+                              st->npeers, st->nfifo, st->links, ctx->abort_flag, who);
     free(ranks);
     if (res != ncclSuccess)
         goto err;
@@ -559,7 +559,7 @@ static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     if (st->npeers > 0) {
         int rc = pthread_create(&st->tid, NULL, net_proxy_main, st);
         if (rc != 0) {
-            WEFT_WARN("rank %d: NET/%s: starting the proxy thread failed: %s", comm->rank,
+            WEFT_WARN("rank %d: NET/%s: starting the proxy thread failed: %s", ctx->rank,
                       st->net->name, strerror(rc));
             res = ncclSystemError;
             goto err;
@@ -569,13 +569,13 @@ static ncclResult_t net_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     WEFT_INFO(WEFT_LOG_NET | WEFT_LOG_INIT,
               "rank %d: NET/%s (%s v%d, %s) to %d peers over device %d of %d, %d FIFO "
               "channels, slot %zu bytes",
-              comm->rank, st->net->name, st->net->version >= 8 ? "plugin" : "built in",
+              ctx->rank, st->net->name, st->net->version >= 8 ? "plugin" : "built in",
               st->net->version, st->net->path, st->npeers, st->dev, st->net->ndev, st->nfifo,
               st->slot_bytes);
     *state_p = st;
     return ncclSuccess;
 err:
-    net_close(comm, st);
+    net_close(ctx, st);
     return res;
 }
 
@@ -586,4 +586,6 @@ const struct weft_transport weft_transport_net = {
     .slot_bytes = net_slot_bytes,
     .setup = net_setup,
     .close = net_close,
+    .peer_departed = weft_transport_never_departed,
+    .peer_lock_fd = weft_transport_no_lock_fd,
 };

@@ -59,7 +59,7 @@ struct weft_shm_header {
     uint64_t magic;
     int32_t rank;
     int32_t nranks;
-    uint32_t departed; /* 1 once the owner destroyed the communicator (comm->peer_departed) */
+    uint32_t departed; /* 1 once the owner destroyed the communicator (shm_peer_departed) */
     uint32_t pad0;
     uint64_t conn_stride; /* bytes per (channel, peer) FIFO pair: the owner's layout */
     uint64_t self_addr;   /* this header's address in the owner's process (shm_direct_mode) */
@@ -72,26 +72,25 @@ struct weft_shm_state {
     size_t conn_stride;
     int nconn_channels;
     int nranks;
-    int owns_bell;              /* comm->bell points into our segment */
     void **segs;                /* [nranks], NULL for peers not connected */
     int *fds;                   /* [nranks]: each segment's descriptor, kept open (-1: none); this
-                                 * rank holds a lock on its own while it lives (comm.h,
-                                 * peer_alive_fd) */
+                                 * rank holds a lock on its own while it lives
+                                 * (shm_peer_lock_fd) */
     struct weft_conn *conns;    /* [nconn_channels][nranks][4]: send, recv, their LL FIFOs */
     uint64_t (*tokens)[2];      /* [nranks]: each segment's random name (shm_name) */
 };
 
-static int shm_can_connect(const struct ncclComm *comm, int a, int b)
+static int shm_can_connect(const struct weft_transport_ctx *ctx, int a, int b)
 {
-    const struct weft_peer_info *pa = &comm->peer_info[a], *pb = &comm->peer_info[b];
+    const struct weft_peer_info *pa = &ctx->peers[a], *pb = &ctx->peers[b];
     return pa->host_hash == pb->host_hash && !((pa->flags | pb->flags) & WEFT_PEER_NO_SHM);
 }
 
-static ncclResult_t shm_slot_bytes(const struct ncclComm *comm, size_t *bytes_p)
+static ncclResult_t shm_slot_bytes(const struct weft_transport_ctx *ctx, size_t *bytes_p)
 {
     int64_t knob = weft_param_ShmSlotBytes();
     if (knob == -1)
-        knob = WEFT_SHM_SLOT_DEFAULT(comm->nranks);
+        knob = WEFT_SHM_SLOT_DEFAULT(ctx->nranks);
     if (knob < 4096 || knob % 64 != 0 || knob > (1 << 30)) { /* header included */
         WEFT_WARN("WEFT_SHM_SLOT_BYTES %lld must be -1 or a multiple of 64 between 4096 and 1 GiB",
                   (long long)knob);
@@ -121,48 +120,42 @@ static void shm_name(char *buf, size_t len, const uint64_t token[2])
  * connects to over shared memory, in rank order (from = nranks: how many there are). Computed
  * from exchanged peer info only, so every rank finds the same layout of every segment.
  */
-static int shm_local_index(const struct ncclComm *comm, int owner, int from)
+static int shm_local_index(const struct weft_transport_ctx *ctx, int owner, int from)
 {
     int idx = 0;
     for (int q = 0; q < from; q++)
-        idx += shm_can_connect(comm, owner, q);
+        idx += shm_can_connect(ctx, owner, q);
     return idx;
 }
 
-static size_t shm_seg_bytes(const struct ncclComm *comm, const struct weft_shm_state *st,
+static size_t shm_seg_bytes(const struct weft_transport_ctx *ctx, const struct weft_shm_state *st,
                             int owner)
 {
     return WEFT_SHM_HEADER_BYTES + (size_t)st->nconn_channels *
-                                       shm_local_index(comm, owner, comm->nranks) * st->conn_stride;
+                                       shm_local_index(ctx, owner, ctx->nranks) * st->conn_stride;
 }
 
 /* FIFO into segment owner from `from` on channel c. */
-static char *shm_fifo(const struct ncclComm *comm, const struct weft_shm_state *st, void *seg,
+static char *shm_fifo(const struct weft_transport_ctx *ctx, const struct weft_shm_state *st, void *seg,
                       int owner, int c, int from)
 {
-    int nlocal = shm_local_index(comm, owner, comm->nranks);
+    int nlocal = shm_local_index(ctx, owner, ctx->nranks);
     return (char *)seg + WEFT_SHM_HEADER_BYTES +
-           ((size_t)c * nlocal + shm_local_index(comm, owner, from)) * st->conn_stride;
+           ((size_t)c * nlocal + shm_local_index(ctx, owner, from)) * st->conn_stride;
 }
 
-static ncclResult_t shm_close(struct ncclComm *comm, void *state)
+static ncclResult_t shm_close(const struct weft_transport_ctx *ctx, void *state)
 {
     struct weft_shm_state *st = state;
     if (st == NULL)
         return ncclSuccess;
-    if (st->owns_bell)
-        comm->bell = NULL;
     /* Departed means "its part is done": not after an abort or a failed operation, whose peers
      * must name this rank when it exits rather than wait for the deadline. */
-    int done = !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) &&
-               __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == ncclSuccess;
-    if (done && st->segs != NULL && st->segs[comm->rank] != NULL)
-        __atomic_store_n(&((struct weft_shm_header *)st->segs[comm->rank])->departed, 1,
+    int done = !__atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE) &&
+               __atomic_load_n(ctx->async_error, __ATOMIC_ACQUIRE) == ncclSuccess;
+    if (done && st->segs != NULL && st->segs[ctx->rank] != NULL)
+        __atomic_store_n(&((struct weft_shm_header *)st->segs[ctx->rank])->departed, 1,
                          __ATOMIC_RELEASE);
-    free(comm->peer_departed);
-    comm->peer_departed = NULL;
-    if (comm->peer_alive_fd == st->fds)
-        comm->peer_alive_fd = NULL;
     for (int p = 0; st->fds != NULL && p < st->nranks; p++)
         if (st->fds[p] >= 0)
             close(st->fds[p]);
@@ -266,28 +259,28 @@ struct weft_shm_outcome {
 };
 
 /* tokens: NULL, or [nranks][2] with this rank's entry filled; the others' come from their owners */
-static ncclResult_t shm_agree(struct ncclComm *comm, ncclResult_t mine, const char *phase,
+static ncclResult_t shm_agree(const struct weft_transport_ctx *ctx, ncclResult_t mine, const char *phase,
                               uint64_t (*tokens)[2])
 {
-    int nranks = comm->nranks;
+    int nranks = ctx->nranks;
     struct weft_shm_outcome *all = calloc((size_t)nranks, sizeof(*all));
     if (all == NULL) {
         WEFT_WARN("out of memory exchanging shared-memory setup results of %d ranks", nranks);
         return ncclSystemError;
     }
-    all[comm->rank].res = (int32_t)mine;
+    all[ctx->rank].res = (int32_t)mine;
     if (tokens != NULL)
-        memcpy(all[comm->rank].token, tokens[comm->rank], sizeof(all->token));
-    ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
+        memcpy(all[ctx->rank].token, tokens[ctx->rank], sizeof(all->token));
+    ncclResult_t res = weft_bootstrap_allgather(ctx->bootstrap, all, sizeof(*all));
     for (int p = 0; res == ncclSuccess && tokens != NULL && p < nranks; p++)
         memcpy(tokens[p], all[p].token, sizeof(all->token));
     for (int p = 0; res == ncclSuccess && p < nranks; p++) {
         if (all[p].res == ncclSuccess)
             continue;
         res = (ncclResult_t)all[p].res;
-        if (p != comm->rank)
-            WEFT_WARN("rank %d: rank %d (host %s) failed to %s (its log says why)", comm->rank, p,
-                      comm->peer_info[p].hostname, phase);
+        if (p != ctx->rank)
+            WEFT_WARN("rank %d: rank %d (host %s) failed to %s (its log says why)", ctx->rank, p,
+                      ctx->peers[p].hostname, phase);
         break;
     }
     free(all);
@@ -319,10 +312,10 @@ static void shm_prefault(char *addr, size_t len)
  * permitting): the probe reads the header's first words through the owner's own address of it
  * and must find what this mapping shows, which also proves the pid names the owner.
  */
-static int shm_direct_mode(const struct ncclComm *comm, int p, const struct weft_shm_header *ph)
+static int shm_direct_mode(const struct weft_transport_ctx *ctx, int p, const struct weft_shm_header *ph)
 {
-    const struct weft_peer_info *pi = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
-    if (p == comm->rank)
+    const struct weft_peer_info *pi = &ctx->peers[p], *self = &ctx->peers[ctx->rank];
+    if (p == ctx->rank)
         return WEFT_DIRECT_MEMCPY;
     if (pi->pid_ns == 0 || pi->pid_ns != self->pid_ns)
         return WEFT_DIRECT_NONE;
@@ -336,7 +329,7 @@ static int shm_direct_mode(const struct ncclComm *comm, int p, const struct weft
     ssize_t got = process_vm_readv(pi->pid, &local, 1, &remote, 1, 0);
     if (got != (ssize_t)sizeof(seen) || memcmp(seen, ph, sizeof(seen)) != 0) {
         WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT, "rank %d: no single-copy reads from rank %d "
-                  "(pid %d): process_vm_readv %s", comm->rank, p, pi->pid,
+                  "(pid %d): process_vm_readv %s", ctx->rank, p, pi->pid,
                   got < 0 ? strerror(errno) : "read something else");
         return WEFT_DIRECT_NONE;
     }
@@ -344,12 +337,12 @@ static int shm_direct_mode(const struct ncclComm *comm, int p, const struct weft
 }
 
 /* Tells peer p's sends (every channel's FIFO from p into this rank) how this rank reads them. */
-static void shm_direct_publish(const struct ncclComm *comm, const struct weft_shm_state *st, int p,
+static void shm_direct_publish(const struct weft_transport_ctx *ctx, const struct weft_shm_state *st, int p,
                                int mode)
 {
     for (int c = 0; c < st->nconn_channels; c++) {
         struct weft_fifo_ctrl *ctrl =
-            (struct weft_fifo_ctrl *)shm_fifo(comm, st, st->segs[comm->rank], comm->rank, c, p);
+            (struct weft_fifo_ctrl *)shm_fifo(ctx, st, st->segs[ctx->rank], ctx->rank, c, p);
         ctrl->direct = (uint32_t)mode;
     }
 }
@@ -365,25 +358,26 @@ static void shm_conn_init(struct weft_conn *conn, char *fifo, size_t slot, uint3
     conn->peer_bell = peer_bell;
 }
 
-static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, void **state_p)
+static ncclResult_t shm_setup(const struct weft_transport_ctx *ctx, const uint8_t *peer_mask,
+                             struct weft_transport_out *made, void **state_p)
 {
     ncclResult_t res = ncclSuccess;
-    int nranks = comm->nranks, me = comm->rank;
-    int nch = comm->nchannels + 1;
-    size_t slot = comm->slot_bytes;
+    int nranks = ctx->nranks, me = ctx->rank;
+    int nch = ctx->nchannels + 1;
+    size_t slot = ctx->slot_bytes;
     struct weft_shm_state *st;
     WEFT_CALLOC(st, 1);
     st->nconn_channels = nch;
     st->nranks = nranks;
     /* NCCL_PROTO is the same on every rank (as NCCL requires), so every rank lays out alike. */
-    int ll = weft_tune_ll_any(&comm->tune.cfg);
+    int ll = ctx->ll;
     size_t ll_offset = sizeof(struct weft_fifo_ctrl) + WEFT_STEPS * slot;
     size_t ll_bytes = ll ? sizeof(struct weft_fifo_ctrl) + WEFT_LL_SLOTS * WEFT_LL_SLOT_BYTES : 0;
     st->conn_stride = (ll_offset + ll_bytes + 4095) & ~(size_t)4095;
     /* The transport table hands shm the peers it is first to connect; that is every rank
      * shm_can_connect admits, which the segment layout counts on. */
     for (int p = 0; p < nranks; p++) {
-        if (!peer_mask[p] != !shm_can_connect(comm, me, p)) {
+        if (!peer_mask[p] != !shm_can_connect(ctx, me, p)) {
             WEFT_WARN("rank %d: shared-memory peers differ from the transport choice (rank %d)", me,
                       p);
             res = ncclInternalError;
@@ -414,7 +408,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         st->fds[p] = -1;
     for (int p = 0; p < nranks; p++) {
         if (peer_mask[p] || p == me)
-            st->seg_bytes[p] = shm_seg_bytes(comm, st, p);
+            st->seg_bytes[p] = shm_seg_bytes(ctx, st, p);
         host_bytes += st->seg_bytes[p];
     }
 
@@ -446,7 +440,7 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
         name[0] = '\0'; /* nothing of ours to unlink */
     /* Everyone has created (and reserved) its segment or failed, and learnt every segment's name:
      * map the peers', then let everyone unlink its own. */
-    WEFT_CHECK_GOTO(shm_agree(comm, res, "reserve its shared-memory segment", st->tokens), res,
+    WEFT_CHECK_GOTO(shm_agree(ctx, res, "reserve its shared-memory segment", st->tokens), res,
                     err_unlink);
     struct weft_shm_header *hdr = st->segs[me];
     hdr->magic = WEFT_SHM_SEGMENT_MAGIC;
@@ -455,11 +449,11 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
     hdr->conn_stride = st->conn_stride;
     hdr->self_addr = (uint64_t)(uintptr_t)hdr;
     weft_doorbell_init(&hdr->bell, WEFT_BELL_FUTEX, -1); /* before any peer maps it */
-    WEFT_CHECK_GOTO(weft_bootstrap_barrier(comm->bootstrap), res, err_unlink);
+    WEFT_CHECK_GOTO(weft_bootstrap_barrier(ctx->bootstrap), res, err_unlink);
     ncclResult_t mapped = ncclSuccess;
     int reads_cma = 0, reads_memcpy = 0;
     if (peer_mask[me])
-        shm_direct_publish(comm, st, me, WEFT_DIRECT_MEMCPY);
+        shm_direct_publish(ctx, st, me, WEFT_DIRECT_MEMCPY);
     for (int p = 0; p < nranks && mapped == ncclSuccess; p++) {
         if (p == me || !peer_mask[p])
             continue;
@@ -481,13 +475,13 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
             mapped = ncclInvalidUsage;
         } else {
             /* before the agreement below, after which p's sends read it */
-            int mode = shm_direct_mode(comm, p, ph);
-            shm_direct_publish(comm, st, p, mode);
+            int mode = shm_direct_mode(ctx, p, ph);
+            shm_direct_publish(ctx, st, p, mode);
             reads_cma += mode == WEFT_DIRECT_CMA;
             reads_memcpy += mode == WEFT_DIRECT_MEMCPY;
         }
     }
-    WEFT_CHECK_GOTO(shm_agree(comm, mapped, "map the shared-memory segments of its peers", NULL),
+    WEFT_CHECK_GOTO(shm_agree(ctx, mapped, "map the shared-memory segments of its peers", NULL),
                     res, err_unlink);
     shm_unlink(name);
 
@@ -503,13 +497,13 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
              * ns, twice per direct operation). */
             struct weft_doorbell *peer_bell =
                 p == me ? NULL : &((struct weft_shm_header *)peer_seg)->bell;
-            char *out = shm_fifo(comm, st, peer_seg, p, c, me);
-            char *in = shm_fifo(comm, st, st->segs[me], me, c, p);
+            char *out = shm_fifo(ctx, st, peer_seg, p, c, me);
+            char *in = shm_fifo(ctx, st, st->segs[me], me, c, p);
             shm_conn_init(send, out, slot, WEFT_STEPS, peer_bell);
             shm_conn_init(recv, in, slot, WEFT_STEPS, peer_bell);
             send->direct = (int)send->ctrl->direct;
             recv->direct = (int)recv->ctrl->direct;
-            recv->direct_pid = comm->peer_info[p].pid;
+            recv->direct_pid = ctx->peers[p].pid;
             if (ll) {
                 send->ll = send + 2;
                 recv->ll = send + 3;
@@ -524,20 +518,14 @@ static ncclResult_t shm_setup(struct ncclComm *comm, const uint8_t *peer_mask, v
                 shm_prefault(out + ll_offset, ll_bytes);
                 shm_prefault(in + ll_offset, ll_bytes);
             }
-            comm->chan_peers[c][p].send = send;
-            comm->chan_peers[c][p].recv = recv;
+            made->chan_peers[c][p].send = send;
+            made->chan_peers[c][p].recv = recv;
         }
     }
-    comm->peer_departed = calloc((size_t)nranks, sizeof(*comm->peer_departed));
-    for (int p = 0; comm->peer_departed != NULL && p < nranks; p++)
-        if (st->segs[p] != NULL)
-            comm->peer_departed[p] = &((struct weft_shm_header *)st->segs[p])->departed;
-    comm->peer_alive_fd = st->fds;
     /* shm is set up first (src/core/comm.c), so the rank sleeps on the doorbell in its segment,
      * the one its shm peers ring; the socket proxies ring it too. */
-    if (comm->bell == NULL) {
-        comm->bell = &hdr->bell;
-        st->owns_bell = 1;
+    if (ctx->bell == NULL) {
+        made->bell = &hdr->bell;
     }
     WEFT_INFO(WEFT_LOG_SHM | WEFT_LOG_INIT,
               "rank %d: shm segment %zu bytes, %d channels, slot %zu%s; %s mapped at setup; "
@@ -552,8 +540,24 @@ err_unlink:
     if (name[0] != '\0')
         shm_unlink(name);
 err:
-    shm_close(comm, st);
+    shm_close(ctx, st);
     return res;
+}
+
+/* A peer marks its segment when it destroys the communicator cleanly (shm_close). */
+static int shm_peer_departed(void *state, int p)
+{
+    const struct weft_shm_state *st = state;
+    return st->segs[p] != NULL &&
+           __atomic_load_n(&((const struct weft_shm_header *)st->segs[p])->departed,
+                           __ATOMIC_ACQUIRE);
+}
+
+/* The peer's segment, on which its process holds a lock while it lives. */
+static int shm_peer_lock_fd(void *state, int p)
+{
+    const struct weft_shm_state *st = state;
+    return st->fds != NULL ? st->fds[p] : -1;
 }
 
 const struct weft_transport weft_transport_shm = {
@@ -563,4 +567,6 @@ const struct weft_transport weft_transport_shm = {
     .slot_bytes = shm_slot_bytes,
     .setup = shm_setup,
     .close = shm_close,
+    .peer_departed = shm_peer_departed,
+    .peer_lock_fd = shm_peer_lock_fd,
 };

@@ -34,8 +34,8 @@
  * range and owner thread, step == the next step expected on this connection for that channel,
  * step inside the receive window, bytes <= slot payload; credits must advance and stay inside the
  * window. A bad frame, EOF or reset without BYE fails the peer: the proxy logs the cause, records
- * it on the communicator (comm->net_error, naming the peer, its host and address) and rings the
- * rank, whose wait loop then fails the operation with ncclRemoteError.
+ * it for the rank's waits (the context's fail callback, naming the peer, its host and address)
+ * and rings the rank, whose wait loop then fails the operation with ncclRemoteError.
  *
  * Setup: every rank listens on the interface NCCL_SOCKET_IFNAME selects (bootstrap/socket.h,
  * IPv4 or IPv6), all-gathers its address, connects nthreads * nsocks times to every higher-ranked
@@ -171,7 +171,7 @@ struct weft_sock_thread {
 enum { WEFT_SOCK_RUN = 0, WEFT_SOCK_FLUSH, WEFT_SOCK_STOP };
 
 struct weft_sock_state {
-    struct ncclComm *comm;
+    const struct weft_transport_ctx *ctx;
     int nranks, me, nch, nthreads, nsocks;
     int nfifo; /* FIFO channels: nch slot FIFOs, then nch LL FIFOs unless NCCL_PROTO excludes LL */
     size_t slot_bytes;
@@ -185,7 +185,7 @@ struct weft_sock_state {
     void *self_mem;                  /* loopback FIFOs when this rank talks to itself */
     size_t self_bytes;
     struct weft_conn *self_conns;    /* [nch][2] */
-    struct weft_doorbell *own_bell;  /* comm->bell when no other transport provided one */
+    struct weft_doorbell *own_bell;  /* the rank's doorbell when no other transport had one */
     struct weft_doorbell *rank_bell;
     int stop;
 };
@@ -196,17 +196,17 @@ static size_t sock_fifo_stride(size_t slot, uint32_t nslots)
 }
 
 
-static int sock_can_connect(const struct ncclComm *comm, int a, int b)
+static int sock_can_connect(const struct weft_transport_ctx *ctx, int a, int b)
 {
-    (void)comm;
+    (void)ctx;
     (void)a;
     (void)b;
     return 1; /* TCP reaches anyone; shm is asked first */
 }
 
-static ncclResult_t sock_slot_bytes(const struct ncclComm *comm, size_t *bytes_p)
+static ncclResult_t sock_slot_bytes(const struct weft_transport_ctx *ctx, size_t *bytes_p)
 {
-    (void)comm;
+    (void)ctx;
     int64_t slot = weft_param_SocketSlotBytes();
     if (slot < 4096 || slot % 64 != 0 || slot > (1 << 30)) { /* header included */
         WEFT_WARN("WEFT_SOCKET_SLOT_BYTES %lld must be a multiple of 64 between 4096 and 1 GiB",
@@ -260,7 +260,7 @@ static void sock_link_fail(struct weft_sock_link *l, ncclResult_t res, const cha
     }
     WEFT_WARN("rank %d: socket connection %d to %s: %s", st->me,
               t->index * st->nsocks + l->index, l->peer->where, why);
-    weft_comm_set_net_error(st->comm, res, "connection %d to %s failed: %s",
+    weft_transport_fail(st->ctx, res, "connection %d to %s failed: %s",
                             t->index * st->nsocks + l->index, l->peer->where, why);
     sock_peer_drop(t, l->peer);
     weft_doorbell_ring(st->rank_bell);
@@ -377,7 +377,7 @@ static void sock_late_data(struct weft_sock_thread *t, struct weft_sock_link *l,
     WEFT_WARN("rank %d: %s closed its communicator while this rank still had data for it "
               "(channel %d step %llu): the ranks issued different operations",
               st->me, l->peer->where, c, (unsigned long long)s);
-    weft_comm_set_net_error(st->comm, ncclRemoteError,
+    weft_transport_fail(st->ctx, ncclRemoteError,
                             "%s closed its communicator while this rank still had data for it",
                             l->peer->where);
     weft_doorbell_ring(st->rank_bell);
@@ -712,9 +712,9 @@ static void sock_threads_stop(struct weft_sock_state *st, int flush)
 {
     if (st->threads == NULL)
         return;
-    struct ncclComm *comm = st->comm;
+    const struct weft_transport_ctx *ctx = st->ctx;
     int64_t secs = weft_param_SocketFlushTimeout();
-    if (flush && !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) && secs > 0) {
+    if (flush && !__atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE) && secs > 0) {
         __atomic_store_n(&st->stop, WEFT_SOCK_FLUSH, __ATOMIC_RELEASE);
         for (int i = 0; i < st->nthreads; i++)
             if (st->threads[i].started)
@@ -725,7 +725,7 @@ static void sock_threads_stop(struct weft_sock_state *st, int flush)
             for (int i = 0; i < st->nthreads; i++)
                 running += st->threads[i].started &&
                            !__atomic_load_n(&st->threads[i].exited, __ATOMIC_ACQUIRE);
-            if (running == 0 || __atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+            if (running == 0 || __atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE))
                 break;
             if (weft_time_ns() > deadline) {
                 WEFT_INFO(WEFT_LOG_NET, "rank %d: socket transport could not hand all posted "
@@ -747,7 +747,7 @@ static void sock_threads_stop(struct weft_sock_state *st, int flush)
     }
 }
 
-static ncclResult_t sock_close(struct ncclComm *comm, void *state)
+static ncclResult_t sock_close(const struct weft_transport_ctx *ctx, void *state)
 {
     struct weft_sock_state *st = state;
     if (st == NULL)
@@ -792,8 +792,6 @@ static ncclResult_t sock_close(struct ncclComm *comm, void *state)
         munmap(st->self_mem, st->self_bytes);
     free(st->self_conns);
     weft_socket_close(&st->listen_fd);
-    if (st->own_bell != NULL && comm->bell == st->own_bell)
-        comm->bell = NULL;
     free(st->own_bell);
     free(st->peers);
     free(st->by_rank);
@@ -814,13 +812,14 @@ static ncclResult_t sock_map(size_t bytes, void **mem_p)
 }
 
 /* Local FIFOs and connections of one remote peer. */
-static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_peer *p, int rank)
+static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_transport_out *out,
+                                    struct weft_sock_peer *p, int rank)
 {
-    struct ncclComm *comm = st->comm;
+    const struct weft_transport_ctx *ctx = st->ctx;
     char addr[WEFT_SOCKADDR_STRLEN];
     p->rank = rank;
     snprintf(p->where, sizeof(p->where), "peer %d (host %s, %s)", rank,
-             comm->peer_info[rank].hostname,
+             ctx->peers[rank].hostname,
              weft_socket_addr_str(&st->infos[rank].addr, addr, sizeof(addr)));
     size_t stride = sock_fifo_stride(st->slot_bytes, WEFT_STEPS);
     size_t ll_stride = sock_fifo_stride(WEFT_LL_SLOT_BYTES, WEFT_LL_SLOTS);
@@ -861,8 +860,8 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
             ch->send.ll = &p->chans[st->nch + c].send;
             ch->recv.ll = &p->chans[st->nch + c].recv;
         }
-        comm->chan_peers[c][rank].send = &ch->send;
-        comm->chan_peers[c][rank].recv = &ch->recv;
+        out->chan_peers[c][rank].send = &ch->send;
+        out->chan_peers[c][rank].recv = &ch->recv;
     }
     for (int t = 0; t < st->nthreads; t++) {
         for (int k = 0; k < st->nsocks; k++) {
@@ -894,9 +893,9 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_sock_
 }
 
 /* Loopback FIFOs: this rank sends to itself through one local FIFO per channel. */
-static ncclResult_t sock_self_init(struct weft_sock_state *st)
+static ncclResult_t sock_self_init(struct weft_sock_state *st, struct weft_transport_out *out)
 {
-    struct ncclComm *comm = st->comm;
+    const struct weft_transport_ctx *ctx = st->ctx;
     size_t stride = sock_fifo_stride(st->slot_bytes, WEFT_STEPS);
     st->self_bytes = (size_t)st->nch * stride;
     WEFT_CHECK(sock_map(st->self_bytes, &st->self_mem));
@@ -910,8 +909,8 @@ static ncclResult_t sock_self_init(struct weft_sock_state *st)
                                  .peer_bell = st->rank_bell};
         st->self_conns[2 * c] = conn;
         st->self_conns[2 * c + 1] = conn;
-        comm->chan_peers[c][st->me].send = &st->self_conns[2 * c];
-        comm->chan_peers[c][st->me].recv = &st->self_conns[2 * c + 1];
+        out->chan_peers[c][st->me].send = &st->self_conns[2 * c];
+        out->chan_peers[c][st->me].recv = &st->self_conns[2 * c + 1];
     }
     return ncclSuccess;
 }
@@ -922,7 +921,7 @@ static void sock_hello_fill(const struct weft_sock_state *st, struct weft_sock_h
     memset(h, 0, sizeof(*h));
     h->version = WEFT_SOCK_VERSION;
     h->type = WEFT_SOCK_HELLO;
-    h->comm_hash = st->comm->comm_hash;
+    h->comm_hash = st->ctx->comm_hash;
     h->rank = st->me;
     h->peer = peer;
     h->thread = (uint32_t)thread;
@@ -968,7 +967,7 @@ static ncclResult_t sock_admit(void *arg, const struct weft_sock_hello *hp, int 
 /* Connects to every higher-ranked peer, then accepts every lower-ranked one. */
 static ncclResult_t sock_connect_all(struct weft_sock_state *st)
 {
-    struct ncclComm *comm = st->comm;
+    const struct weft_transport_ctx *ctx = st->ctx;
     uint64_t deadline = weft_socket_deadline(weft_param_BootstrapTimeout());
     char what[256];
     int expected = 0;
@@ -982,19 +981,19 @@ static ncclResult_t sock_connect_all(struct weft_sock_state *st)
             struct weft_sock_link *l = &p->links[i];
             snprintf(what, sizeof(what), "rank %d: socket connection %d to %s", st->me, i,
                      p->where);
-            WEFT_CHECK(weft_socket_connect(&st->infos[p->rank].addr, deadline, &comm->abort_flag,
+            WEFT_CHECK(weft_socket_connect(&st->infos[p->rank].addr, deadline, ctx->abort_flag,
                                            what, &l->fd));
             struct weft_sock_hello h;
             sock_hello_fill(st, &h, p->rank, i / st->nsocks, i % st->nsocks);
-            WEFT_CHECK(weft_sock_handshake(l->fd, weft_bootstrap_key(comm->bootstrap), &h,
-                                           deadline, &comm->abort_flag, what));
+            WEFT_CHECK(weft_sock_handshake(l->fd, weft_bootstrap_key(ctx->bootstrap), &h,
+                                           deadline, ctx->abort_flag, what));
         }
     }
     snprintf(what, sizeof(what), "rank %d: %d socket connections from lower-ranked peers",
              st->me, expected);
-    return weft_sock_accept_all(st->listen_fd, weft_bootstrap_key(comm->bootstrap),
-                                comm->comm_hash, expected, sock_admit, st, deadline,
-                                &comm->abort_flag, what);
+    return weft_sock_accept_all(st->listen_fd, weft_bootstrap_key(ctx->bootstrap),
+                                ctx->comm_hash, expected, sock_admit, st, deadline,
+                                ctx->abort_flag, what);
 }
 
 static ncclResult_t sock_threads_start(struct weft_sock_state *st)
@@ -1026,10 +1025,11 @@ static ncclResult_t sock_threads_start(struct weft_sock_state *st)
     return ncclSuccess;
 }
 
-static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, void **state_p)
+static ncclResult_t sock_setup(const struct weft_transport_ctx *ctx, const uint8_t *peer_mask,
+                              struct weft_transport_out *out, void **state_p)
 {
     ncclResult_t res = ncclSuccess;
-    int nranks = comm->nranks, me = comm->rank;
+    int nranks = ctx->nranks, me = ctx->rank;
     int64_t nthreads = weft_param_SocketNthreads(), nsocks = weft_param_NsocksPerthread();
     if (nsocks == -1) {
         /* Every connection is a TCP flow of its own: 2 namespaces x 1 rank on 2 cores,
@@ -1052,17 +1052,17 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
     }
     struct weft_sock_state *st;
     WEFT_CALLOC(st, 1);
-    st->comm = comm;
+    st->ctx = ctx;
     st->nranks = nranks;
     st->me = me;
-    st->nch = comm->nchannels + 1;
-    st->nfifo = weft_tune_ll_any(&comm->tune.cfg) ? 2 * st->nch : st->nch;
+    st->nch = ctx->nchannels + 1;
+    st->nfifo = ctx->ll ? 2 * st->nch : st->nch;
     st->nthreads = (int)nthreads;
     st->nsocks = (int)nsocks;
-    st->slot_bytes = comm->slot_bytes;
+    st->slot_bytes = ctx->slot_bytes;
     st->listen_fd = -1;
     int64_t spin = weft_param_SocketSpinUs();
-    st->spin_ns = (uint64_t)(spin >= 0 ? spin : comm->oversubscribed ? 0 : 50) * 1000ull;
+    st->spin_ns = (uint64_t)(spin >= 0 ? spin : ctx->oversubscribed ? 0 : 50) * 1000ull;
     st->infos = calloc((size_t)nranks, sizeof(*st->infos));
     st->by_rank = calloc((size_t)nranks, sizeof(*st->by_rank));
     st->threads = NULL;
@@ -1095,7 +1095,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
         }
         weft_doorbell_init(&t->bell, WEFT_BELL_EVENTFD, t->efd);
     }
-    if (comm->bell == NULL) {
+    if (ctx->bell == NULL) {
         if (posix_memalign((void **)&st->own_bell, WEFT_CACHELINE, sizeof(*st->own_bell)) != 0) {
             st->own_bell = NULL;
             WEFT_WARN("out of memory for a doorbell");
@@ -1103,10 +1103,10 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
             goto err;
         }
         weft_doorbell_init(st->own_bell, WEFT_BELL_FUTEX, -1);
-        comm->bell = st->own_bell;
+        out->bell = st->own_bell;
     }
-    st->rank_bell = comm->bell;
-    comm->proxied = 1;
+    st->rank_bell = ctx->bell != NULL ? ctx->bell : out->bell;
+    out->proxied = 1;
 
     for (int p = 0; p < nranks; p++)
         st->npeers += p != me && peer_mask[p];
@@ -1121,7 +1121,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
         WEFT_CHECK_GOTO(weft_socket_listen(&mine->addr, &st->listen_fd), res, err);
         mine->listening = 1;
     }
-    WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, st->infos, sizeof(*st->infos)), res,
+    WEFT_CHECK_GOTO(weft_bootstrap_allgather(ctx->bootstrap, st->infos, sizeof(*st->infos)), res,
                     err);
     st->peers = calloc((size_t)st->npeers + 1, sizeof(*st->peers));
     if (st->peers == NULL) {
@@ -1141,18 +1141,18 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
                       "listening %u, %u threads x %u sockets, slot %llu bytes; here %d x %d, "
                       "slot %zu (set NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD and "
                       "WEFT_SOCKET_SLOT_BYTES alike on every rank)",
-                      me, p, comm->peer_info[p].hostname, in->version, in->listening,
+                      me, p, ctx->peers[p].hostname, in->version, in->listening,
                       in->nthreads, in->nsocks, (unsigned long long)in->slot_bytes,
                       st->nthreads, st->nsocks, st->slot_bytes);
             res = ncclInvalidUsage;
             goto err;
         }
         st->by_rank[p] = &st->peers[np];
-        WEFT_CHECK_GOTO(sock_peer_init(st, &st->peers[np], p), res, err);
+        WEFT_CHECK_GOTO(sock_peer_init(st, out, &st->peers[np], p), res, err);
         np++;
     }
     if (peer_mask[me])
-        WEFT_CHECK_GOTO(sock_self_init(st), res, err);
+        WEFT_CHECK_GOTO(sock_self_init(st, out), res, err);
     WEFT_CHECK_GOTO(sock_connect_all(st), res, err);
     weft_socket_close(&st->listen_fd);
     WEFT_CHECK_GOTO(sock_threads_start(st), res, err);
@@ -1166,7 +1166,7 @@ static ncclResult_t sock_setup(struct ncclComm *comm, const uint8_t *peer_mask, 
 err:
     __atomic_store_n(&st->stop, WEFT_SOCK_STOP, __ATOMIC_RELEASE);
     sock_threads_stop(st, 0);
-    sock_close(comm, st);
+    sock_close(ctx, st);
     return res;
 }
 
@@ -1177,4 +1177,6 @@ const struct weft_transport weft_transport_socket = {
     .slot_bytes = sock_slot_bytes,
     .setup = sock_setup,
     .close = sock_close,
+    .peer_departed = weft_transport_never_departed,
+    .peer_lock_fd = weft_transport_no_lock_fd,
 };
