@@ -28,14 +28,13 @@
 #include "fifo.h"
 #include "nccl.h"
 
-struct ncclComm;
 struct weft_bootstrap;
 struct weft_peer_info;
 struct weft_net;
 
 #define WEFT_TRANSPORT_VERSION 3
 
-/* What the core gives every host transport of a communicator (read-only for them). */
+/* What the core gives every transport of a communicator, host and device (read-only for them). */
 struct weft_transport_ctx {
     int rank, nranks;
     uint64_t comm_hash;
@@ -48,6 +47,7 @@ struct weft_transport_ctx {
     size_t slot_bytes; /* of every connection (the largest any transport in use wants) */
     int oversubscribed; /* more ranks than cores on this host: proxies must not spin */
     const struct weft_net *net; /* the network across hosts (transports/net), NULL: built in */
+    int cuda_dev;               /* this rank's CUDA device (device transports), -1: none */
     struct weft_doorbell *bell; /* the rank's doorbell when an earlier transport made one */
     /* A connection failed (any thread, typically a proxy): the first call records msg for the
      * rank's waits, which fail their operation with res. The caller logged the cause and rings
@@ -150,11 +150,11 @@ struct weft_dev_transport {
     const char *name;
     /* 1 if ranks a and b (both with devices) share FIFO memory through this transport. From
      * exchanged peer info only (the same answer on every rank). Non-blocking. */
-    int (*can_connect)(const struct ncclComm *comm, int a, int b);
+    int (*can_connect)(const struct weft_transport_ctx *ctx, int a, int b);
     /* Region `region` (WEFT_DEV_REGION_*) of this rank, bytes long, in memory this transport can
      * share (device regions on the current device); *how_p says how it was made, for mem_free.
      * Blocking; the init thread. Not zeroed. */
-    ncclResult_t (*mem_alloc)(struct ncclComm *comm, size_t bytes, int region, void **p_p,
+    ncclResult_t (*mem_alloc)(const struct weft_transport_ctx *ctx, size_t bytes, int region, void **p_p,
                               int *how_p);
     /* Frees a region from mem_alloc (any thread of this process, once no kernel of this process
      * uses it; peers that mapped it keep their mapping valid where the backend allows). */
@@ -168,11 +168,11 @@ struct weft_dev_transport {
      * knows whom to send what. Blocks until the peers have done the same, bounded by the
      * bootstrap deadline and the abort flag. *state_p (set only on success) goes back to close.
      */
-    ncclResult_t (*setup)(struct ncclComm *comm, void *const *mine, const int *mine_how,
+    ncclResult_t (*setup)(const struct weft_transport_ctx *ctx, void *const *mine, const int *mine_how,
                           size_t bytes, const uint8_t *want, void **theirs, void **state_p);
     /* Unmaps what setup and reg_poll mapped (after this rank's kernels are done; peers may be
      * gone). */
-    ncclResult_t (*close)(struct ncclComm *comm, void *state);
+    ncclResult_t (*close)(const struct weft_transport_ctx *ctx, void *state);
 
     /* ---- version 2: user buffers registered with ncclCommRegister (state from setup) ---- */
     /*
@@ -181,17 +181,17 @@ struct weft_dev_transport {
      * never reused). Non-blocking: what a peer cannot take now is sent by a later reg_poll. 0,
      * or a CUDA error code (the export failed; nothing offered).
      */
-    int (*reg_share)(struct ncclComm *comm, void *state, uint64_t id, void *base, size_t bytes,
+    int (*reg_share)(const struct weft_transport_ctx *ctx, void *state, uint64_t id, void *base, size_t bytes,
                      int how);
     /* Withdraws id: the peers unmap it at their next reg_poll. */
-    void (*reg_unshare)(struct ncclComm *comm, void *state, uint64_t id);
+    void (*reg_unshare)(const struct weft_transport_ctx *ctx, void *state, uint64_t id);
     /*
      * Non-blocking, on the thread whose current device is this rank's: sends what waits, maps
      * what peers offered since and unmaps what they withdrew, telling seen(arg, peer, id, base,
      * bytes) first (base NULL: withdrawn, after which no kernel of this rank may touch it).
      * seen returns 0 to have a new mapping dropped at once.
      */
-    void (*reg_poll)(struct ncclComm *comm, void *state,
+    void (*reg_poll)(const struct weft_transport_ctx *ctx, void *state,
                      int (*seen)(void *arg, int peer, uint64_t id, void *base, size_t bytes),
                      void *arg);
 
@@ -205,7 +205,7 @@ struct weft_dev_transport {
      * a peer gone, several ranks in one process: they may be destroyed one after another by one
      * thread, so no barrier) legacy regions must be kept (leaked), never freed under a peer.
      */
-    ncclResult_t (*drain)(struct ncclComm *comm, void *state);
+    ncclResult_t (*drain)(const struct weft_transport_ctx *ctx, void *state);
 };
 
 extern const struct weft_dev_transport weft_dev_transport_p2p;
@@ -232,10 +232,10 @@ extern const struct weft_dev_transport weft_dev_transport_p2p;
 struct weft_dev_bridge {
     uint32_t version;
     const char *name;
-    ncclResult_t (*setup)(struct ncclComm *comm, const uint8_t *xhost, int nconn, size_t slot_bytes,
+    ncclResult_t (*setup)(const struct weft_transport_ctx *ctx, const uint8_t *xhost, int nconn, size_t slot_bytes,
                           char *fifo, char *const *shadow, int *dead_peer, uint32_t *abort_word,
                           void **state_p);
-    ncclResult_t (*close)(struct ncclComm *comm, void *state);
+    ncclResult_t (*close)(const struct weft_transport_ctx *ctx, void *state);
 };
 
 extern const struct weft_dev_bridge weft_dev_bridge_socket;

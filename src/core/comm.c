@@ -583,6 +583,7 @@ static void weft_comm_transport_ctx(struct ncclComm *comm)
         .nchannels = comm->nchannels,
         .oversubscribed = comm->oversubscribed,
         .net = comm->net,
+        .cuda_dev = comm->cuda_bound ? comm->cuda_dev : -1,
         .fail = weft_comm_transport_fail,
         .fail_arg = comm,
     };
@@ -613,6 +614,7 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
                                                   ? NCCL_NET_TRAFFIC_CLASS_UNDEF
                                                   : comm->config.trafficClass,
                              comm->config.netName, &comm->net));
+    comm->dev_transport = &weft_dev_transport_p2p;
     comm->dev_bridge = comm->net != NULL ? &weft_dev_bridge_net : &weft_dev_bridge_socket;
     weft_comm_settings(comm->nchannels, weft_net_id(comm->net), me->settings);
     me->pid_ns = weft_pid_ns();

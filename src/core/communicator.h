@@ -14,6 +14,7 @@
 
 #include "nccl.h"
 #include "algo/tuner.h"
+#include "core/peer_info.h"
 #include "fifo.h"
 #include "transport.h"
 
@@ -21,7 +22,6 @@
 #define WEFT_COMM_DEAD 0x646561642d636f6dull /* "dead-com" */
 #define WEFT_MAX_CHANNELS 16
 #define WEFT_MAX_TRANSPORTS 4
-#define WEFT_HOSTNAME_LEN 64
 #define WEFT_NET_ERROR_LEN 512
 
 struct weft_bootstrap;
@@ -33,44 +33,6 @@ struct weft_zcopy_map;
 struct weft_net;
 struct weft_dev_bridge;
 
-/*
- * Settings that shape the wire or a schedule (channels, slot sizes, socket links, algorithm and
- * protocol restrictions, the direct and fusion limits): every rank must hold the same, and init
- * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
- */
-#define WEFT_NSETTINGS 12
-#define WEFT_SETTING_ZCOPY_MIN_BYTES 10 /* its index (weft_comm_settings) */
-#define WEFT_SETTING_NET 11             /* the network across hosts (weft_net_id) */
-
-/* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
- * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. Version 6:
- * WEFT_ZCOPY_MIN_BYTES among them. Version 7: the device's uuid and PCI bus id. Version 8:
- * the network among the settings. */
-#define WEFT_PEER_INFO_VERSION 8
-struct weft_peer_info {
-    uint32_t version;
-    int32_t rank;
-    int32_t pid;
-    int32_t cuda_dev;
-    uint64_t host_hash; /* same value = same host (shared memory reachable) */
-    uint64_t comm_hash; /* must agree on every rank */
-    uint32_t flags;     /* WEFT_PEER_* */
-    int32_t ncpu;       /* cores the rank may run on; 0: unknown */
-    char hostname[WEFT_HOSTNAME_LEN]; /* for messages that name the peer's host */
-    uint64_t machine_hash; /* same value = same machine (boot id), whatever NCCL_HOSTID says */
-    int64_t settings[WEFT_NSETTINGS];
-    uint64_t pid_ns; /* inode of /proc/self/ns/pid (0: unknown): a pid means something to a
-                      * peer only in the same PID namespace (containers on one host differ) */
-    /* cuda_dev is an ordinal of the rank's process (CUDA_VISIBLE_DEVICES renumbers per process):
-     * across processes the device is the uuid (same uuid = same GPU) and the PCI bus id (the
-     * ordinal a peer's process gives it, if it sees it: cudaDeviceGetByPCIBusId). Zero without
-     * a device. */
-    uint8_t cuda_uuid[16];
-    char cuda_bus_id[16];
-};
-
-/* The rank set NCCL_SHM_DISABLE: no pair that includes it uses shared memory. */
-#define WEFT_PEER_NO_SHM 0x1u
 
 /* A user-created reduction operator (PreMulSum), owned by one communicator. */
 struct weft_user_op {
@@ -116,6 +78,7 @@ struct ncclComm {
     struct weft_doorbell *bell; /* this rank's doorbell (shm segment, or the socket transport's) */
     struct weft_net *net; /* the network across hosts (transports/net/net.h); NULL: the
                            * built-in socket transport */
+    const struct weft_dev_transport *dev_transport; /* device FIFOs between processes (p2p) */
     const struct weft_dev_bridge *dev_bridge; /* device FIFOs across hosts: net's or socket's */
     int proxied; /* a proxy thread of this process moves some connections' data (socket
                   * transport): a waiting rank must not hold a core it may need (exec/host.c) */

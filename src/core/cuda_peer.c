@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "core/comm.h"
+#include "core/communicator.h"
 #include "core/log.h"
 #include "cuda/cuda_ops.h"
 
@@ -24,23 +24,23 @@ ncclResult_t weft_cuda_peer_identity(int dev, struct weft_peer_info *me)
     return ncclSuccess;
 }
 
-int weft_cuda_same_gpu(const struct ncclComm *comm, int a, int b)
+int weft_cuda_same_gpu(const struct weft_transport_ctx *ctx, int a, int b)
 {
-    const struct weft_peer_info *pa = &comm->peer_info[a], *pb = &comm->peer_info[b];
+    const struct weft_peer_info *pa = &ctx->peers[a], *pb = &ctx->peers[b];
     return pa->cuda_dev >= 0 && pb->cuda_dev >= 0 && pa->host_hash == pb->host_hash &&
            pa->machine_hash == pb->machine_hash &&
            memcmp(pa->cuda_uuid, pb->cuda_uuid, sizeof(pa->cuda_uuid)) == 0;
 }
 
-int weft_cuda_peer_device(const struct ncclComm *comm, int p)
+int weft_cuda_peer_device(const struct weft_transport_ctx *ctx, int p)
 {
-    const struct weft_peer_info *pi = &comm->peer_info[p], *self = &comm->peer_info[comm->rank];
+    const struct weft_peer_info *pi = &ctx->peers[p], *self = &ctx->peers[ctx->rank];
     int d = -1;
     if (pi->cuda_dev < 0 || self->cuda_dev < 0 || pi->host_hash != self->host_hash ||
         pi->machine_hash != self->machine_hash)
         return -1;
-    if (weft_cuda_same_gpu(comm, comm->rank, p))
-        return comm->cuda_dev;
+    if (weft_cuda_same_gpu(ctx, ctx->rank, p))
+        return ctx->cuda_dev;
     if (weft_cuda()->device_by_bus_id(&d, pi->cuda_bus_id) != 0)
         return -1; /* not visible in this process (CUDA_VISIBLE_DEVICES) */
     return d;

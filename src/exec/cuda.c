@@ -249,7 +249,8 @@ struct weft_cuda_peer {
 };
 
 /* Frees one FIFO region made as `how` (see struct weft_cuda_clique). */
-static void weft_cuda_fifo_free(void *mem, int how, int region, int keep_legacy)
+static void weft_cuda_fifo_free(const struct weft_dev_transport *dt, void *mem, int how, int region,
+                                int keep_legacy)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     if (mem == NULL)
@@ -259,7 +260,7 @@ static void weft_cuda_fifo_free(void *mem, int how, int region, int keep_legacy)
         return;
     }
     if (how >= 0)
-        weft_dev_transport_p2p.mem_free(mem, how);
+        dt->mem_free(mem, how);
     else if (region == WEFT_DEV_REGION_HOST)
         ops->host_free(mem);
     else
@@ -289,10 +290,10 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
     if (cc->dstate != NULL)
         ops->free(cc->dstate);
     if (cc->p2p != NULL)
-        weft_dev_transport_p2p.close(comm, cc->p2p);
+        comm->dev_transport->close(&comm->tctx, cc->p2p);
     /* The proxy writes into this rank's host FIFOs and shadows: stopped before they go. */
     if (cc->net != NULL)
-        comm->dev_bridge->close(comm, cc->net);
+        comm->dev_bridge->close(&comm->tctx, cc->net);
     if (cc->shadow != NULL)
         ops->host_free(cc->shadow);
     if (cc->clique != NULL) {
@@ -305,15 +306,18 @@ static void weft_cuda_release(struct ncclComm *comm, struct weft_cuda_comm *cc)
                     continue;
                 ops->set_device(q->rank[r].dev);
                 for (int g = 0; g < WEFT_DEV_NREGIONS; g++)
-                    weft_cuda_fifo_free(q->rank[r].mem[g], q->rank[r].how[g], g,
+                    weft_cuda_fifo_free(comm->dev_transport,
+                                        q->rank[r].mem[g], q->rank[r].how[g], g,
                                         __atomic_load_n(&q->keep_legacy, __ATOMIC_ACQUIRE));
             }
             weft_cuda_order_free(q->order);
             free(q);
         }
     } else {
-        weft_cuda_fifo_free(cc->fifo, cc->fifo_how[0], WEFT_DEV_REGION_DEVICE, cc->keep_legacy);
-        weft_cuda_fifo_free(cc->hfifo, cc->fifo_how[1], WEFT_DEV_REGION_HOST, cc->keep_legacy);
+        weft_cuda_fifo_free(comm->dev_transport, cc->fifo, cc->fifo_how[0], WEFT_DEV_REGION_DEVICE,
+                            cc->keep_legacy);
+        weft_cuda_fifo_free(comm->dev_transport, cc->hfifo, cc->fifo_how[1], WEFT_DEV_REGION_HOST,
+                            cc->keep_legacy);
     }
     if (cc->pinned != NULL)
         ops->host_free(cc->pinned);
@@ -363,8 +367,8 @@ static void weft_cuda_reach_row(const struct ncclComm *comm, uint8_t *row)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     for (int p = 0; p < comm->nranks; p++) {
-        int d = weft_cuda_peer_device(comm, p), can = 0;
-        if (p == comm->rank || weft_cuda_same_gpu(comm, comm->rank, p))
+        int d = weft_cuda_peer_device(&comm->tctx, p), can = 0;
+        if (p == comm->rank || weft_cuda_same_gpu(&comm->tctx, comm->rank, p))
             row[p] = WEFT_REACH_SAME;
         else if (d >= 0 && d != comm->cuda_dev &&
                  ops->can_access_peer(&can, comm->cuda_dev, d) == 0 && can)
@@ -482,11 +486,11 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
             WEFT_CUDA_CALL_GOTO(ops->host_alloc((void **)&cc->hfifo, fifo_bytes),
                                 "cudaHostAlloc (FIFOs)", me, res, err);
     } else {
-        WEFT_CHECK_GOTO(weft_dev_transport_p2p.mem_alloc(comm, fifo_bytes, WEFT_DEV_REGION_DEVICE,
+        WEFT_CHECK_GOTO(comm->dev_transport->mem_alloc(&comm->tctx, fifo_bytes, WEFT_DEV_REGION_DEVICE,
                                                          (void **)&cc->fifo, &cc->fifo_how[0]),
                         res, err);
         if (need_host)
-            WEFT_CHECK_GOTO(weft_dev_transport_p2p.mem_alloc(comm, fifo_bytes,
+            WEFT_CHECK_GOTO(comm->dev_transport->mem_alloc(&comm->tctx, fifo_bytes,
                                                              WEFT_DEV_REGION_HOST,
                                                              (void **)&cc->hfifo,
                                                              &cc->fifo_how[1]),
@@ -579,13 +583,13 @@ ncclResult_t weft_cuda_comm_setup(struct ncclComm *comm)
     /* 3: the other processes' FIFO memory, mapped here (collective when any pair needs it). */
     if (!one_process) {
         void *mine[WEFT_DEV_NREGIONS] = {cc->fifo, cc->hfifo};
-        WEFT_CHECK_GOTO(weft_dev_transport_p2p.setup(comm, mine, cc->fifo_how, fifo_bytes, want,
+        WEFT_CHECK_GOTO(comm->dev_transport->setup(&comm->tctx, mine, cc->fifo_how, fifo_bytes, want,
                                                      mapped, &cc->p2p),
                         res, err);
     }
     /* 4: the proxy to peers on other hosts (collective when any pair is on two hosts). */
     if (multi_host)
-        WEFT_CHECK_GOTO(comm->dev_bridge->setup(comm, xhost, nconn, cc->slot_bytes, cc->hfifo,
+        WEFT_CHECK_GOTO(comm->dev_bridge->setup(&comm->tctx, xhost, nconn, cc->slot_bytes, cc->hfifo,
                                                 shadows, &cc->dead_peer, cc->abort_host, &cc->net),
                         res, err);
     /* 5: the direct kernel reads and writes peers' device buffers: one host, and every pair of
@@ -806,7 +810,7 @@ static void weft_cuda_drain(struct ncclComm *comm, struct weft_cuda_comm *cc)
     /* A peer found dead never comes to the barrier: keep the memory, leave the unmapping to
      * close. */
     if (__atomic_load_n(&cc->dead_peer, __ATOMIC_ACQUIRE) < 0 &&
-        weft_dev_transport_p2p.drain(comm, cc->p2p) == ncclSuccess)
+        comm->dev_transport->drain(&comm->tctx, cc->p2p) == ncclSuccess)
         return;
     cc->keep_legacy = 1;
     if (cc->clique != NULL)
@@ -1247,7 +1251,7 @@ static void weft_cuda_zc_poll(struct ncclComm *comm, struct weft_cuda_comm *cc)
     if (cc->zpeers == NULL || cc->p2p == NULL)
         return;
     pthread_mutex_lock(&cc->zc_lock);
-    weft_dev_transport_p2p.reg_poll(comm, cc->p2p, weft_cuda_zc_seen, cc);
+    comm->dev_transport->reg_poll(&comm->tctx, cc->p2p, weft_cuda_zc_seen, cc);
     pthread_mutex_unlock(&cc->zc_lock);
 }
 
@@ -1262,9 +1266,9 @@ uint64_t weft_cuda_reg_share(struct ncclComm *comm, void *base, size_t bytes, in
     ops->set_device(cc->dev);
     pthread_mutex_lock(&cc->zc_lock);
     uint64_t id = ++cc->zc_next_id;
-    int err = weft_dev_transport_p2p.reg_share(comm, cc->p2p, id, base, bytes,
+    int err = comm->dev_transport->reg_share(&comm->tctx, cc->p2p, id, base, bytes,
                                                cumem ? WEFT_DEV_HOW_FD : WEFT_DEV_HOW_LEGACY);
-    weft_dev_transport_p2p.reg_poll(comm, cc->p2p, weft_cuda_zc_seen, cc);
+    comm->dev_transport->reg_poll(&comm->tctx, cc->p2p, weft_cuda_zc_seen, cc);
     pthread_mutex_unlock(&cc->zc_lock);
     if (prev >= 0)
         ops->set_device(prev);
@@ -1283,7 +1287,7 @@ void weft_cuda_reg_unshare(struct ncclComm *comm, uint64_t id)
     if (cc == NULL || cc->zpeers == NULL || cc->p2p == NULL || id == 0)
         return;
     pthread_mutex_lock(&cc->zc_lock);
-    weft_dev_transport_p2p.reg_unshare(comm, cc->p2p, id);
+    comm->dev_transport->reg_unshare(&comm->tctx, cc->p2p, id);
     pthread_mutex_unlock(&cc->zc_lock);
 }
 

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "core/communicator.h"
+#include "core/peer_info.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "dev_fifo.h"
@@ -61,7 +61,7 @@ struct weft_dev_net_peer {
 
 struct weft_dev_net {
     struct weft_doorbell bell __attribute__((aligned(WEFT_CACHELINE))); /* rung only to stop */
-    struct ncclComm *comm;
+    const struct weft_transport_ctx *ctx;
     const struct weft_net *net;
     const ncclNet_v11_t *t;
     int me, nranks, nconn, npeers, dev;
@@ -88,7 +88,7 @@ static void dn_fail(struct weft_dev_net *s, struct weft_dev_net_peer *p, int c, 
     int left = 0;
     for (int k = 0; k < s->nconn; k++)
         left |= p->conns[k].peer_bye;
-    if (__atomic_load_n(&s->comm->abort_flag, __ATOMIC_ACQUIRE) ||
+    if (__atomic_load_n(s->ctx->abort_flag, __ATOMIC_ACQUIRE) ||
         (left && __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)))
         return; /* aborting, or closing after the peer left: nothing is lost */
     int none = -1;
@@ -96,7 +96,7 @@ static void dn_fail(struct weft_dev_net *s, struct weft_dev_net_peer *p, int c, 
                                     __ATOMIC_ACQUIRE))
         WEFT_WARN("rank %d: NET/%s: device connection to peer %d (host %s), channel %d: %s%s "
                   "(error %d)",
-                  s->me, s->net->name, p->rank, s->comm->peer_info[p->rank].hostname, c, why,
+                  s->me, s->net->name, p->rank, s->ctx->peers[p->rank].hostname, c, why,
                   left ? " after the peer closed its communicator (the ranks issued different "
                          "operations)"
                   : res == ncclRemoteError ? ": connection closed by the peer without a goodbye "
@@ -278,7 +278,7 @@ static void *dn_proxy_main(void *arg)
     uint64_t flush_end = 0;
     for (;;) {
         int stop = __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
-        if (stop == 2 || __atomic_load_n(&s->comm->abort_flag, __ATOMIC_ACQUIRE))
+        if (stop == 2 || __atomic_load_n(s->ctx->abort_flag, __ATOMIC_ACQUIRE))
             break;
         int moved = dn_scan(s);
         if (stop == 1) {
@@ -295,9 +295,9 @@ static void *dn_proxy_main(void *arg)
     return NULL;
 }
 
-static ncclResult_t dn_close(struct ncclComm *comm, void *state)
+static ncclResult_t dn_close(const struct weft_transport_ctx *ctx, void *state)
 {
-    (void)comm;
+    (void)ctx;
     struct weft_dev_net *s = state;
     if (s == NULL)
         return ncclSuccess;
@@ -353,7 +353,7 @@ static ncclResult_t dn_register(struct weft_dev_net *s)
     return ncclSuccess;
 }
 
-static ncclResult_t dn_setup(struct ncclComm *comm, const uint8_t *xhost, int nconn,
+static ncclResult_t dn_setup(const struct weft_transport_ctx *ctx, const uint8_t *xhost, int nconn,
                              size_t slot_bytes, char *fifo, char *const *shadow, int *dead_peer,
                              uint32_t *abort_word, void **state_p)
 {
@@ -361,16 +361,16 @@ static ncclResult_t dn_setup(struct ncclComm *comm, const uint8_t *xhost, int nc
     struct weft_dev_net *s = NULL;
     int *ranks = NULL;
     if (posix_memalign((void **)&s, WEFT_CACHELINE, sizeof(*s)) != 0) {
-        WEFT_WARN("rank %d: out of memory for the device net bridge", comm->rank);
+        WEFT_WARN("rank %d: out of memory for the device net bridge", ctx->rank);
         return ncclSystemError;
     }
     memset(s, 0, sizeof(*s));
     weft_doorbell_init(&s->bell, WEFT_BELL_FUTEX, -1);
-    s->comm = comm;
-    s->net = comm->net;
-    s->t = comm->net->table;
-    s->me = comm->rank;
-    s->nranks = comm->nranks;
+    s->ctx = ctx;
+    s->net = ctx->net;
+    s->t = ctx->net->table;
+    s->me = ctx->rank;
+    s->nranks = ctx->nranks;
     s->nconn = nconn;
     s->slot_bytes = slot_bytes;
     s->dead_peer = dead_peer;
@@ -378,8 +378,8 @@ static ncclResult_t dn_setup(struct ncclComm *comm, const uint8_t *xhost, int nc
     int64_t poll_max = weft_param_NetPollMaxUs();
     s->poll_max_ns = (uint64_t)(poll_max < 20 ? 20 : poll_max) * 1000ull;
     int local = 0;
-    for (int r = 0; r < comm->rank; r++)
-        local += comm->peer_info[r].host_hash == comm->peer_info[comm->rank].host_hash;
+    for (int r = 0; r < ctx->rank; r++)
+        local += ctx->peers[r].host_hash == ctx->peers[ctx->rank].host_hash;
     s->dev = local % s->net->ndev;
     for (int p = 0; p < s->nranks; p++)
         s->npeers += xhost[p] != 0;
@@ -415,8 +415,8 @@ static ncclResult_t dn_setup(struct ncclComm *comm, const uint8_t *xhost, int nc
     }
     char who[96];
     snprintf(who, sizeof(who), "NET/%s device FIFOs", s->net->name);
-    WEFT_CHECK_GOTO(weft_net_links_open(s->net, comm->bootstrap, WEFT_DEV_NET_TAG, s->me, s->dev,
-                                        ranks, s->npeers, nconn, s->links, &comm->abort_flag, who),
+    WEFT_CHECK_GOTO(weft_net_links_open(s->net, ctx->bootstrap, WEFT_DEV_NET_TAG, s->me, s->dev,
+                                        ranks, s->npeers, nconn, s->links, ctx->abort_flag, who),
                     res, err);
     WEFT_CHECK_GOTO(dn_register(s), res, err);
     if (s->npeers > 0) {
@@ -437,7 +437,7 @@ static ncclResult_t dn_setup(struct ncclComm *comm, const uint8_t *xhost, int nc
     return ncclSuccess;
 err:
     free(ranks);
-    dn_close(comm, s);
+    dn_close(ctx, s);
     return res;
 }
 

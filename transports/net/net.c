@@ -48,7 +48,7 @@
 #include "algo/tuner.h"
 #include "bootstrap/bootstrap.h"
 #include "core/check.h"
-#include "core/communicator.h"
+#include "core/peer_info.h"
 #include "core/param.h"
 #include "fifo.h"
 #include "link.h"
@@ -377,6 +377,7 @@ static void net_proxy_stop(struct weft_net_state *st, int flush)
 
 static ncclResult_t net_close(const struct weft_transport_ctx *ctx, void *state)
 {
+    (void)ctx; /* the state holds it (its proxy ran with it) */
     struct weft_net_state *st = state;
     if (st == NULL)
         return ncclSuccess;

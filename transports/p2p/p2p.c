@@ -58,7 +58,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/auth.h"
 #include "core/check.h"
-#include "core/communicator.h"
+#include "core/peer_info.h"
 #include "core/cuda_peer.h"
 #include "core/param.h"
 #include "cuda/cuda_ops.h"
@@ -143,15 +143,15 @@ struct weft_p2p_state {
     struct weft_p2p_reg *outbox, *mapped;
 };
 
-static int p2p_can_connect(const struct ncclComm *comm, int a, int b)
+static int p2p_can_connect(const struct weft_transport_ctx *ctx, int a, int b)
 {
-    const struct weft_peer_info *pa = &comm->peer_info[a], *pb = &comm->peer_info[b];
+    const struct weft_peer_info *pa = &ctx->peers[a], *pb = &ctx->peers[b];
     int same_process = pa->pid == pb->pid && pa->pid_ns == pb->pid_ns;
     return pa->host_hash == pb->host_hash && !same_process && pa->cuda_dev >= 0 &&
            pb->cuda_dev >= 0;
 }
 
-static ncclResult_t p2p_mem_alloc(struct ncclComm *comm, size_t bytes, int region, void **p_p,
+static ncclResult_t p2p_mem_alloc(const struct weft_transport_ctx *ctx, size_t bytes, int region, void **p_p,
                                   int *how_p)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
@@ -169,7 +169,7 @@ static ncclResult_t p2p_mem_alloc(struct ncclComm *comm, size_t bytes, int regio
                 *how_p = WEFT_DEV_HOW_FD;
             else if (err == WEFT_CUDA_ERR_NOT_SUPPORTED && knob < 0)
                 WEFT_INFO(WEFT_LOG_INIT, "rank %d: no cuMem here; legacy CUDA IPC for the FIFOs",
-                          comm->rank);
+                          ctx->rank);
         }
         if (err == WEFT_CUDA_ERR_NOT_SUPPORTED && knob <= 0) {
             err = ops->malloc(p_p, bytes);
@@ -178,7 +178,7 @@ static ncclResult_t p2p_mem_alloc(struct ncclComm *comm, size_t bytes, int regio
         }
     }
     if (err != 0) {
-        WEFT_WARN("rank %d: %zu bytes of shareable %s memory for the FIFOs: %s (%d)", comm->rank,
+        WEFT_WARN("rank %d: %zu bytes of shareable %s memory for the FIFOs: %s (%d)", ctx->rank,
                   bytes, region == WEFT_DEV_REGION_HOST ? "host" : "device", ops->error_string(err),
                   err);
         return ncclUnhandledCudaError;
@@ -234,7 +234,7 @@ static void p2p_close_all(int *socks, int n)
  * its name) under one random token, each with SO_PASSCRED. A name taken (by another process of
  * this host: they can all bind abstract names) means a fresh token for all, not a failure.
  */
-static ncclResult_t p2p_bind(struct ncclComm *comm, const char *kind, int *socks,
+static ncclResult_t p2p_bind(const struct weft_transport_ctx *ctx, const char *kind, int *socks,
                              const uint8_t *use, int n, uint8_t token[WEFT_P2P_TOKEN_BYTES])
 {
     for (int attempt = 0; attempt < WEFT_P2P_BIND_TRIES; attempt++) {
@@ -254,20 +254,20 @@ static ncclResult_t p2p_bind(struct ncclComm *comm, const char *kind, int *socks
                 continue;
             int err = errno;
             if (err != EADDRINUSE) {
-                WEFT_WARN("rank %d: the p2p socket @%s: %s", comm->rank, a.sun_path + 1,
+                WEFT_WARN("rank %d: the p2p socket @%s: %s", ctx->rank, a.sun_path + 1,
                           strerror(err));
                 p2p_close_all(socks, n);
                 return ncclSystemError;
             }
             WEFT_INFO(WEFT_LOG_INIT, "rank %d: the p2p socket name @%s is taken (another "
-                      "process of this host?); trying another", comm->rank, a.sun_path + 1);
+                      "process of this host?); trying another", ctx->rank, a.sun_path + 1);
             taken = 1;
         }
         if (!taken)
             return ncclSuccess;
         p2p_close_all(socks, n);
     }
-    WEFT_WARN("rank %d: %d random names for the p2p %s sockets were all taken", comm->rank,
+    WEFT_WARN("rank %d: %d random names for the p2p %s sockets were all taken", ctx->rank,
               WEFT_P2P_BIND_TRIES, kind);
     return ncclSystemError;
 }
@@ -366,22 +366,22 @@ static void p2p_mac(const struct weft_p2p_state *st, const char *label, int from
 
 /* 1 when rank `from` (a peer of this communicator in another process) sent the datagram: the
  * kernel's pid where it means the same here as there, and the MAC. */
-static int p2p_authentic(const struct ncclComm *comm, const struct weft_p2p_state *st,
+static int p2p_authentic(const struct weft_transport_ctx *ctx, const struct weft_p2p_state *st,
                          const char *label, int from, pid_t pid, const void *msg, size_t len,
                          const uint8_t *mac)
 {
-    if (from < 0 || from >= st->nranks || from == comm->rank)
+    if (from < 0 || from >= st->nranks || from == ctx->rank)
         return 0;
-    const struct weft_peer_info *peer = &comm->peer_info[from], *me = &comm->peer_info[comm->rank];
+    const struct weft_peer_info *peer = &ctx->peers[from], *me = &ctx->peers[ctx->rank];
     if (peer->pid_ns != 0 && peer->pid_ns == me->pid_ns && pid != peer->pid)
         return 0;
     uint8_t want[WEFT_AUTH_MAC_BYTES];
-    p2p_mac(st, label, from, comm->rank, msg, len, want);
+    p2p_mac(st, label, from, ctx->rank, msg, len, want);
     return weft_auth_equal(want, mac, sizeof(want));
 }
 
 /* A datagram no peer sent (or not as it came): dropped; an INFO line at most once a second. */
-static void p2p_drop(const struct ncclComm *comm, struct weft_p2p_state *st, const char *what,
+static void p2p_drop(const struct weft_transport_ctx *ctx, struct weft_p2p_state *st, const char *what,
                      ssize_t len, pid_t pid)
 {
     st->drops++;
@@ -390,7 +390,7 @@ static void p2p_drop(const struct ncclComm *comm, struct weft_p2p_state *st, con
         return;
     WEFT_INFO(WEFT_LOG_INIT, "rank %d: dropped %llu datagram(s) on the p2p %s sockets that no "
               "peer of this communicator sent (the latest %zd bytes from pid %d): another process "
-              "of this host?", comm->rank, (unsigned long long)st->drops, what, len, (int)pid);
+              "of this host?", ctx->rank, (unsigned long long)st->drops, what, len, (int)pid);
     st->drops = 0;
     st->drop_logged = now;
 }
@@ -400,11 +400,11 @@ static void p2p_drop(const struct ncclComm *comm, struct weft_p2p_state *st, con
  * without deadlock: sends never block, and a rank whose peer's queue is full reads its own queue
  * before trying again. Bounded by the bootstrap deadline and the abort flag.
  */
-static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, struct weft_p2p_state *st, int sock,
+static ncclResult_t p2p_exchange_fds(const struct weft_transport_ctx *ctx, struct weft_p2p_state *st, int sock,
                                      const int *my_fds, const uint8_t *want, int *fds)
 {
     const struct weft_p2p_info *info = st->info;
-    int n = comm->nranks, me = comm->rank, R = WEFT_DEV_NREGIONS;
+    int n = ctx->nranks, me = ctx->rank, R = WEFT_DEV_NREGIONS;
     int to_send = 0, to_recv = 0;
     uint8_t *sent = calloc((size_t)n * R, 1);
     if (sent == NULL)
@@ -431,14 +431,14 @@ static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, struct weft_p2p_stat
                 struct weft_p2p_msg msg;
                 memset(&msg, 0, sizeof(msg));
                 msg.magic = WEFT_P2P_MAGIC;
-                msg.comm_hash = comm->comm_hash;
+                msg.comm_hash = ctx->comm_hash;
                 msg.from = me;
                 msg.region = r;
                 p2p_mac(st, "p2p-fifo", me, p, &msg, offsetof(struct weft_p2p_msg, mac), msg.mac);
                 int got = p2p_dgram_send(sock, &to, tolen, &msg, sizeof(msg), my_fds[r]);
                 if (got < 0) {
                     WEFT_WARN("rank %d: passing FIFO memory to rank %d (host %s): sendmsg failed: "
-                              "%s", me, p, comm->peer_info[p].hostname, strerror(errno));
+                              "%s", me, p, ctx->peers[p].hostname, strerror(errno));
                     res = ncclRemoteError;
                     break;
                 }
@@ -462,12 +462,12 @@ static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, struct weft_p2p_stat
                 break;
             }
             if (got != (ssize_t)sizeof(msg) || fd < 0 || msg.magic != WEFT_P2P_MAGIC ||
-                msg.comm_hash != comm->comm_hash ||
-                !p2p_authentic(comm, st, "p2p-fifo", msg.from, pid, &msg,
+                msg.comm_hash != ctx->comm_hash ||
+                !p2p_authentic(ctx, st, "p2p-fifo", msg.from, pid, &msg,
                                offsetof(struct weft_p2p_msg, mac), msg.mac)) {
                 if (fd >= 0)
                     close(fd);
-                p2p_drop(comm, st, "FIFO", got, pid);
+                p2p_drop(ctx, st, "FIFO", got, pid);
                 continue;
             }
             /* From the peer itself: anything unexpected is a bug of ours, not a stranger. */
@@ -486,7 +486,7 @@ static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, struct weft_p2p_stat
         }
         if (res != ncclSuccess)
             break;
-        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        if (__atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE)) {
             WEFT_WARN("rank %d: communicator aborted while passing FIFO memory", me);
             res = ncclInvalidUsage;
             break;
@@ -508,7 +508,7 @@ static ncclResult_t p2p_exchange_fds(struct ncclComm *comm, struct weft_p2p_stat
 }
 
 /* Unmaps the peers' FIFO regions still mapped (drain does it first, close whatever is left). */
-static ncclResult_t p2p_unmap_imports(struct ncclComm *comm, struct weft_p2p_state *st)
+static ncclResult_t p2p_unmap_imports(const struct weft_transport_ctx *ctx, struct weft_p2p_state *st)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
     ncclResult_t res = ncclSuccess;
@@ -518,7 +518,7 @@ static ncclResult_t p2p_unmap_imports(struct ncclComm *comm, struct weft_p2p_sta
         int err = st->import_how[i] == WEFT_DEV_HOW_LEGACY ? ops->ipc_close_handle(st->imports[i])
                                                            : ops->mem_release(st->imports[i]);
         if (err != 0 && res == ncclSuccess) {
-            WEFT_WARN("rank %d: unmapping a peer's FIFO memory %p: %s (%d)", comm->rank,
+            WEFT_WARN("rank %d: unmapping a peer's FIFO memory %p: %s (%d)", ctx->rank,
                       st->imports[i], ops->error_string(err), err);
             res = ncclUnhandledCudaError;
         }
@@ -527,13 +527,13 @@ static ncclResult_t p2p_unmap_imports(struct ncclComm *comm, struct weft_p2p_sta
     return res;
 }
 
-static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
+static ncclResult_t p2p_close(const struct weft_transport_ctx *ctx, void *state)
 {
     struct weft_p2p_state *st = state;
     if (st == NULL)
         return ncclSuccess;
     const struct weft_cuda_ops *ops = weft_cuda();
-    ncclResult_t res = p2p_unmap_imports(comm, st);
+    ncclResult_t res = p2p_unmap_imports(ctx, st);
     while (st->outbox != NULL) {
         struct weft_p2p_reg *r = st->outbox;
         st->outbox = r->next;
@@ -568,12 +568,12 @@ static ncclResult_t p2p_close(struct ncclComm *comm, void *state)
 /* Unmaps the peers' FIFO regions, then, where any rank shares its device region by a legacy
  * handle, a barrier: past it no peer maps this rank's regions any more. Where a barrier cannot be
  * had (abort, several ranks in one process, the deadline) it fails: legacy memory is kept. */
-static ncclResult_t p2p_drain(struct ncclComm *comm, void *state)
+static ncclResult_t p2p_drain(const struct weft_transport_ctx *ctx, void *state)
 {
     struct weft_p2p_state *st = state;
     if (st == NULL)
         return ncclSuccess;
-    ncclResult_t res = p2p_unmap_imports(comm, st);
+    ncclResult_t res = p2p_unmap_imports(ctx, st);
     int legacy = 0;
     for (int p = 0; p < st->nranks; p++)
         legacy |= st->info[p].how[WEFT_DEV_REGION_DEVICE] == WEFT_DEV_HOW_LEGACY;
@@ -584,35 +584,35 @@ static ncclResult_t p2p_drain(struct ncclComm *comm, void *state)
      * answer on every rank (from the exchanged peer info). */
     for (int p = 0; p < st->nranks; p++) {
         for (int q = p + 1; q < st->nranks; q++) {
-            const struct weft_peer_info *a = &comm->peer_info[p], *b = &comm->peer_info[q];
+            const struct weft_peer_info *a = &ctx->peers[p], *b = &ctx->peers[q];
             if (a->host_hash == b->host_hash && a->pid == b->pid && a->pid_ns == b->pid_ns) {
                 WEFT_INFO(WEFT_LOG_INIT, "rank %d: ranks %d and %d share a process: no barrier "
                           "at free; legacy IPC FIFO memory is kept (not freed under peers that "
-                          "may still map it)", comm->rank, p, q);
+                          "may still map it)", ctx->rank, p, q);
                 return ncclInvalidUsage;
             }
         }
     }
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE)) {
         WEFT_INFO(WEFT_LOG_INIT, "rank %d: aborted: legacy IPC FIFO memory is kept (not freed "
-                  "under peers that may still map it)", comm->rank);
+                  "under peers that may still map it)", ctx->rank);
         return ncclRemoteError;
     }
-    ncclResult_t bres = weft_bootstrap_barrier(comm->bootstrap);
+    ncclResult_t bres = weft_bootstrap_barrier(ctx->bootstrap);
     if (bres != ncclSuccess) {
         WEFT_WARN("rank %d: the peers did not all unmap this rank's legacy IPC FIFO memory "
-                  "(barrier: %s): it is kept, not freed under them", comm->rank,
+                  "(barrier: %s): it is kept, not freed under them", ctx->rank,
                   ncclGetErrorString(bres));
         return bres;
     }
     return res;
 }
 
-static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const int *mine_how,
+static ncclResult_t p2p_setup(const struct weft_transport_ctx *ctx, void *const *mine, const int *mine_how,
                               size_t bytes, const uint8_t *want, void **theirs, void **state_p)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
-    int n = comm->nranks, me = comm->rank, R = WEFT_DEV_NREGIONS;
+    int n = ctx->nranks, me = ctx->rank, R = WEFT_DEV_NREGIONS;
     ncclResult_t res = ncclSuccess;
     int sock = -1;
     int my_fds[WEFT_DEV_NREGIONS];
@@ -624,7 +624,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         st->info = info = calloc((size_t)n, sizeof(*info));
         st->seq_out = calloc((size_t)n, sizeof(uint64_t));
         st->seq_in = calloc((size_t)n, sizeof(uint64_t));
-        memcpy(st->key, weft_bootstrap_key(comm->bootstrap), sizeof(st->key));
+        memcpy(st->key, weft_bootstrap_key(ctx->bootstrap), sizeof(st->key));
         st->imports = calloc((size_t)n * R, sizeof(void *));
         st->import_how = calloc((size_t)n * R, sizeof(int));
         st->reg_peer = calloc((size_t)n, 1);
@@ -646,7 +646,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         fds[i] = -1;
     info[me].magic = WEFT_P2P_MAGIC;
     info[me].version = WEFT_P2P_VERSION;
-    info[me].dev = comm->cuda_dev;
+    info[me].dev = ctx->cuda_dev;
     WEFT_CHECK_GOTO(weft_auth_random(info[me].nonce, sizeof(info[me].nonce)), res, out);
     int any_peer = 0, any_fd = 0;
     for (int i = 0; i < n * R; i++)
@@ -674,20 +674,20 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
     /* The sockets are bound before the all-gather, so every peer's is there once it returns;
      * their random names travel in it. */
     if (any_peer) {
-        WEFT_CHECK_GOTO(p2p_bind(comm, "p2p", &sock, NULL, 1, info[me].fifo_name), res, out);
+        WEFT_CHECK_GOTO(p2p_bind(ctx, "p2p", &sock, NULL, 1, info[me].fifo_name), res, out);
         for (int p = 0; p < n; p++)
             st->reg_peer[p] = want[p * R] || want[p * R + 1];
-        WEFT_CHECK_GOTO(p2p_bind(comm, "reg", st->reg_in, st->reg_peer, n, info[me].reg_name),
+        WEFT_CHECK_GOTO(p2p_bind(ctx, "reg", st->reg_in, st->reg_peer, n, info[me].reg_name),
                         res, out);
     }
     /* Every rank takes part, connected or not: the all-gather is collective. */
-    WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, info, sizeof(*info)), res, out);
+    WEFT_CHECK_GOTO(weft_bootstrap_allgather(ctx->bootstrap, info, sizeof(*info)), res, out);
     for (int p = 0; p < n; p++) {
         if (!want[p * R] && !want[p * R + 1])
             continue;
         if (info[p].magic != WEFT_P2P_MAGIC || info[p].version != WEFT_P2P_VERSION) {
             WEFT_WARN("rank %d: rank %d (host %s) runs another p2p transport (version %u)", me, p,
-                      comm->peer_info[p].hostname, info[p].version);
+                      ctx->peers[p].hostname, info[p].version);
             res = ncclInvalidUsage;
             goto out;
         }
@@ -704,7 +704,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         p2p_sock_name(&a, &alen, "reg", info[p].reg_name, me);
         if (connect(st->reg_in[p], (struct sockaddr *)&a, alen) != 0) {
             WEFT_WARN("rank %d: connecting the p2p registration socket to rank %d's @%s (host "
-                      "%s): %s", me, p, a.sun_path + 1, comm->peer_info[p].hostname,
+                      "%s): %s", me, p, a.sun_path + 1, ctx->peers[p].hostname,
                       strerror(errno));
             res = ncclRemoteError;
             goto out;
@@ -712,7 +712,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
         st->reg_on = 1;
     }
     if (any_fd)
-        WEFT_CHECK_GOTO(p2p_exchange_fds(comm, st, sock, my_fds, want, fds), res, out);
+        WEFT_CHECK_GOTO(p2p_exchange_fds(ctx, st, sock, my_fds, want, fds), res, out);
     for (int p = 0; p < n; p++) {
         for (int r = 0; r < R; r++) {
             if (!want[p * R + r])
@@ -723,7 +723,7 @@ static ncclResult_t p2p_setup(struct ncclComm *comm, void *const *mine, const in
                 err = ops->mem_import(&m, fds[p * R + r], bytes,
                                       r == WEFT_DEV_REGION_HOST ? WEFT_MEM_HOST_PINNED
                                                                 : WEFT_MEM_DEVICE,
-                                      weft_cuda_peer_device(comm, p));
+                                      weft_cuda_peer_device(ctx, p));
             else if (how == WEFT_DEV_HOW_LEGACY)
                 err = ops->ipc_open_handle(&m, &info[p].handle);
             else
@@ -759,12 +759,12 @@ out:
                 close(fds[i]);
     free(fds);
     if (st != NULL)
-        p2p_close(comm, st);
+        p2p_close(ctx, st);
     return res;
 }
 
 /* Sends r's datagram: 1 sent (or dropped: the peer is gone), 0 its queue is full. */
-static int p2p_reg_send(struct ncclComm *comm, struct weft_p2p_state *st, struct weft_p2p_reg *r)
+static int p2p_reg_send(const struct weft_transport_ctx *ctx, struct weft_p2p_state *st, struct weft_p2p_reg *r)
 {
     /* To the peer's socket itself (connected), never by name: once the peer is gone, anyone may
      * bind its name, and an offer carries a descriptor of this rank's memory. */
@@ -772,17 +772,17 @@ static int p2p_reg_send(struct ncclComm *comm, struct weft_p2p_state *st, struct
     if (got >= 0)
         return got;
     /* Gone (its communicator destroyed): it will run no collective that needs this. */
-    WEFT_INFO(WEFT_LOG_REG, "rank %d: registration message to rank %d dropped: %s", comm->rank,
+    WEFT_INFO(WEFT_LOG_REG, "rank %d: registration message to rank %d dropped: %s", ctx->rank,
               r->peer, strerror(errno));
     return 1;
 }
 
 /* Under st->lock: sends what waits, in order, while peers take it. */
-static void p2p_reg_flush(struct ncclComm *comm, struct weft_p2p_state *st)
+static void p2p_reg_flush(const struct weft_transport_ctx *ctx, struct weft_p2p_state *st)
 {
     for (struct weft_p2p_reg **it = &st->outbox; *it != NULL;) {
         struct weft_p2p_reg *r = *it;
-        if (!p2p_reg_send(comm, st, r)) {
+        if (!p2p_reg_send(ctx, st, r)) {
             it = &r->next;
             continue;
         }
@@ -794,7 +794,7 @@ static void p2p_reg_flush(struct ncclComm *comm, struct weft_p2p_state *st)
 }
 
 /* Under st->lock: queues msg for every connected peer (each with its own copy of fd). */
-static int p2p_reg_post(struct ncclComm *comm, struct weft_p2p_state *st,
+static int p2p_reg_post(const struct weft_transport_ctx *ctx, struct weft_p2p_state *st,
                         const struct weft_p2p_reg_msg *msg, int fd)
 {
     struct weft_p2p_reg **tail = &st->outbox;
@@ -805,17 +805,17 @@ static int p2p_reg_post(struct ncclComm *comm, struct weft_p2p_state *st,
             continue;
         struct weft_p2p_reg *r = calloc(1, sizeof(*r));
         if (r == NULL) {
-            WEFT_WARN("rank %d: out of memory offering a registered buffer", comm->rank);
+            WEFT_WARN("rank %d: out of memory offering a registered buffer", ctx->rank);
             return WEFT_CUDA_ERR_OUT_OF_MEMORY;
         }
         r->peer = p;
         r->msg = *msg;
         r->msg.seq = ++st->seq_out[p];
-        p2p_mac(st, "p2p-reg", comm->rank, p, &r->msg, offsetof(struct weft_p2p_reg_msg, mac),
+        p2p_mac(st, "p2p-reg", ctx->rank, p, &r->msg, offsetof(struct weft_p2p_reg_msg, mac),
                 r->msg.mac);
         r->fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
         if (fd >= 0 && r->fd < 0) {
-            WEFT_WARN("rank %d: dup of a registered buffer's descriptor: %s", comm->rank,
+            WEFT_WARN("rank %d: dup of a registered buffer's descriptor: %s", ctx->rank,
                       strerror(errno));
             free(r);
             return WEFT_CUDA_ERR_INVALID_VALUE;
@@ -823,22 +823,22 @@ static int p2p_reg_post(struct ncclComm *comm, struct weft_p2p_state *st,
         *tail = r;
         tail = &r->next;
     }
-    p2p_reg_flush(comm, st);
+    p2p_reg_flush(ctx, st);
     return 0;
 }
 
-static void p2p_reg_msg_init(const struct ncclComm *comm, struct weft_p2p_reg_msg *msg, int kind,
+static void p2p_reg_msg_init(const struct weft_transport_ctx *ctx, struct weft_p2p_reg_msg *msg, int kind,
                              uint64_t id)
 {
     memset(msg, 0, sizeof(*msg));
     msg->magic = WEFT_P2P_REG_MAGIC;
-    msg->comm_hash = comm->comm_hash;
-    msg->from = comm->rank;
+    msg->comm_hash = ctx->comm_hash;
+    msg->from = ctx->rank;
     msg->kind = kind;
     msg->id = id;
 }
 
-static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *base,
+static int p2p_reg_share(const struct weft_transport_ctx *ctx, void *state, uint64_t id, void *base,
                          size_t bytes, int how)
 {
     const struct weft_cuda_ops *ops = weft_cuda();
@@ -846,9 +846,9 @@ static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *
     if (st == NULL || !st->reg_on)
         return 0;
     struct weft_p2p_reg_msg msg;
-    p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_OFFER, id);
+    p2p_reg_msg_init(ctx, &msg, WEFT_P2P_REG_OFFER, id);
     msg.how = how;
-    msg.dev = comm->cuda_dev;
+    msg.dev = ctx->cuda_dev;
     msg.bytes = bytes;
     int fd = -1, err;
     if (how == WEFT_DEV_HOW_FD)
@@ -858,23 +858,23 @@ static int p2p_reg_share(struct ncclComm *comm, void *state, uint64_t id, void *
     if (err != 0)
         return err;
     pthread_mutex_lock(&st->lock);
-    err = p2p_reg_post(comm, st, &msg, fd);
+    err = p2p_reg_post(ctx, st, &msg, fd);
     pthread_mutex_unlock(&st->lock);
     if (fd >= 0)
         close(fd);
     return err;
 }
 
-static void p2p_reg_unshare(struct ncclComm *comm, void *state, uint64_t id)
+static void p2p_reg_unshare(const struct weft_transport_ctx *ctx, void *state, uint64_t id)
 {
     struct weft_p2p_state *st = state;
     if (st == NULL || !st->reg_on)
         return;
     struct weft_p2p_reg_msg msg;
-    p2p_reg_msg_init(comm, &msg, WEFT_P2P_REG_WITHDRAW, id);
+    p2p_reg_msg_init(ctx, &msg, WEFT_P2P_REG_WITHDRAW, id);
     pthread_mutex_lock(&st->lock);
     /* An offer still waiting for a peer goes first (the queue keeps order). */
-    p2p_reg_post(comm, st, &msg, -1);
+    p2p_reg_post(ctx, st, &msg, -1);
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -887,7 +887,7 @@ static int p2p_reg_mapped(const struct weft_p2p_state *st, int peer, uint64_t id
     return 0;
 }
 
-static void p2p_reg_poll(struct ncclComm *comm, void *state,
+static void p2p_reg_poll(const struct weft_transport_ctx *ctx, void *state,
                          int (*seen)(void *arg, int peer, uint64_t id, void *base, size_t bytes),
                          void *arg)
 {
@@ -896,7 +896,7 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
     if (st == NULL || !st->reg_on)
         return;
     pthread_mutex_lock(&st->lock);
-    p2p_reg_flush(comm, st);
+    p2p_reg_flush(ctx, st);
     for (int p = 0, k = 0; p < st->nranks;) {
         struct weft_p2p_reg_msg msg;
         int fd = -1;
@@ -912,14 +912,14 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
         }
         k++;
         int ok = got == (ssize_t)sizeof(msg) && msg.magic == WEFT_P2P_REG_MAGIC &&
-                 msg.comm_hash == comm->comm_hash && msg.from == p &&
-                 p2p_authentic(comm, st, "p2p-reg", msg.from, pid, &msg,
+                 msg.comm_hash == ctx->comm_hash && msg.from == p &&
+                 p2p_authentic(ctx, st, "p2p-reg", msg.from, pid, &msg,
                                offsetof(struct weft_p2p_reg_msg, mac), msg.mac) &&
                  msg.seq > st->seq_in[p]; /* a replay of one of p's is no news */
         if (ok)
             st->seq_in[p] = msg.seq;
         if (!ok) {
-            p2p_drop(comm, st, "registration", got, pid);
+            p2p_drop(ctx, st, "registration", got, pid);
         } else if (msg.kind == WEFT_P2P_REG_WITHDRAW) {
             for (struct weft_p2p_reg **it = &st->mapped; *it != NULL; it = &(*it)->next) {
                 struct weft_p2p_reg *r = *it;
@@ -936,20 +936,20 @@ static void p2p_reg_poll(struct ncclComm *comm, void *state,
             }
         } else if (p2p_reg_mapped(st, msg.from, msg.id)) {
             WEFT_INFO(WEFT_LOG_REG, "rank %d: rank %d offered its registered buffer %llu again "
-                      "without withdrawing it: refused", comm->rank, msg.from,
+                      "without withdrawing it: refused", ctx->rank, msg.from,
                       (unsigned long long)msg.id);
         } else {
             void *mem = NULL;
             int err = msg.how == WEFT_DEV_HOW_FD && fd >= 0
                           ? ops->mem_import(&mem, fd, msg.bytes, WEFT_MEM_DEVICE,
-                                            weft_cuda_peer_device(comm, msg.from))
+                                            weft_cuda_peer_device(ctx, msg.from))
                       : msg.how == WEFT_DEV_HOW_LEGACY ? ops->ipc_open_handle(&mem, &msg.handle)
                                                        : WEFT_CUDA_ERR_INVALID_VALUE;
             struct weft_p2p_reg *r = err == 0 ? calloc(1, sizeof(*r)) : NULL;
             if (err != 0) {
                 /* Not fatal: collectives on that buffer take the normal path. */
                 WEFT_INFO(WEFT_LOG_REG, "rank %d: mapping rank %d's registered buffer (%s, %llu "
-                          "bytes): %s (%d)", comm->rank, msg.from,
+                          "bytes): %s (%d)", ctx->rank, msg.from,
                           msg.how == WEFT_DEV_HOW_FD ? "cuMem" : "legacy IPC",
                           (unsigned long long)msg.bytes, ops->error_string(err), err);
             } else if (r == NULL || !seen(arg, msg.from, msg.id, mem, msg.bytes)) {

@@ -34,7 +34,7 @@
 #include "core/auth.h"
 #include "core/check.h"
 #include "core/cma.h"
-#include "core/communicator.h"
+#include "core/peer_info.h"
 #include "algo/tuner.h"
 #include "core/param.h"
 #include "fifo.h"

@@ -40,7 +40,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
 #include "core/check.h"
-#include "core/communicator.h"
+#include "core/peer_info.h"
 #include "core/param.h"
 #include "dev_fifo.h"
 #include "socket/wire.h"
@@ -66,7 +66,7 @@ struct weft_dev_sock_peer {
 };
 
 struct weft_dev_sock {
-    struct ncclComm *comm;
+    const struct weft_transport_ctx *ctx;
     int me, nranks, nconn, npeers;
     size_t slot_bytes;
     char *fifo; /* host view of this rank's host FIFOs */
@@ -93,13 +93,13 @@ static struct weft_dev_send_ctrl *ds_shadow_sc(const struct weft_dev_sock *s, ch
 /* Peer p is gone (or stuck): stop the kernels, and let the executor's error name it. */
 static void ds_peer_dead(struct weft_dev_sock *s, struct weft_dev_sock_peer *p, const char *why)
 {
-    if (__atomic_load_n(&s->comm->abort_flag, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(s->ctx->abort_flag, __ATOMIC_ACQUIRE))
         return;
     int none = -1;
     if (__atomic_compare_exchange_n(s->dead_peer, &none, p->rank, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
         WEFT_WARN("rank %d: device connection to peer %d (host %s) failed: %s", s->me, p->rank,
-                  s->comm->peer_info[p->rank].hostname, why);
+                  s->ctx->peers[p->rank].hostname, why);
     __atomic_store_n(s->abort_word, 1, __ATOMIC_RELEASE);
 }
 
@@ -122,7 +122,7 @@ static ncclResult_t ds_write(struct weft_dev_sock *s, struct weft_dev_sock_peer 
     char what[96];
     snprintf(what, sizeof(what), "rank %d: device data to peer %d", s->me, p->rank);
     uint64_t deadline = weft_socket_deadline(weft_param_Timeout());
-    return weft_socket_send_all(p->fd, buf, len, deadline, &s->comm->abort_flag, what);
+    return weft_socket_send_all(p->fd, buf, len, deadline, s->ctx->abort_flag, what);
 }
 
 /* One pass over every connection to p: posted slots out, freed steps back. 1 if it moved. */
@@ -183,7 +183,7 @@ static void *ds_tx_main(void *arg)
         for (int i = 0; i < s->npeers; i++)
             if (!s->peers[i].tx_off && !__atomic_load_n(&s->peers[i].gone, __ATOMIC_ACQUIRE))
                 moved |= ds_tx_peer(s, &s->peers[i], &pending);
-        if (__atomic_load_n(&s->comm->abort_flag, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(s->ctx->abort_flag, __ATOMIC_ACQUIRE))
             break;
         if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
             /* Posted data reaches the network before BYE, within a short deadline. */
@@ -207,7 +207,7 @@ static void *ds_tx_main(void *arg)
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
     }
-    if (!__atomic_load_n(&s->comm->abort_flag, __ATOMIC_ACQUIRE)) {
+    if (!__atomic_load_n(s->ctx->abort_flag, __ATOMIC_ACQUIRE)) {
         struct weft_sock_frame f;
         ds_frame(&f, WEFT_SOCK_BYE, 0, 0, 0, 0);
         for (int i = 0; i < s->npeers; i++)
@@ -225,7 +225,7 @@ static void ds_rx_frame(struct weft_dev_sock *s, struct weft_dev_sock_peer *p)
     uint64_t deadline = weft_socket_deadline(weft_param_Timeout());
     unsigned char hdr[sizeof(struct weft_sock_frame)];
     struct weft_sock_frame f;
-    if (weft_socket_recv_all(p->fd, hdr, sizeof(hdr), deadline, &s->comm->abort_flag, NULL) !=
+    if (weft_socket_recv_all(p->fd, hdr, sizeof(hdr), deadline, s->ctx->abort_flag, NULL) !=
         ncclSuccess) {
         __atomic_store_n(&p->gone, 1, __ATOMIC_RELEASE);
         ds_peer_dead(s, p, "the connection closed without BYE (the peer died?)");
@@ -262,7 +262,7 @@ static void ds_rx_frame(struct weft_dev_sock *s, struct weft_dev_sock_peer *p)
     }
     uint32_t slot = weft_fifo_slot(f.step, WEFT_STEPS);
     char *data = blk + sizeof(*rc) + (size_t)slot * s->slot_bytes;
-    if (weft_socket_recv_all(p->fd, data, f.bytes, deadline, &s->comm->abort_flag, what) !=
+    if (weft_socket_recv_all(p->fd, data, f.bytes, deadline, s->ctx->abort_flag, what) !=
         ncclSuccess) {
         __atomic_store_n(&p->gone, 1, __ATOMIC_RELEASE);
         ds_peer_dead(s, p, "the connection ended inside a slice, without BYE (the peer died?)");
@@ -287,7 +287,7 @@ static void *ds_rx_main(void *arg)
         goto out;
     }
     uint64_t drain_end = 0;
-    while (!__atomic_load_n(&s->comm->abort_flag, __ATOMIC_ACQUIRE)) {
+    while (!__atomic_load_n(s->ctx->abort_flag, __ATOMIC_ACQUIRE)) {
         /* Closing: read on until every peer said BYE (a socket closed with unread bytes resets
          * the connection, which may lose the peer our BYE), for at most a second. */
         if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) >= 2) {
@@ -333,7 +333,7 @@ static void ds_hello(const struct weft_dev_sock *s, struct weft_sock_hello *h, i
     memset(h, 0, sizeof(*h));
     h->version = WEFT_SOCK_VERSION;
     h->type = WEFT_SOCK_HELLO;
-    h->comm_hash = s->comm->comm_hash;
+    h->comm_hash = s->ctx->comm_hash;
     h->rank = s->me;
     h->peer = peer;
     h->nthreads = 1;
@@ -370,7 +370,7 @@ static ncclResult_t ds_admit(void *arg, const struct weft_sock_hello *h, int **f
 
 static ncclResult_t ds_connect_all(struct weft_dev_sock *s, const union weft_sockaddr *addrs)
 {
-    struct ncclComm *comm = s->comm;
+    const struct weft_transport_ctx *ctx = s->ctx;
     uint64_t deadline = weft_socket_deadline(weft_param_BootstrapTimeout());
     char what[128];
     int expected = 0;
@@ -381,29 +381,29 @@ static ncclResult_t ds_connect_all(struct weft_dev_sock *s, const union weft_soc
             continue;
         }
         snprintf(what, sizeof(what), "rank %d: device socket connection to rank %d (host %s)",
-                 s->me, p->rank, comm->peer_info[p->rank].hostname);
-        WEFT_CHECK(weft_socket_connect(&addrs[p->rank], deadline, &comm->abort_flag, what,
+                 s->me, p->rank, ctx->peers[p->rank].hostname);
+        WEFT_CHECK(weft_socket_connect(&addrs[p->rank], deadline, ctx->abort_flag, what,
                                        &p->fd));
         struct weft_sock_hello h;
         ds_hello(s, &h, p->rank);
-        WEFT_CHECK(weft_sock_handshake(p->fd, weft_bootstrap_key(comm->bootstrap), &h, deadline,
-                                       &comm->abort_flag, what));
+        WEFT_CHECK(weft_sock_handshake(p->fd, weft_bootstrap_key(ctx->bootstrap), &h, deadline,
+                                       ctx->abort_flag, what));
     }
     snprintf(what, sizeof(what), "rank %d: %d device socket connections from lower ranks",
              s->me, expected);
-    return weft_sock_accept_all(s->listen_fd, weft_bootstrap_key(comm->bootstrap),
-                                comm->comm_hash, expected, ds_admit, s, deadline,
-                                &comm->abort_flag, what);
+    return weft_sock_accept_all(s->listen_fd, weft_bootstrap_key(ctx->bootstrap),
+                                ctx->comm_hash, expected, ds_admit, s, deadline,
+                                ctx->abort_flag, what);
 }
 
-static ncclResult_t ds_close(struct ncclComm *comm, void *state);
+static ncclResult_t ds_close(const struct weft_transport_ctx *ctx, void *state);
 
-static ncclResult_t ds_setup(struct ncclComm *comm, const uint8_t *xhost, int nconn,
+static ncclResult_t ds_setup(const struct weft_transport_ctx *ctx, const uint8_t *xhost, int nconn,
                                  size_t slot_bytes, char *fifo, char *const *shadow,
                                  int *dead_peer, uint32_t *abort_word, void **state_p)
 {
     ncclResult_t res = ncclSuccess;
-    int nranks = comm->nranks, me = comm->rank;
+    int nranks = ctx->nranks, me = ctx->rank;
     union weft_sockaddr *addrs = calloc((size_t)nranks, sizeof(*addrs));
     struct weft_dev_sock *s = calloc(1, sizeof(*s));
     if (addrs == NULL || s == NULL) {
@@ -412,7 +412,7 @@ static ncclResult_t ds_setup(struct ncclComm *comm, const uint8_t *xhost, int nc
         free(s);
         return ncclSystemError;
     }
-    s->comm = comm;
+    s->ctx = ctx;
     s->me = me;
     s->nranks = nranks;
     s->nconn = nconn;
@@ -449,11 +449,11 @@ static ncclResult_t ds_setup(struct ncclComm *comm, const uint8_t *xhost, int nc
         WEFT_CHECK_GOTO(weft_socket_find_interface(ifname, sizeof(ifname), &addrs[me]), res, err);
         WEFT_CHECK_GOTO(weft_socket_listen(&addrs[me], &s->listen_fd), res, err);
     }
-    WEFT_CHECK_GOTO(weft_bootstrap_allgather(comm->bootstrap, addrs, sizeof(*addrs)), res, err);
+    WEFT_CHECK_GOTO(weft_bootstrap_allgather(ctx->bootstrap, addrs, sizeof(*addrs)), res, err);
     for (int i = 0; i < s->npeers; i++) {
         if (!weft_socket_addr_valid(&addrs[s->peers[i].rank])) {
             WEFT_WARN("rank %d: peer %d (host %s) has no device socket address", me,
-                      s->peers[i].rank, comm->peer_info[s->peers[i].rank].hostname);
+                      s->peers[i].rank, ctx->peers[s->peers[i].rank].hostname);
             res = ncclInvalidUsage;
             goto err;
         }
@@ -481,13 +481,13 @@ static ncclResult_t ds_setup(struct ncclComm *comm, const uint8_t *xhost, int nc
     return ncclSuccess;
 err:
     free(addrs);
-    ds_close(comm, s);
+    ds_close(ctx, s);
     return res;
 }
 
-static ncclResult_t ds_close(struct ncclComm *comm, void *state)
+static ncclResult_t ds_close(const struct weft_transport_ctx *ctx, void *state)
 {
-    (void)comm;
+    (void)ctx;
     struct weft_dev_sock *s = state;
     if (s == NULL)
         return ncclSuccess;

@@ -63,7 +63,7 @@
 #include "bootstrap/socket.h"
 #include "algo/tuner.h"
 #include "core/check.h"
-#include "core/communicator.h"
+#include "core/peer_info.h"
 #include "core/fault.h"
 #include "core/param.h"
 #include "fifo.h"
@@ -749,6 +749,7 @@ static void sock_threads_stop(struct weft_sock_state *st, int flush)
 
 static ncclResult_t sock_close(const struct weft_transport_ctx *ctx, void *state)
 {
+    (void)ctx; /* the state holds it (its proxies ran with it) */
     struct weft_sock_state *st = state;
     if (st == NULL)
         return ncclSuccess;
@@ -895,7 +896,6 @@ static ncclResult_t sock_peer_init(struct weft_sock_state *st, struct weft_trans
 /* Loopback FIFOs: this rank sends to itself through one local FIFO per channel. */
 static ncclResult_t sock_self_init(struct weft_sock_state *st, struct weft_transport_out *out)
 {
-    const struct weft_transport_ctx *ctx = st->ctx;
     size_t stride = sock_fifo_stride(st->slot_bytes, WEFT_STEPS);
     st->self_bytes = (size_t)st->nch * stride;
     WEFT_CHECK(sock_map(st->self_bytes, &st->self_mem));
