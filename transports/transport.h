@@ -122,7 +122,23 @@ struct weft_transport {
     /* A descriptor on which peer p's process holds a lock while it lives (F_OFD_GETLK tells,
      * across PID namespaces), or -1. */
     int (*peer_lock_fd)(void *state, int p);
+    /*
+     * The knobs of this transport that every rank must hold alike (slot sizes, links per peer):
+     * up to WEFT_TRANSPORT_MAX_SETTINGS names (the environment variables) and this process's
+     * values. Returns how many. The core compares them across ranks at init, by position, for
+     * every transport whether used or not, and names each that differs (core/comm.c). Any thread.
+     */
+    int (*settings)(const char **names, int64_t *values);
 };
+
+#define WEFT_TRANSPORT_MAX_SETTINGS 4
+
+/* settings for a transport without such knobs */
+static inline int weft_transport_no_settings(const char **names, int64_t *values)
+{
+    (void)names, (void)values;
+    return 0;
+}
 
 /*
  * Device transports: memory the CUDA executor's kernels of two ranks share (exec/cuda.c lays the

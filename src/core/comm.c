@@ -447,43 +447,55 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     return ncclSuccess;
 }
 
-WEFT_PARAM_DECL(ShmSlotBytes);    /* transports/shm */
-WEFT_PARAM_DECL(SocketSlotBytes); /* transports/socket */
-WEFT_PARAM_DECL(SocketNthreads);
-WEFT_PARAM_DECL(NsocksPerthread);
 WEFT_PARAM_DECL(FuseBytes);       /* exec/host_plan.c */
 WEFT_PARAM_DECL(ZcopyMinBytes);   /* exec/zcopy.c */
 
-/* The knobs of WEFT_NSETTINGS, in the order of weft_peer_info.settings. */
-static const char *const weft_setting_names[WEFT_NSETTINGS] = {
-    "WEFT_HOST_NCHANNELS", "WEFT_SHM_SLOT_BYTES",   "WEFT_SOCKET_SLOT_BYTES",
-    "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_ALGO/WEFT_ALGO",
-    "NCCL_PROTO",          "WEFT_DIRECT_MAX_BYTES", "WEFT_FUSE_BYTES",
-    "WEFT_DETERMINISTIC",  "WEFT_ZCOPY_MIN_BYTES", "NCCL_NET/NCCL_NET_PLUGIN (the network)",
+/* The core's settings, first in weft_peer_info.settings (the transports' follow, in the order of
+ * weft_transports). Indices 1, 2 and the network are fingerprints: no value to print. */
+static const char *const weft_core_setting_names[WEFT_SETTING_NCORE] = {
+    "WEFT_HOST_NCHANNELS",  "NCCL_ALGO/WEFT_ALGO", "NCCL_PROTO",           "WEFT_DIRECT_MAX_BYTES",
+    "WEFT_FUSE_BYTES",      "WEFT_DETERMINISTIC",  "WEFT_ZCOPY_MIN_BYTES",
+    "NCCL_NET/NCCL_NET_PLUGIN (the network)",
 };
-/* masks and the network fingerprinted: no value to print */
-#define WEFT_SETTING_HASHED(i) ((i) == 5 || (i) == 6 || (i) == WEFT_SETTING_NET)
+#define WEFT_SETTING_HASHED(i) ((i) == 1 || (i) == 2 || (i) == WEFT_SETTING_NET)
+
+/* The names (NULL: unused) and this process's values of every setting; the layout is the same in
+ * every process of one build. */
+static void weft_settings_collect(int nchannels, int64_t net_id, const char **names, int64_t *v)
+{
+    memset(v, 0, WEFT_NSETTINGS * sizeof(*v));
+    for (int i = 0; i < WEFT_NSETTINGS; i++)
+        names[i] = i < WEFT_SETTING_NCORE ? weft_core_setting_names[i] : NULL;
+    v[0] = nchannels;
+    struct weft_tune_cfg cfg;
+    weft_comm_tune_cfg(&cfg); /* valid: init checked it */
+    v[1] = (int64_t)weft_tune_knobs_hash(&cfg, 0);
+    v[2] = (int64_t)weft_tune_knobs_hash(&cfg, 1);
+    v[3] = weft_param_DirectMaxBytes();
+    v[4] = weft_param_FuseBytes();
+    v[5] = weft_param_Deterministic();
+    v[WEFT_SETTING_ZCOPY_MIN_BYTES] = weft_param_ZcopyMinBytes();
+    v[WEFT_SETTING_NET] = net_id;
+    int n = WEFT_SETTING_NCORE;
+    for (int t = 0; t < WEFT_NTRANSPORTS; t++) {
+        const char *tn[WEFT_TRANSPORT_MAX_SETTINGS];
+        int64_t tv[WEFT_TRANSPORT_MAX_SETTINGS];
+        int k = weft_transports[t]->settings(tn, tv);
+        for (int i = 0; i < k && n < WEFT_NSETTINGS; i++, n++) {
+            names[n] = tn[i];
+            v[n] = tv[i];
+        }
+    }
+}
 
 void weft_comm_settings(int nchannels, int64_t net_id, int64_t *v)
 {
-    v[0] = nchannels;
-    v[1] = weft_param_ShmSlotBytes();
-    v[2] = weft_param_SocketSlotBytes();
-    v[3] = weft_param_SocketNthreads();
-    v[4] = weft_param_NsocksPerthread();
-    struct weft_tune_cfg cfg;
-    weft_comm_tune_cfg(&cfg); /* valid: init checked it */
-    v[5] = (int64_t)weft_tune_knobs_hash(&cfg, 0);
-    v[6] = (int64_t)weft_tune_knobs_hash(&cfg, 1);
-    v[7] = weft_param_DirectMaxBytes();
-    v[8] = weft_param_FuseBytes();
-    v[9] = weft_param_Deterministic();
-    v[WEFT_SETTING_ZCOPY_MIN_BYTES] = weft_param_ZcopyMinBytes();
-    v[WEFT_SETTING_NET] = net_id;
+    const char *names[WEFT_NSETTINGS];
+    weft_settings_collect(nchannels, net_id, names, v);
 }
 
 /*
- * Every rank must hold the same settings (weft_setting_names): a rank with other channels would
+ * Every rank must hold the same settings (weft_settings_collect): a rank with other channels would
  * map its peers' segments with the wrong size, other algorithm restrictions would pair a tree
  * step with a ring step. One message names every setting that differs and which ranks hold which
  * value; every rank reaches the same verdict from the same exchanged values.
@@ -508,6 +520,9 @@ static ncclResult_t weft_comm_agree(struct ncclComm *comm)
     size_t len = 0;
     int nranks = comm->nranks, bad = 0;
     const struct weft_peer_info *pi = comm->peer_info;
+    const char *names[WEFT_NSETTINGS];
+    int64_t mine[WEFT_NSETTINGS];
+    weft_settings_collect(comm->nchannels, 0, names, mine);
     for (int i = 0; i < WEFT_NSETTINGS; i++) {
         int p = 1;
         while (p < nranks && pi[p].settings[i] == pi[0].settings[i])
@@ -516,7 +531,7 @@ static ncclResult_t weft_comm_agree(struct ncclComm *comm)
             continue;
         bad++;
         weft_msg_append(msg, sizeof(msg), &len, "%s%s:", bad > 1 ? ";" : "",
-                        weft_setting_names[i]);
+                        names[i] != NULL ? names[i] : "(unnamed)");
         /* one group per distinct value, in order of its first rank (at most 4 shown) */
         int groups = 0;
         for (int a = 0; a < nranks; a++) {

@@ -11,13 +11,15 @@
 #define WEFT_HOSTNAME_LEN 64
 
 /*
- * Settings that shape the wire or a schedule (channels, slot sizes, socket links, algorithm and
- * protocol restrictions, the direct and fusion limits): every rank must hold the same, and init
- * fails on every rank, naming each that differs and the ranks, when one does (core/comm.c).
+ * Settings that shape the wire or a schedule (channels, algorithm and protocol restrictions, the
+ * direct and fusion limits, the network, and each transport's slot sizes and links): every rank
+ * must hold the same, and init fails on every rank, naming each that differs and the ranks, when
+ * one does (core/comm.c).
  */
-#define WEFT_NSETTINGS 12
-#define WEFT_SETTING_ZCOPY_MIN_BYTES 10 /* its index (weft_comm_settings) */
-#define WEFT_SETTING_NET 11             /* the network across hosts (weft_net_id) */
+#define WEFT_NSETTINGS 16
+#define WEFT_SETTING_NCORE 8            /* the core's, first; then each transport's (transport.h) */
+#define WEFT_SETTING_ZCOPY_MIN_BYTES 6  /* its index (weft_comm_settings) */
+#define WEFT_SETTING_NET 7              /* the network across hosts (weft_net_id) */
 
 /* What every rank tells the others at init. Fixed size: exchanged with the bootstrap all-gather.
  * Version 4: settings added. Version 5: WEFT_DETERMINISTIC among them. Version 6:

@@ -57,7 +57,9 @@
 
 WEFT_PARAM(NetPollMaxUs, "WEFT_NET_POLL_MAX_US", 1000,
            "longest microseconds an idle net proxy sleeps between polls of its provider");
-WEFT_PARAM_DECL(SocketSlotBytes);
+WEFT_PARAM(NetSlotBytes, "WEFT_NET_SLOT_BYTES", 524288,
+           "bytes of each slot of a net plugin's host FIFOs, header included (a multiple of 64, "
+           "4096 .. 1 GiB)");
 WEFT_PARAM_DECL(SocketSpinUs);
 WEFT_PARAM_DECL(SocketFlushTimeout);
 WEFT_PARAM_DECL(BootstrapTimeout);
@@ -120,14 +122,14 @@ static int net_can_connect(const struct weft_transport_ctx *ctx, int a, int b)
 
 static ncclResult_t net_slot_bytes(const struct weft_transport_ctx *ctx, size_t *bytes_p)
 {
-    int64_t slot = weft_param_SocketSlotBytes();
+    int64_t slot = weft_param_NetSlotBytes();
     if (slot < 4096 || slot % 64 != 0 || slot > (1 << 30)) { /* header included */
-        WEFT_WARN("WEFT_SOCKET_SLOT_BYTES %lld must be a multiple of 64 between 4096 and 1 GiB",
+        WEFT_WARN("WEFT_NET_SLOT_BYTES %lld must be a multiple of 64 between 4096 and 1 GiB",
                   (long long)slot);
         return ncclInvalidArgument;
     }
     if (ctx->net != NULL && (size_t)slot > ctx->net->props.maxP2pBytes) {
-        WEFT_WARN("NET/%s: WEFT_SOCKET_SLOT_BYTES %lld is above the network's largest message "
+        WEFT_WARN("NET/%s: WEFT_NET_SLOT_BYTES %lld is above the network's largest message "
                   "(%zu bytes)",
                   ctx->net->name, (long long)slot, ctx->net->props.maxP2pBytes);
         return ncclInvalidArgument;
@@ -580,6 +582,13 @@ err:
     return res;
 }
 
+static int net_settings(const char **names, int64_t *values)
+{
+    names[0] = "WEFT_NET_SLOT_BYTES";
+    values[0] = weft_param_NetSlotBytes();
+    return 1;
+}
+
 const struct weft_transport weft_transport_net = {
     .version = WEFT_TRANSPORT_VERSION,
     .name = "net",
@@ -589,4 +598,5 @@ const struct weft_transport weft_transport_net = {
     .close = net_close,
     .peer_departed = weft_transport_never_departed,
     .peer_lock_fd = weft_transport_no_lock_fd,
+    .settings = net_settings,
 };

@@ -560,6 +560,13 @@ static int shm_peer_lock_fd(void *state, int p)
     return st->fds != NULL ? st->fds[p] : -1;
 }
 
+static int shm_settings(const char **names, int64_t *values)
+{
+    names[0] = "WEFT_SHM_SLOT_BYTES";
+    values[0] = weft_param_ShmSlotBytes();
+    return 1;
+}
+
 const struct weft_transport weft_transport_shm = {
     .version = WEFT_TRANSPORT_VERSION,
     .name = "shm",
@@ -569,4 +576,5 @@ const struct weft_transport weft_transport_shm = {
     .close = shm_close,
     .peer_departed = shm_peer_departed,
     .peer_lock_fd = shm_peer_lock_fd,
+    .settings = shm_settings,
 };

@@ -1170,6 +1170,17 @@ err:
     return res;
 }
 
+static int sock_settings(const char **names, int64_t *values)
+{
+    names[0] = "WEFT_SOCKET_SLOT_BYTES";
+    values[0] = weft_param_SocketSlotBytes();
+    names[1] = "NCCL_SOCKET_NTHREADS";
+    values[1] = weft_param_SocketNthreads();
+    names[2] = "NCCL_NSOCKS_PERTHREAD";
+    values[2] = weft_param_NsocksPerthread();
+    return 3;
+}
+
 const struct weft_transport weft_transport_socket = {
     .version = WEFT_TRANSPORT_VERSION,
     .name = "socket",
@@ -1179,4 +1190,5 @@ const struct weft_transport weft_transport_socket = {
     .close = sock_close,
     .peer_departed = weft_transport_never_departed,
     .peer_lock_fd = weft_transport_no_lock_fd,
+    .settings = sock_settings,
 };
