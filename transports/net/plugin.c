@@ -88,6 +88,23 @@ static const ncclNet_v8_t *weft_net_v8;
 static int weft_net_old_init[3]; /* [v10, v9, v8]: 0 not yet, 1 done, -1 failed */
 static ncclNet_v11_t weft_net_v10_as_v11, weft_net_v9_as_v11, weft_net_v8_as_v11;
 
+/* The slots whose types did not change from v8 to v11: the adapter calls the plugin's own. */
+#define WEFT_NET_ADAPT_SAME(a, o)                                                                  \
+    do {                                                                                           \
+        (a)->devices = (o)->devices;                                                               \
+        (a)->accept = (o)->accept;                                                                 \
+        (a)->regMr = (o)->regMr;                                                                   \
+        (a)->regMrDmaBuf = (o)->regMrDmaBuf;                                                       \
+        (a)->deregMr = (o)->deregMr;                                                               \
+        (a)->iflush = (o)->iflush;                                                                 \
+        (a)->test = (o)->test;                                                                     \
+        (a)->closeSend = (o)->closeSend;                                                           \
+        (a)->closeRecv = (o)->closeRecv;                                                           \
+        (a)->closeListen = (o)->closeListen;                                                       \
+        (a)->getDeviceMr = (o)->getDeviceMr;                                                       \
+        (a)->irecvConsumed = (o)->irecvConsumed;                                                   \
+    } while (0)
+
 /* The per-communicator context of an adapted table: the config v10's connect takes. */
 struct weft_net_old_ctx {
     ncclNetCommConfig_v10_t config;
@@ -153,23 +170,12 @@ static ncclResult_t weft_net_v10_init(void **ctx, uint64_t comm_id, ncclNetCommC
             return res;
         const ncclNet_v10_t *o = weft_net_v10;
         ncclNet_v11_t *a = &weft_net_v10_as_v11;
-        a->devices = o->devices;
+        WEFT_NET_ADAPT_SAME(a, o);
         a->getProperties = weft_net_v10_props;
         a->listen = weft_net_v10_listen;
         a->connect = weft_net_v10_connect;
-        a->accept = o->accept;
-        a->regMr = o->regMr;
-        a->regMrDmaBuf = o->regMrDmaBuf;
-        a->deregMr = o->deregMr;
         a->isend = o->isend;
         a->irecv = o->irecv;
-        a->iflush = o->iflush;
-        a->test = o->test;
-        a->closeSend = o->closeSend;
-        a->closeRecv = o->closeRecv;
-        a->closeListen = o->closeListen;
-        a->getDeviceMr = o->getDeviceMr;
-        a->irecvConsumed = o->irecvConsumed;
         a->makeVDevice = o->makeVDevice;
     }
     if (weft_net_old_init[0] < 0)
@@ -225,23 +231,12 @@ static ncclResult_t weft_net_v9_init(void **ctx, uint64_t comm_id, ncclNetCommCo
             return res;
         const ncclNet_v9_t *o = weft_net_v9;
         ncclNet_v11_t *a = &weft_net_v9_as_v11;
-        a->devices = o->devices;
+        WEFT_NET_ADAPT_SAME(a, o);
         a->getProperties = weft_net_v9_props;
         a->listen = weft_net_v9_listen;
         a->connect = weft_net_v9_connect;
-        a->accept = o->accept;
-        a->regMr = o->regMr;
-        a->regMrDmaBuf = o->regMrDmaBuf;
-        a->deregMr = o->deregMr;
         a->isend = o->isend ? weft_net_v9_isend : NULL;
         a->irecv = o->irecv ? weft_net_v9_irecv : NULL;
-        a->iflush = o->iflush;
-        a->test = o->test;
-        a->closeSend = o->closeSend;
-        a->closeRecv = o->closeRecv;
-        a->closeListen = o->closeListen;
-        a->getDeviceMr = o->getDeviceMr;
-        a->irecvConsumed = o->irecvConsumed;
         a->makeVDevice = o->makeVDevice;
     }
     if (weft_net_old_init[1] < 0)
@@ -340,23 +335,12 @@ static ncclResult_t weft_net_v8_init(void **ctx, uint64_t comm_id, ncclNetCommCo
             return res;
         const ncclNet_v8_t *o = weft_net_v8;
         ncclNet_v11_t *a = &weft_net_v8_as_v11;
-        a->devices = o->devices;
+        WEFT_NET_ADAPT_SAME(a, o);
         a->getProperties = weft_net_v8_props;
         a->listen = weft_net_v8_listen;
         a->connect = weft_net_v8_connect;
-        a->accept = o->accept;
-        a->regMr = o->regMr;
-        a->regMrDmaBuf = o->regMrDmaBuf;
-        a->deregMr = o->deregMr;
         a->isend = o->isend ? weft_net_v8_isend : NULL;
         a->irecv = o->irecv ? weft_net_v8_irecv : NULL;
-        a->iflush = o->iflush;
-        a->test = o->test;
-        a->closeSend = o->closeSend;
-        a->closeRecv = o->closeRecv;
-        a->closeListen = o->closeListen;
-        a->getDeviceMr = o->getDeviceMr;
-        a->irecvConsumed = o->irecvConsumed;
     }
     if (weft_net_old_init[2] < 0)
         return ncclInternalError;
