@@ -14,7 +14,7 @@
  *
  * Versioning: `version` comes first; slots are only ever added at the end.
  * Version 2: setup/close carry the transport's per-communicator state; slot_bytes added.
- * Version 3: a context in, an output out; peer_departed and peer_lock_fd.
+ * Version 3: a context in, an output out; peer_departed, peer_lock_fd, settings and cost.
  */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "algo/cost.h"
 #include "dev_fifo.h"
 #include "fifo.h"
 #include "nccl.h"
@@ -129,6 +130,15 @@ struct weft_transport {
      * every transport whether used or not, and names each that differs (core/comm.c). Any thread.
      */
     int (*settings)(const char **names, int64_t *values);
+    /*
+     * What a message between two hosts costs through this transport, for the tuner's model
+     * (algo/cost.h; a hop inside a host is shm's): steps of chunk_bytes, oversubscribed when some
+     * machine of the communicator runs more ranks than cores. Called on every rank for the
+     * transport that carries the traffic between hosts, and every rank must get the same numbers
+     * (its algorithm choices must agree): from the arguments and constants only, never from this
+     * host's hardware. Any thread.
+     */
+    void (*cost)(double chunk_bytes, int oversubscribed, struct weft_cost_fabric *f);
 };
 
 #define WEFT_TRANSPORT_MAX_SETTINGS 4

@@ -263,12 +263,10 @@ static int tune_choose_any(int coll, size_t bytes, const struct weft_tune_comm *
     unsigned avail = tune_available(coll);
     if (!multi || tc->layout.hier_k < 2) /* hier needs hosts of k > 1 ranks each */
         avail &= ~(1u << WEFT_ALGO_HIER);
-    struct weft_cost_fabric f;
-    weft_cost_fabric_socket(&f, tc->chunk_bytes, tc->oversubscribed);
     if (us != NULL) {
         for (int a = 0; a < WEFT_ALGO_COUNT; a++)
             us[a] = !(avail & (1u << a)) ? -1
-                    : multi             ? weft_cost_layout_us(coll, a, bytes, &tc->layout, &f)
+                    : multi ? weft_cost_layout_us(coll, a, bytes, &tc->layout, &tc->fabric)
                                         : weft_cost_us(coll, a, bytes, nranks);
     }
     *why = "";
@@ -306,7 +304,7 @@ static int tune_choose_any(int coll, size_t bytes, const struct weft_tune_comm *
         for (int a = 0; a < WEFT_ALGO_COUNT; a++) {
             if (!(mask & (1u << a)))
                 continue;
-            double t = weft_cost_layout_us(coll, a, bytes, &tc->layout, &f);
+            double t = weft_cost_layout_us(coll, a, bytes, &tc->layout, &tc->fabric);
             if (best < 0 || t < tbest) {
                 best = a;
                 tbest = t;
@@ -372,7 +370,7 @@ int weft_tune_algo(int coll, size_t bytes, const struct weft_tune_comm *tc)
               weft_coll_name(coll), bytes, tc->layout.nranks, tc->layout.nhosts,
               weft_algo_name(algo), why, us[WEFT_ALGO_RING], us[WEFT_ALGO_TREE],
               us[WEFT_ALGO_DIRECT], us[WEFT_ALGO_HIER],
-              tc->layout.nhosts > 1 ? "socket" : "shared-memory");
+              tc->layout.nhosts > 1 ? tc->fabric_name : "shared-memory");
     return algo;
 }
 
@@ -385,6 +383,8 @@ ncclResult_t weft_tune_comm_blocks(struct weft_tune_comm *tc, int nranks, int ra
     t.chunk_bytes = chunk_bytes;
     t.deterministic = 0;
     weft_tune_cfg_parse(&(struct weft_tune_knobs){NULL, NULL, NULL, -1}, &t.cfg);
+    weft_cost_fabric_socket(&t.fabric, chunk_bytes, oversubscribed);
+    t.fabric_name = "socket";
     *tc = t;
     return ncclSuccess;
 }

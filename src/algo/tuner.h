@@ -85,6 +85,9 @@ struct weft_tune_comm {
     int deterministic;              /* WEFT_DETERMINISTIC (agreed at init): rank-order reductions
                                      * only (tuner.c); 0 from weft_tune_comm_blocks */
     struct weft_tune_cfg cfg;       /* the knobs (agreed at init: weft_comm_agree) */
+    struct weft_cost_fabric fabric; /* several hosts: the fabric between them, as the transport
+                                     * that carries that traffic declares it (transport.h cost) */
+    const char *fabric_name;        /* for the log line: that transport's name */
 };
 
 /*
@@ -94,8 +97,7 @@ struct weft_tune_comm {
  * explicitly (its single-host constants are not measured yet), and is chosen when the
  * shared-memory model (weft_cost_us) predicts it faster than the rule's choice among what is
  * allowed. Several hosts: every algorithm coll has that NCCL_ALGO allows (all by default) is
- * predicted on the socket fabric (weft_cost_fabric_socket, the layout's counts) and the fastest
- * wins. When nothing allowed has a schedule for coll, the unset choice applies (logged once).
+ * predicted on tc->fabric (the layout's counts) and the fastest wins. When nothing allowed has a schedule for coll, the unset choice applies (logged once).
  * WEFT_ALGO (ring, direct, tree) forces the algorithm of every collective that has it. The choice
  * is logged under TUNING unless quiet.
  */
@@ -112,7 +114,8 @@ int weft_tune_algo_quiet(int coll, size_t bytes, const struct weft_tune_comm *tc
 
 /* Fills tc for nranks on hosts of ranks_per_host consecutive ranks, steps of chunk_bytes (what
  * weft-scale --tuner prints; a communicator fills it from its peers in weft_comm_connect), the
- * knobs unset (tc->cfg: the caller may set it, from weft_comm_tune_cfg). */
+ * knobs unset (tc->cfg: the caller may set it, from weft_comm_tune_cfg), the socket fabric
+ * between hosts (weft_cost_fabric_socket; a communicator takes its transport's). */
 ncclResult_t weft_tune_comm_blocks(struct weft_tune_comm *tc, int nranks, int ranks_per_host,
                                    int oversubscribed, double chunk_bytes);
 

@@ -368,7 +368,7 @@ static ncclResult_t weft_comm_choose(struct ncclComm *comm, int *choice, int *us
  * tuner reads. Only values every rank has (the peer info, the slot size), so every rank gets the
  * same and chooses the same algorithms.
  */
-static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
+static ncclResult_t weft_comm_hosts(struct ncclComm *comm, const struct weft_transport *xhost)
 {
     int nranks = comm->nranks, nhosts = 0, most = 0;
     int *host = malloc((size_t)nranks * sizeof(int));
@@ -435,6 +435,10 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm)
     comm->ranks_per_host = most;
     comm->machines_oversubscribed = over;
     comm->machine_ranks = mine;
+    if (xhost != NULL) { /* the fabric between hosts is the transport's that carries it */
+        xhost->cost(tc.chunk_bytes, tc.oversubscribed, &tc.fabric);
+        tc.fabric_name = xhost->name;
+    }
     comm->tune = tc;
     WEFT_INFO(WEFT_LOG_INIT | WEFT_LOG_TUNING,
               "rank %d: %d ranks on %d hosts (at most %d per host)%s; tree depth %d, %d "
@@ -689,7 +693,17 @@ static ncclResult_t weft_comm_connect(struct ncclComm *comm)
             comm->slot_bytes = bytes;
     }
     comm->tctx.slot_bytes = comm->slot_bytes;
-    WEFT_CHECK_GOTO(weft_comm_hosts(comm), res, out);
+    /* The transport between two hosts: the first that connects such a pair (every rank finds
+     * the same, from exchanged values); NULL on one host. */
+    const struct weft_transport *xhost = NULL;
+    for (int b = 1; b < nranks && xhost == NULL; b++) {
+        if (comm->peer_info[b].host_hash == comm->peer_info[0].host_hash)
+            continue;
+        for (int t = 0; t < WEFT_NTRANSPORTS && xhost == NULL; t++)
+            if (weft_transports[t]->can_connect(&comm->tctx, 0, b))
+                xhost = weft_transports[t];
+    }
+    WEFT_CHECK_GOTO(weft_comm_hosts(comm, xhost), res, out);
     comm->tctx.ll = weft_tune_ll_any(&comm->tune.cfg); /* the tuner's knobs, agreed */
     comm->peer_transport = malloc((size_t)nranks * sizeof(int));
     if (comm->peer_transport == NULL) {

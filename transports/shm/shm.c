@@ -567,6 +567,13 @@ static int shm_settings(const char **names, int64_t *values)
     return 1;
 }
 
+/* shm never joins two hosts: its model is the shared-memory one everywhere. */
+static void shm_cost(double chunk_bytes, int oversubscribed, struct weft_cost_fabric *f)
+{
+    (void)chunk_bytes, (void)oversubscribed;
+    weft_cost_fabric_shm(f);
+}
+
 const struct weft_transport weft_transport_shm = {
     .version = WEFT_TRANSPORT_VERSION,
     .name = "shm",
@@ -577,4 +584,5 @@ const struct weft_transport weft_transport_shm = {
     .peer_departed = shm_peer_departed,
     .peer_lock_fd = shm_peer_lock_fd,
     .settings = shm_settings,
+    .cost = shm_cost,
 };
