@@ -138,7 +138,7 @@ struct weft_transport {
      * (its algorithm choices must agree): from the arguments and constants only, never from this
      * host's hardware. Any thread.
      */
-    void (*cost)(double chunk_bytes, int oversubscribed, struct weft_cost_fabric *f);
+    void (*cost)(struct weft_cost_fabric *f, double chunk_bytes, int oversubscribed);
 };
 
 #define WEFT_TRANSPORT_MAX_SETTINGS 4
@@ -294,7 +294,7 @@ extern const struct weft_transport weft_transport_shm;
 extern const struct weft_transport weft_transport_net;
 extern const struct weft_transport weft_transport_socket;
 
-/* Stubs for transports without the version 3 slots' notion. */
+/* For transports with nothing to tell through a version 3 slot: no departure, no lock. */
 static inline int weft_transport_never_departed(void *state, int p)
 {
     (void)state, (void)p;

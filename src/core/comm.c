@@ -436,7 +436,7 @@ static ncclResult_t weft_comm_hosts(struct ncclComm *comm, const struct weft_tra
     comm->machines_oversubscribed = over;
     comm->machine_ranks = mine;
     if (xhost != NULL) { /* the fabric between hosts is the transport's that carries it */
-        xhost->cost(tc.chunk_bytes, tc.oversubscribed, &tc.fabric);
+        xhost->cost(&tc.fabric, tc.chunk_bytes, tc.oversubscribed);
         tc.fabric_name = xhost->name;
     }
     comm->tune = tc;

@@ -589,16 +589,6 @@ static int net_settings(const char **names, int64_t *values)
     return 1;
 }
 
-/*
- * The socket model (a proxy moves every message, as the socket transport's does). A provider's
- * own latency and speed (ncclNetProperties) describe this host's NIC only, and ranks must choose
- * alike: they will count once the ranks exchange them (the topology's work).
- */
-static void net_cost(double chunk_bytes, int oversubscribed, struct weft_cost_fabric *f)
-{
-    weft_cost_fabric_socket(f, chunk_bytes, oversubscribed);
-}
-
 const struct weft_transport weft_transport_net = {
     .version = WEFT_TRANSPORT_VERSION,
     .name = "net",
@@ -609,5 +599,8 @@ const struct weft_transport weft_transport_net = {
     .peer_departed = weft_transport_never_departed,
     .peer_lock_fd = weft_transport_no_lock_fd,
     .settings = net_settings,
-    .cost = net_cost,
+    /* The socket model (a proxy moves every message, as the socket transport's does): a
+     * provider's latency and speed (ncclNetProperties) describe this host's NIC only, and ranks
+     * must choose alike; they count once ranks exchange them (the topology's work). */
+    .cost = weft_cost_fabric_socket,
 };

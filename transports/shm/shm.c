@@ -568,7 +568,7 @@ static int shm_settings(const char **names, int64_t *values)
 }
 
 /* shm never joins two hosts: its model is the shared-memory one everywhere. */
-static void shm_cost(double chunk_bytes, int oversubscribed, struct weft_cost_fabric *f)
+static void shm_cost(struct weft_cost_fabric *f, double chunk_bytes, int oversubscribed)
 {
     (void)chunk_bytes, (void)oversubscribed;
     weft_cost_fabric_shm(f);

@@ -1181,12 +1181,6 @@ static int sock_settings(const char **names, int64_t *values)
     return 3;
 }
 
-/* The socket fabric the cost model was calibrated on (algo/cost.c: TCP between namespaces). */
-static void sock_cost(double chunk_bytes, int oversubscribed, struct weft_cost_fabric *f)
-{
-    weft_cost_fabric_socket(f, chunk_bytes, oversubscribed);
-}
-
 const struct weft_transport weft_transport_socket = {
     .version = WEFT_TRANSPORT_VERSION,
     .name = "socket",
@@ -1197,5 +1191,5 @@ const struct weft_transport weft_transport_socket = {
     .peer_departed = weft_transport_never_departed,
     .peer_lock_fd = weft_transport_no_lock_fd,
     .settings = sock_settings,
-    .cost = sock_cost,
+    .cost = weft_cost_fabric_socket, /* calibrated on this transport (algo/cost.c) */
 };
